@@ -1,0 +1,142 @@
+"""TrainConfig: every knob of a run in one immutable pydantic model.
+
+The names follow the Tinker RLVR recipe (group_size, groups_per_batch, learning_rate, ...) so a
+recipe's command line translates one to one. `parse_overrides` turns `key=value` strings from the
+CLI into a validated config, or a `ConfigError` whose message is one line naming the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Backend = Literal["local", "art-local", "tinker", "serverless"]
+OnDivergence = Literal["stop", "warn"]
+
+
+class ConfigError(ValueError):
+    """A bad config key or value; the message is one line meant for the user."""
+
+
+class TrainConfig(BaseModel):
+    """A training run, fully specified. Every field can be set as `key=value` on the CLI."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # What to train on.
+    task: str = Field("math", description="scenario name (see `rlvr tasks`)")
+    difficulty: str = Field("default", description="scenario-specific difficulty level")
+    data_path: Path | None = Field(None, description="scenario data file, where the task takes one")
+    num_items: int = Field(400, ge=10, description="items the scenario loads before the split")
+
+    # Policy.
+    model: str = Field("smollm2-135m", description="model alias, local HF dir, or hub id")
+    backend: Backend = Field("local", description="local (rlvr CPU/GPU torch), art-local, tinker, serverless")
+    lora_rank: int = Field(8, ge=1)
+    project: str = Field("rlvr", description="ART project name")
+
+    # Reward.
+    scorer: str = Field("default", description="'default' (the task's), verifier, ruler, rubric, or a+b")
+    judge: str = Field("local", description="'local' (llama.cpp on 127.0.0.1) or a litellm model id")
+    judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
+    judge_max_retries: int = Field(3, ge=0)
+    judge_timeout_s: float = Field(120.0, gt=0)
+    judge_max_usd: float | None = Field(None, ge=0, description="spend cap; the run stops at it")
+    judge_concurrency: int = Field(4, ge=1)
+    judge_rpm: int | None = Field(None, ge=1, description="judge requests per minute limit")
+
+    # Sampling.
+    group_size: int = Field(8, ge=2)
+    groups_per_batch: int = Field(4, ge=1)
+    max_tokens: int = Field(48, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    rollout_concurrency: int = Field(32, ge=1, description="rollouts in flight at once")
+
+    # Optimisation (ART's loss on the configured backend).
+    learning_rate: float = Field(1e-4, gt=0)
+    kl_penalty_coef: float = Field(0.0, ge=0)
+    num_substeps: int = Field(1, ge=1, description="optimizer steps per batch of groups")
+
+    # Data split and determinism.
+    train_ratio: float = Field(0.8, gt=0, lt=1)
+    val_ratio: float = Field(0.1, gt=0, lt=1)
+    test_ratio: float = Field(0.1, gt=0, lt=1)
+    seed: int = 0
+
+    # Schedule and stopping.
+    max_steps: int = Field(40, ge=1)
+    eval_every: int = Field(2, ge=1, description="validate every N steps")
+    save_every: int = Field(1, ge=1, description="keep a checkpoint every N steps")
+    val_temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy validation")
+    max_val_items: int | None = Field(None, ge=1, description="cap on validation items per eval")
+    patience: int = Field(3, ge=1, description="evaluations without gain before stopping")
+    min_delta: float = Field(0.02, ge=0, description="validation gain that counts as progress")
+
+    # Divergence alarm (reward hacking) and convergence warning; see rlvr.stopping.
+    on_divergence: OnDivergence = "stop"
+    divergence_window: int = Field(3, ge=2, description="evaluations the trends are measured over")
+    divergence_reward_rise: float = Field(0.1, ge=0, description="reward rise that counts as rising")
+    divergence_val_drop: float = Field(0.05, ge=0, description="validation fall that counts as falling")
+
+    # Output and integrations.
+    runs_root: Path = Path("runs")
+    run_dir: Path | None = Field(None, description="defaults to runs_root/<task>-<timestamp>")
+    wandb_project: str | None = None
+    weave: bool = False
+
+    @model_validator(mode="after")
+    def _ratios_sum_to_one(self) -> TrainConfig:
+        total = self.train_ratio + self.val_ratio + self.test_ratio
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(f"train_ratio + val_ratio + test_ratio must be 1.0, got {total:g}")
+        return self
+
+    def public_dict(self) -> dict:
+        """The config as written to config.json (JSON types; holds no secrets by construction)."""
+        return json.loads(self.model_dump_json())
+
+
+def _describe(field: str) -> str:
+    info = TrainConfig.model_fields[field]
+    allowed = str(info.annotation).replace("typing.", "")
+    return f"{allowed}" + (f" ({info.description})" if info.description else "")
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(p) for p in first["loc"]) or "config"
+    value = first.get("input")
+    if key in TrainConfig.model_fields:
+        return f"config: {key}={value!r}: {first['msg']}; expected {_describe(key)}"
+    return f"config: {first['msg'].removeprefix('Value error, ')}"
+
+
+def build_config(values: dict) -> TrainConfig:
+    """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
+    for key in values:
+        if key not in TrainConfig.model_fields:
+            close = difflib.get_close_matches(key, TrainConfig.model_fields, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(
+                f"config: unknown key '{key}'{hint} allowed: {', '.join(TrainConfig.model_fields)}"
+            )
+    try:
+        return TrainConfig.model_validate(values)
+    except ValidationError as error:
+        raise ConfigError(_one_line(error)) from None
+
+
+def parse_overrides(pairs: list[str], base: dict | None = None) -> TrainConfig:
+    """`["group_size=4", "scorer=ruler"]` -> TrainConfig. Empty values mean None."""
+    values = dict(base or {})
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"config: '{pair}' is not key=value")
+        values[key.strip()] = None if raw.strip() in ("", "none", "None", "null") else raw.strip()
+    return build_config(values)

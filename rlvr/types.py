@@ -1,0 +1,90 @@
+"""The nouns rlvr adds to ART's four: Item, Sampling, Scenario, Scorer.
+
+Data that flows (Item, Sampling) are small frozen pydantic models. The protocols users implement
+(Scenario, Scorer) are separate from them. Trajectories and groups are ART's own types.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import art
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Item(BaseModel):
+    """One task instance. `answer` is the ground-truth label; scorers used for training only ever
+    see training items, so validation and test labels never reach the reward."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    prompt: str
+    answer: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class Sampling(BaseModel):
+    """How a rollout samples from the policy. `step=None` asks for the latest checkpoint."""
+
+    model_config = ConfigDict(frozen=True)
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 64
+    step: int | None = None
+
+
+@runtime_checkable
+class Scenario(Protocol):
+    """A task: items, how to play one episode, and the ground-truth check.
+
+    `check` is the truth used for validation, test and `independent_reward` (0..1).
+    `reward` is the deterministic training reward used by `scorer=verifier`; it may equal `check`
+    or give partial credit. Both follow the verifier contract: deterministic, offline, never raise.
+    """
+
+    name: str
+    default_scorer: str
+
+    def load(self) -> list[Item]: ...
+
+    async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory: ...
+
+    def check(self, item: Item, trajectory: art.Trajectory) -> float: ...
+
+    def reward(self, item: Item, trajectory: art.Trajectory) -> float: ...
+
+
+@runtime_checkable
+class Scorer(Protocol):
+    """Rewards a group. Returns a new, scored group, or None when the group cannot be scored (a
+    judge failed after its retries): the loop skips and counts it; it never becomes a fake 0.0.
+
+    `pop_metrics` returns the counters accumulated since the last call (e.g. `judge/calls`,
+    `judge/failures`, `judge/cost_usd`, `train/reward_errors`) and resets them.
+    """
+
+    name: str
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None: ...
+
+    def pop_metrics(self) -> dict[str, float]: ...
+
+
+class BudgetExhausted(RuntimeError):
+    """Raised by a judge when the configured spend cap is reached; ends the run cleanly
+    with stop_reason=judge_budget."""
+
+
+def completion_text(trajectory: art.Trajectory) -> str:
+    """The text of the last assistant turn (the 'completion' of the verifier contract)."""
+    for message in reversed(trajectory.messages()):
+        if message.get("role") == "assistant":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+            return ""
+    return ""

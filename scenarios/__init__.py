@@ -1,0 +1,31 @@
+"""Scenario registry: task name -> "module:factory". A factory takes a TrainConfig and returns a
+Scenario. Modules are imported only when their task is asked for, so one task's heavy
+dependencies never load for another.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr.config import TrainConfig
+    from rlvr.types import Scenario
+
+REGISTRY: dict[str, str] = {
+    "math": "scenarios.math:make_scenario",
+    "email": "scenarios.email:make_scenario",
+    "rubric_if": "scenarios.rubric_if:make_scenario",
+}
+
+
+class UnknownTask(KeyError):
+    def __str__(self) -> str:
+        return f"unknown task '{self.args[0]}'; known tasks: {', '.join(sorted(REGISTRY))}"
+
+
+def make_scenario(cfg: TrainConfig) -> Scenario:
+    if cfg.task not in REGISTRY:
+        raise UnknownTask(cfg.task)
+    module_name, _, factory = REGISTRY[cfg.task].partition(":")
+    return getattr(importlib.import_module(module_name), factory)(cfg)
