@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,24 +30,52 @@ class TrainConfig(BaseModel):
     # What to train on.
     task: str = Field("math", description="scenario name (see `rlvr tasks`)")
     difficulty: str = Field("default", description="scenario-specific difficulty level")
+    tool_protocol: Literal["auto", "tools", "text"] = Field(
+        "auto",
+        description="agent tasks: OpenAI tool calls, one-line text actions, or auto (tool calls "
+        "when the model emits them, else the text actions)",
+    )
     data_path: Path | None = Field(None, description="scenario data file, where the task takes one")
     num_items: int = Field(400, ge=10, description="items the scenario loads before the split")
 
     # Policy.
     model: str = Field("smollm2-135m", description="model alias, local HF dir, or hub id")
-    backend: Backend = Field("local", description="local (rlvr CPU/GPU torch), art-local, tinker, serverless")
+    backend: Backend = Field(
+        "local", description="local (rlvr CPU/GPU torch), art-local, tinker, serverless"
+    )
     lora_rank: int = Field(8, ge=1)
     project: str = Field("rlvr", description="ART project name")
 
     # Reward.
-    scorer: str = Field("default", description="'default' (the task's), verifier, ruler, rubric, or a+b")
-    judge: str = Field("local", description="'local' (llama.cpp on 127.0.0.1) or a litellm model id")
+    scorer: str = Field(
+        "default", description="'default' (the task's), verifier, ruler, rubric, or a+b"
+    )
+    judge: str = Field(
+        "local", description="'local' (llama.cpp on 127.0.0.1) or a litellm model id"
+    )
     judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
     judge_max_retries: int = Field(3, ge=0)
     judge_timeout_s: float = Field(120.0, gt=0)
     judge_max_usd: float | None = Field(None, ge=0, description="spend cap; the run stops at it")
     judge_concurrency: int = Field(4, ge=1)
     judge_rpm: int | None = Field(None, ge=1, description="judge requests per minute limit")
+    judge_base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL for the judge (e.g. a running `rlvr judge serve`)",
+    )
+    judge_response_format: Literal["auto", "json_schema", "json_object"] = Field(
+        "auto",
+        description="structured-output dialect; auto = json_object for llama.cpp, else json_schema",
+    )
+    judge_backoff_s: float = Field(
+        1.0, gt=0, description="first retry delay; doubles per retry, with jitter"
+    )
+    judge_threads: int | None = Field(
+        None, ge=1, description="local judge engine CPU threads (default: half the cores)"
+    )
+    skip_bad_rows: bool = Field(
+        False, description="skip (and count) data rows without prompt or criteria"
+    )
 
     # Sampling.
     group_size: int = Field(8, ge=2)
@@ -80,8 +108,12 @@ class TrainConfig(BaseModel):
     # Divergence alarm (reward hacking) and convergence warning; see rlvr.stopping.
     on_divergence: OnDivergence = "stop"
     divergence_window: int = Field(3, ge=2, description="evaluations the trends are measured over")
-    divergence_reward_rise: float = Field(0.1, ge=0, description="reward rise that counts as rising")
-    divergence_val_drop: float = Field(0.05, ge=0, description="validation fall that counts as falling")
+    divergence_reward_rise: float = Field(
+        0.1, ge=0, description="reward rise that counts as rising"
+    )
+    divergence_val_drop: float = Field(
+        0.05, ge=0, description="validation fall that counts as falling"
+    )
 
     # Output and integrations.
     runs_root: Path = Path("runs")
@@ -103,8 +135,12 @@ class TrainConfig(BaseModel):
 
 def _describe(field: str) -> str:
     info = TrainConfig.model_fields[field]
-    allowed = str(info.annotation).replace("typing.", "")
-    return f"{allowed}" + (f" ({info.description})" if info.description else "")
+    annotation = info.annotation
+    if get_origin(annotation) is Literal:
+        allowed = "one of " + ", ".join(map(str, get_args(annotation)))
+    else:
+        allowed = getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
+    return allowed + (f" ({info.description})" if info.description else "")
 
 
 def _one_line(error: ValidationError) -> str:

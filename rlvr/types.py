@@ -39,9 +39,10 @@ class Sampling(BaseModel):
 class Scenario(Protocol):
     """A task: items, how to play one episode, and the ground-truth check.
 
-    `check` is the truth used for validation, test and `independent_reward` (0..1).
-    `reward` is the deterministic training reward used by `scorer=verifier`; it may equal `check`
-    or give partial credit. Both follow the verifier contract: deterministic, offline, never raise.
+    `check` is the truth used for validation, test and `independent_reward` (0..1); it is async
+    because some tasks' truth is a judge (rubric pass rate). `reward` is the deterministic training
+    reward used by `scorer=verifier`; it may equal the check or give partial credit. Both follow the
+    verifier contract: deterministic (given the judge), never raise.
     """
 
     name: str
@@ -51,7 +52,7 @@ class Scenario(Protocol):
 
     async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory: ...
 
-    def check(self, item: Item, trajectory: art.Trajectory) -> float: ...
+    async def check(self, item: Item, trajectory: art.Trajectory) -> float: ...
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float: ...
 

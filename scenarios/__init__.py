@@ -1,5 +1,5 @@
-"""Scenario registry: task name -> "module:factory". A factory takes a TrainConfig and returns a
-Scenario. Modules are imported only when their task is asked for, so one task's heavy
+"""Scenario registry: task name -> "module:factory". A factory takes a TrainConfig and the run's
+judge client (None where no judge is configured) and returns a Scenario. Modules are imported only when their task is asked for, so one task's heavy
 dependencies never load for another.
 """
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+import rlvr  # noqa: F401  (sets offline defaults before a scenario imports ART)
 
 if TYPE_CHECKING:
     from rlvr.config import TrainConfig
@@ -24,8 +26,8 @@ class UnknownTask(KeyError):
         return f"unknown task '{self.args[0]}'; known tasks: {', '.join(sorted(REGISTRY))}"
 
 
-def make_scenario(cfg: TrainConfig) -> Scenario:
+def make_scenario(cfg: TrainConfig, judge: object | None = None) -> Scenario:
     if cfg.task not in REGISTRY:
         raise UnknownTask(cfg.task)
     module_name, _, factory = REGISTRY[cfg.task].partition(":")
-    return getattr(importlib.import_module(module_name), factory)(cfg)
+    return getattr(importlib.import_module(module_name), factory)(cfg, judge)

@@ -1,0 +1,76 @@
+"""Which ART backend trains the policy, chosen by `cfg.backend`; everything else is ART's client.
+
+- local       rlvr's TorchBackend: transformers + peft on this machine's CPU or GPU
+- art-local   ART's LocalBackend (vLLM + Unsloth on a CUDA GPU; `pip install rlvr[gpu]`)
+- tinker      ART's TinkerBackend (remote; TINKER_API_KEY in the environment)
+- serverless  ART's ServerlessBackend (W&B Serverless; WANDB_API_KEY in the environment)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import art
+from pydantic import BaseModel, ConfigDict
+
+from rlvr.config import TrainConfig
+
+ART_DIR = ".art"  # ART's own layout (checkpoints per policy step) inside the run directory
+
+
+class Policy(BaseModel):
+    """The trainable model and the backend it is registered with."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    model: art.TrainableModel
+    backend: Any
+
+
+def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[Any, str]:
+    """(backend, base_model) for the configured backend."""
+    if cfg.backend == "local":
+        from rlvr.policy.backend import TorchBackend
+        from rlvr.policy.models import resolve_model
+
+        return TorchBackend(path=str(art_path)), str(resolve_model(cfg.model))
+    if cfg.backend == "art-local":
+        from art.local import LocalBackend
+
+        return LocalBackend(path=str(art_path)), cfg.model
+    if cfg.backend == "tinker":
+        from art.tinker import TinkerBackend
+
+        return TinkerBackend(path=str(art_path)), cfg.model
+    from art.serverless import ServerlessBackend
+
+    return ServerlessBackend(), cfg.model
+
+
+def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+    """Keyword arguments of `backend.train` that this backend accepts."""
+    kwargs: dict[str, Any] = {"learning_rate": cfg.learning_rate}
+    if cfg.backend in ("local", "art-local", "tinker"):
+        kwargs["kl_penalty_coef"] = cfg.kl_penalty_coef
+    if cfg.backend == "local":
+        kwargs["num_substeps"] = cfg.num_substeps
+    return kwargs
+
+
+@asynccontextmanager
+async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
+    """Register a trainable model named after the run; the backend is closed on exit, errors and
+    Ctrl-C included, so no server outlives the run."""
+    art_path = run_dir / ART_DIR
+    backend, base_model = _make_backend(cfg, art_path)
+    model = art.TrainableModel(
+        name=run_dir.name, project=cfg.project, base_model=base_model, base_path=str(art_path)
+    )
+    try:
+        await model.register(backend)
+        yield Policy(model=model, backend=backend)
+    finally:
+        await backend.close()

@@ -1,0 +1,60 @@
+"""Decision hints: what to do after a step, from its metrics (the GRPO template's decision policy).
+
+A pure function of one step's metrics and the config; the loop prints the hints and stores them.
+"""
+
+from __future__ import annotations
+
+from rlvr.config import TrainConfig
+from rlvr.metrics import M
+
+MOSTLY = 0.5  # "mostly" in the decision policy
+TRUNCATION_HIGH = 0.3
+KL_HIGH = 0.1
+
+
+def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+    groups = metrics.get(M.GROUPS, 0) or 0
+    all_zero = metrics.get(M.ALL_ZERO, 0) / groups if groups else 0.0
+    all_one = metrics.get(M.ALL_ONE, 0) / groups if groups else 0.0
+    truncated = metrics.get(M.TRUNCATED_RATE, 0.0)
+    hints: list[str] = []
+    if metrics.get(M.REWARD_ERRORS, 0):
+        hints.append(
+            f"{metrics[M.REWARD_ERRORS]:.0f} reward errors: fix the reward function before "
+            "training on (errors count as 0.0)"
+        )
+    if all_zero >= MOSTLY:
+        causes = (
+            f" and {truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens})"
+            if truncated >= TRUNCATION_HIGH
+            else ": simplify the data, add partial credit, or raise temperature"
+        )
+        hints.append(f"{all_zero:.0%} of groups all-0{causes}")
+    elif truncated >= TRUNCATION_HIGH:
+        hints.append(
+            f"{truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens}) "
+            "or ask for shorter answers"
+        )
+    if all_one >= MOSTLY:
+        hints.append(
+            f"{all_one:.0%} of groups all-1: converged or data too easy; check validation and "
+            "samples, then stop or raise difficulty"
+        )
+    if metrics.get(M.KL, 0.0) > KL_HIGH:
+        hints.append(
+            f"KL {metrics[M.KL]:.3f} is high: lower learning_rate (now {cfg.learning_rate:g}) "
+            "or temperature"
+        )
+    if metrics.get(M.SKIPPED, 0):
+        hints.append(
+            f"{metrics[M.SKIPPED]:.0f} groups skipped because the judge failed: see judge/* "
+            "metrics; check the judge endpoint, rate limits and timeout"
+        )
+    agreement = metrics.get(M.JUDGE_AGREEMENT)
+    if agreement is not None and abs(agreement) < 0.1:
+        hints.append(
+            f"judge agreement with ground truth is {agreement:+.2f}: the judge may be too weak "
+            "for this task; use a stronger judge or scorer=verifier"
+        )
+    return hints

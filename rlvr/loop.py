@@ -1,0 +1,473 @@
+"""The hybrid training loop, top to bottom.
+
+    split 80/10/10 -> baseline validation -> repeat:
+        sample training items -> roll out groups (ART gather) -> score (scorer) ->
+        drop no-signal groups (counted) -> train (backend) -> metrics, hints ->
+        every eval_every steps: validation accuracy from the scenario's ground truth ->
+        plateau? divergence? -> stop
+    restore the best checkpoint -> test split once -> summary.json, report.png
+
+Training reward comes from the scorer; stopping comes only from held-out ground truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from contextlib import AsyncExitStack, nullcontext
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import art
+from pydantic import BaseModel, ConfigDict
+from rich.console import Console
+from rich.panel import Panel
+
+from rlvr import store
+from rlvr.backends import Policy, open_policy, train_kwargs
+from rlvr.config import TrainConfig
+from rlvr.hints import decision_hints
+from rlvr.metrics import (
+    ALARM_PREFIX,
+    HINT_KEY,
+    INDEPENDENT_REWARD,
+    M,
+    agreement,
+    group_stats,
+    has_signal,
+)
+from rlvr.report import plot_report
+from rlvr.scoring import make_scorer, needs_judge
+from rlvr.split import Split, split_items
+from rlvr.stopping import Alarm, AlarmName, EvalPoint, Thresholds, best_index, divergence, plateaued
+from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer
+
+console = Console()
+
+
+class StopReason(StrEnum):
+    PLATEAU = "plateau"  # validation stopped improving for `patience` evaluations
+    MAX_STEPS = "max_steps"  # the step budget ran out first
+    REWARD_HACKING = "reward_hacking"  # divergence alarm with on_divergence=stop
+    JUDGE_BUDGET = "judge_budget"  # the judge spend cap was reached
+
+
+class RunResult(BaseModel):
+    """What a run ended with; the same facts as summary.json."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_dir: Path
+    task: str
+    scorer: str
+    stop_reason: StopReason
+    steps: int
+    baseline_val: float
+    best_val: float
+    best_step: int
+    test_accuracy: float | None
+    alarms: list[Alarm]
+    wall_s: float
+
+
+class _State(BaseModel):
+    """Where a run stands; rebuilt from metrics.jsonl on resume."""
+
+    step: int = 0
+    evals: list[EvalPoint] = []
+    policy_steps: dict[int, int] = {}  # loop step of an evaluation -> policy checkpoint step
+    alarms: list[Alarm] = []
+    wall_s: float = 0.0
+
+
+# --- rollouts ---------------------------------------------------------------------------------
+
+
+async def rollout_groups(
+    scenario: Scenario,
+    policy: Policy,
+    items: list[Item],
+    n: int,
+    sampling: Sampling,
+    limit: asyncio.Semaphore,
+    desc: str,
+) -> tuple[list[art.TrajectoryGroup], list[Item], int]:
+    """n rollouts per item through ART's gather. Returns (groups, their items, rollout errors).
+    A rollout that raises is dropped from its group and counted, never retried silently."""
+
+    async def one(item: Item) -> art.Trajectory:
+        async with limit:
+            trajectory = await scenario.rollout(policy.model, item, sampling)
+        trajectory.metadata["item_id"] = item.id
+        return trajectory
+
+    by_id = {item.id: item for item in items}
+    groups = await art.gather_trajectory_groups(
+        (
+            art.TrajectoryGroup((one(item) for _ in range(n)), metadata={"item_id": item.id})
+            for item in items
+        ),
+        pbar_desc=desc,
+        max_exceptions=len(items) * n,
+    )
+    errors = sum(len(g.exceptions) for g in groups) + n * (len(items) - len(groups))
+    kept = [g for g in groups if g.trajectories]
+    return kept, [by_id[str(g.metadata["item_id"])] for g in kept], errors
+
+
+async def evaluate(
+    scenario: Scenario,
+    policy: Policy,
+    items: list[Item],
+    sampling: Sampling,
+    limit: asyncio.Semaphore,
+    desc: str,
+) -> tuple[float, list[art.TrajectoryGroup], list[Item]]:
+    """Accuracy on held-out items: one rollout each, scored by the scenario's ground truth.
+    A rollout that fails counts as wrong (the policy failed the item)."""
+    groups, done, _ = await rollout_groups(scenario, policy, items, 1, sampling, limit, desc)
+    checks = await asyncio.gather(
+        *(scenario.check(item, g.trajectories[0]) for g, item in zip(groups, done, strict=True))
+    )
+    for group, value in zip(groups, checks, strict=True):
+        group.trajectories[0].reward = value
+    return sum(checks) / len(items) if items else 0.0, groups, done
+
+
+# --- one training step ------------------------------------------------------------------------
+
+
+async def train_step(
+    cfg: TrainConfig,
+    step: int,
+    split: Split,
+    scenario: Scenario,
+    scorer: Scorer,
+    policy: Policy,
+    limit: asyncio.Semaphore,
+    run_dir: Path,
+) -> dict[str, Any]:
+    started = time.monotonic()
+    rng = random.Random(
+        f"{cfg.seed}-{step}"
+    )  # the batch of a step is reproducible, resume included
+    batch = rng.sample(split.train, min(cfg.groups_per_batch, len(split.train)))
+    sampling = Sampling(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    groups, items, rollout_errors = await rollout_groups(
+        scenario, policy, batch, cfg.group_size, sampling, limit, f"step {step} rollouts"
+    )
+    rollout_s = time.monotonic() - started
+
+    # Ground truth of training trajectories, for judge agreement and the reward-hacking view;
+    # skipped where the truth itself is a judge (that would double the judge's bill).
+    if not getattr(scenario, "judged_check", False):
+        truths = await asyncio.gather(
+            *(
+                scenario.check(i, t)
+                for g, i in zip(groups, items, strict=True)
+                for t in g.trajectories
+            )
+        )
+        flat = iter(truths)
+        for group in groups:
+            for t in group.trajectories:
+                t.metrics[INDEPENDENT_REWARD] = next(flat)
+
+    scored = await asyncio.gather(*(scorer.score(g, i) for g, i in zip(groups, items, strict=True)))
+    kept = [(g, i) for g, i in zip(scored, items, strict=True) if g is not None]
+    scored_groups = [g for g, _ in kept]
+    trainable = [g for g in scored_groups if has_signal(g)]
+
+    train_started = time.monotonic()
+    result_metrics: dict[str, float] = {}
+    if trainable:
+        result = await policy.backend.train(policy.model, trainable, **train_kwargs(cfg))
+        result_metrics = dict(result.metrics)
+    train_s = time.monotonic() - train_started
+
+    stats = group_stats(scored_groups)
+    judged = [
+        t.reward for g in scored_groups for t in g.trajectories if INDEPENDENT_REWARD in t.metrics
+    ]
+    truths_kept = [
+        float(t.metrics[INDEPENDENT_REWARD])
+        for g in scored_groups
+        for t in g.trajectories
+        if INDEPENDENT_REWARD in t.metrics
+    ]
+    row: dict[str, Any] = {
+        M.STEP: step + 1,
+        M.REWARD_MEAN: stats.reward_mean,
+        M.REWARD_STD: stats.reward_std,
+        M.GROUPS: stats.groups,
+        M.TRAINED_GROUPS: len(trainable),
+        M.NO_SIGNAL_RATE: stats.no_signal_rate,
+        M.ALL_ZERO: stats.all_zero,
+        M.ALL_ONE: stats.all_one,
+        M.TRUNCATED_RATE: stats.truncated_rate,
+        M.COMPLETION_TOKENS: stats.completion_tokens_mean,
+        M.SKIPPED: len(groups) - len(kept),
+        M.ROLLOUT_ERRORS: rollout_errors,
+        M.KL: result_metrics.get("kl"),
+        M.LOSS: result_metrics.get("loss"),
+        M.INDEPENDENT: sum(truths_kept) / len(truths_kept) if truths_kept else None,
+        M.POLICY_STEP: await policy.model.get_step(),
+        M.ROLLOUT_SECONDS: rollout_s,
+        M.TRAIN_SECONDS: train_s,
+        M.STEP_SECONDS: time.monotonic() - started,
+        **scorer.pop_metrics(),
+    }
+    if needs_judge(scorer.name):
+        row[M.JUDGE_AGREEMENT] = agreement(judged, truths_kept)
+    store.write_trajectories(
+        run_dir,
+        f"step-{step + 1:04d}",
+        store.trajectory_rows(scored_groups, [i.id for _, i in kept], step=step + 1, split="train"),
+    )
+    return row
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def _restore_state(rows: list[dict[str, Any]]) -> _State:
+    state = _State()
+    for row in rows:
+        step = int(row.get(M.STEP, 0))
+        if M.REWARD_MEAN in row:
+            state.step = max(state.step, step)
+        if M.VAL_ACCURACY in row:
+            state.evals.append(
+                EvalPoint(step=step, val=row[M.VAL_ACCURACY], reward=row.get("val/train_reward"))
+            )
+            state.policy_steps[step] = int(row.get(M.POLICY_STEP, 0))
+        for key, message in row.items():
+            if key.startswith(ALARM_PREFIX):
+                state.alarms.append(
+                    Alarm(
+                        name=AlarmName(key.removeprefix(ALARM_PREFIX)), step=step, message=message
+                    )
+                )
+        state.wall_s = max(state.wall_s, float(row.get("time/wall_s", 0.0)))
+    return state
+
+
+def _window_reward(rows: list[dict[str, Any]], step: int, eval_every: int) -> float | None:
+    recent = [
+        r[M.REWARD_MEAN]
+        for r in rows
+        if M.REWARD_MEAN in r and step - eval_every < r[M.STEP] <= step
+    ]
+    return sum(recent) / len(recent) if recent else None
+
+
+def _print_step(row: dict[str, Any]) -> None:
+    kl = row.get(M.KL)
+    console.print(
+        f"[bold]step {row[M.STEP]}[/] reward {row[M.REWARD_MEAN]:.3f}±{row[M.REWARD_STD]:.3f}  "
+        f"no-signal {row[M.NO_SIGNAL_RATE]:.0%} (all-0 {row[M.ALL_ZERO]}, all-1 {row[M.ALL_ONE]})  "
+        f"trunc {row[M.TRUNCATED_RATE]:.0%}  kl {'-' if kl is None else f'{kl:.4f}'}  "
+        f"skipped {row[M.SKIPPED]}  {row[M.STEP_SECONDS]:.0f}s",
+        highlight=False,
+    )
+    for hint in row.get(HINT_KEY, []):
+        console.print(f"  [yellow]hint:[/] {hint}", highlight=False)
+
+
+async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunResult:
+    """Train until validation plateaus (or max_steps, a divergence alarm, the judge budget), then
+    evaluate the best checkpoint on the test split once. `resume` continues a run directory from
+    its last completed step."""
+    if resume is not None:
+        cfg = store.read_config(resume)
+        run_dir = resume
+        if (run_dir / store.SUMMARY).exists():
+            raise ValueError(f"{run_dir}: this run already finished (summary.json exists)")
+    else:
+        run_dir = store.new_run_dir(cfg)
+        if (run_dir / store.METRICS).exists():
+            raise ValueError(f"{run_dir}: run directory already holds a run; use --resume")
+    rows = store.read_metrics(run_dir)
+    state = _restore_state(rows)
+    started = time.monotonic() - state.wall_s
+
+    from scenarios import make_scenario
+
+    async with AsyncExitStack() as stack:
+        # Everything that can reject the config happens before the run directory is written.
+        judge = await stack.enter_async_context(_open_judge(cfg))
+        scenario = make_scenario(cfg, judge)
+        scorer = make_scorer(cfg, scenario, judge)
+        items = scenario.load()
+        split = split_items(items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed)
+        val_items = split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
+        if resume is None:
+            store.write_config(run_dir, cfg)
+        console.print(
+            f"[bold]{cfg.task}[/]: {len(split.train)} train / {len(split.val)} val / "
+            f"{len(split.test)} test items; scorer {scorer.name}; run dir {run_dir}",
+            highlight=False,
+        )
+        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        limit = asyncio.Semaphore(cfg.rollout_concurrency)
+        val_sampling = Sampling(
+            temperature=cfg.val_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+        )
+        thresholds = Thresholds(
+            window=cfg.divergence_window,
+            reward_rise=cfg.divergence_reward_rise,
+            val_drop=cfg.divergence_val_drop,
+            val_flat=cfg.min_delta,
+        )
+
+        def emit(row: dict[str, Any]) -> None:
+            row["time/wall_s"] = time.monotonic() - started
+            store.append_metrics(run_dir, row)
+            rows.append(row)
+
+        async def validate(step: int) -> None:
+            t0 = time.monotonic()
+            accuracy, groups, done = await evaluate(
+                scenario, policy, val_items, val_sampling, limit, f"validate @{step}"
+            )
+            policy_step = await policy.model.get_step()
+            store.write_trajectories(
+                run_dir,
+                f"val-{step:04d}",
+                store.trajectory_rows(groups, [i.id for i in done], step=step, split="val"),
+            )
+            point = EvalPoint(
+                step=step, val=accuracy, reward=_window_reward(rows, step, cfg.eval_every)
+            )
+            state.evals.append(point)
+            state.policy_steps[step] = policy_step
+            row = {
+                M.STEP: step,
+                M.VAL_ACCURACY: accuracy,
+                M.POLICY_STEP: policy_step,
+                "val/train_reward": point.reward,
+                M.EVAL_SECONDS: time.monotonic() - t0,
+            }
+            alarm = divergence(state.evals, thresholds)
+            if alarm is not None and all(a.step != alarm.step for a in state.alarms):
+                state.alarms.append(alarm)
+                row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
+                style = "red" if alarm.name == AlarmName.REWARD_HACKING else "yellow"
+                console.print(
+                    Panel(alarm.message, title=f"ALARM: {alarm.name}", style=f"bold {style}")
+                )
+            emit(row)
+            console.print(
+                f"[green]validation @ step {step}: {accuracy:.3f}[/] (policy step {policy_step})",
+                highlight=False,
+            )
+            _keep_checkpoints(cfg, policy, state, run_dir)
+
+        stop: StopReason | None = None
+        try:
+            if not state.evals:
+                await validate(0)
+            while stop is None and state.step < cfg.max_steps:
+                row = await train_step(
+                    cfg, state.step, split, scenario, scorer, policy, limit, run_dir
+                )
+                row[HINT_KEY] = decision_hints(row, cfg)
+                state.step += 1
+                emit(row)
+                _print_step(row)
+                if state.step % cfg.eval_every == 0 or state.step == cfg.max_steps:
+                    await validate(state.step)
+                    vals = [p.val for p in state.evals]
+                    hacking = [
+                        a
+                        for a in state.alarms
+                        if a.name == AlarmName.REWARD_HACKING and a.step == state.step
+                    ]
+                    if hacking and cfg.on_divergence == "stop":
+                        stop = StopReason.REWARD_HACKING
+                    elif plateaued(vals, cfg.patience, cfg.min_delta):
+                        stop = StopReason.PLATEAU
+        except BudgetExhausted as error:
+            console.print(Panel(str(error), title="judge budget reached", style="bold yellow"))
+            stop = StopReason.JUDGE_BUDGET
+        stop = stop or StopReason.MAX_STEPS
+
+        # Restore the best checkpoint and evaluate the test split once.
+        vals = [p.val for p in state.evals]
+        best = state.evals[best_index(vals, cfg.min_delta)]
+        best_policy_step = state.policy_steps.get(best.step, 0)
+        _save_best(policy, best_policy_step, run_dir)
+        test_accuracy: float | None = None
+        if stop != StopReason.JUDGE_BUDGET:
+            test_sampling = val_sampling.model_copy(update={"step": best_policy_step})
+            test_accuracy, groups, done = await evaluate(
+                scenario, policy, split.test, test_sampling, limit, "test"
+            )
+            store.write_trajectories(
+                run_dir,
+                "test",
+                store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test"),
+            )
+
+    result = RunResult(
+        run_dir=run_dir,
+        task=cfg.task,
+        scorer=scorer.name,
+        stop_reason=stop,
+        steps=state.step,
+        baseline_val=state.evals[0].val,
+        best_val=best.val,
+        best_step=best.step,
+        test_accuracy=test_accuracy,
+        alarms=state.alarms,
+        wall_s=time.monotonic() - started,
+    )
+    summary = {**result.model_dump(mode="json"), "gain": result.best_val - result.baseline_val}
+    store.write_summary(run_dir, summary)
+    plot_report(rows, summary, run_dir / store.REPORT)
+    console.print(
+        Panel(
+            f"stop: {stop}  steps: {state.step}  baseline val {result.baseline_val:.3f} -> best {result.best_val:.3f} "
+            f"(step {result.best_step})  test {test_accuracy if test_accuracy is None else f'{test_accuracy:.3f}'}  "
+            f"alarms: {len(state.alarms)}  {result.wall_s:.0f}s\n{run_dir}",
+            title="run finished",
+            style="bold",
+        )
+    )
+    return result
+
+
+def _open_judge(cfg: TrainConfig) -> Any:
+    """The judge client (its local engine starts lazily on first use); no judge for judge=none."""
+    if cfg.judge == "none":
+        return nullcontext(None)
+    from judges import open_judge
+
+    return open_judge(cfg)
+
+
+def _checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
+    from art.utils.output_dirs import get_model_dir, get_step_checkpoint_dir
+
+    path = Path(
+        get_step_checkpoint_dir(
+            get_model_dir(model=policy.model, art_path=policy.model.base_path), policy_step
+        )
+    )
+    return path if path.is_dir() else None
+
+
+def _keep_checkpoints(cfg: TrainConfig, policy: Policy, state: _State, run_dir: Path) -> None:
+    """Copy this evaluation's adapter into checkpoints/ every save_every steps."""
+    step = state.evals[-1].step
+    source = _checkpoint_path(policy, state.policy_steps[step])
+    if source is not None and step % cfg.save_every == 0:
+        store.save_checkpoint(run_dir, source, f"step-{step:04d}")
+
+
+def _save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:
+    source = _checkpoint_path(policy, policy_step)
+    if source is not None:
+        store.save_checkpoint(run_dir, source, "best")

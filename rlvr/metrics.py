@@ -1,0 +1,122 @@
+"""Metric names (each defined once) and the pure functions that compute per-step statistics."""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+import art
+from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict
+from scipy.stats import spearmanr
+
+
+class M(StrEnum):
+    """Keys written to metrics.jsonl."""
+
+    STEP = "step"
+    REWARD_MEAN = "train/reward_mean"
+    REWARD_STD = "train/reward_std"
+    NO_SIGNAL_RATE = "train/no_signal_rate"
+    ALL_ZERO = "train/all_zero_groups"
+    ALL_ONE = "train/all_one_groups"
+    TRUNCATED_RATE = "train/truncated_rate"
+    KL = "train/kl"
+    LOSS = "train/loss"
+    SKIPPED = "train/skipped_groups"
+    GROUPS = "train/groups"
+    TRAINED_GROUPS = "train/trained_groups"
+    REWARD_ERRORS = "train/reward_errors"
+    ROLLOUT_ERRORS = "train/rollout_errors"
+    INDEPENDENT = "train/independent_reward_mean"
+    COMPLETION_TOKENS = "train/completion_tokens_mean"
+    POLICY_STEP = "train/policy_step"
+    JUDGE_CALLS = "judge/calls"
+    JUDGE_FAILURES = "judge/failures"
+    JUDGE_COST = "judge/cost_usd"
+    JUDGE_AGREEMENT = "judge/agreement"
+    VAL_ACCURACY = "val/accuracy"
+    STEP_SECONDS = "time/step_s"
+    ROLLOUT_SECONDS = "time/rollout_s"
+    TRAIN_SECONDS = "time/train_s"
+    EVAL_SECONDS = "time/eval_s"
+
+
+ALARM_PREFIX = "alarm/"
+HINT_KEY = "hints"
+INDEPENDENT_REWARD = "independent_reward"
+
+
+class GroupStats(BaseModel):
+    """What one step's scored groups say about the learning signal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reward_mean: float
+    reward_std: float
+    groups: int
+    no_signal: int
+    all_zero: int
+    all_one: int
+    truncated_rate: float
+    completion_tokens_mean: float
+
+    @property
+    def no_signal_rate(self) -> float:
+        return self.no_signal / self.groups if self.groups else 0.0
+
+
+def has_signal(group: art.TrajectoryGroup, tolerance: float = 1e-9) -> bool:
+    """A group teaches GRPO something only if its rewards differ."""
+    rewards = [t.reward for t in group.trajectories]
+    return len(rewards) > 1 and max(rewards) - min(rewards) > tolerance
+
+
+def finish_reasons(trajectory: art.Trajectory) -> list[str]:
+    return [c.finish_reason for c in trajectory.messages_and_choices if isinstance(c, Choice)]
+
+
+def is_truncated(trajectory: art.Trajectory) -> bool:
+    """Any sampled turn stopped by max_tokens."""
+    return "length" in finish_reasons(trajectory)
+
+
+def completion_tokens(trajectory: art.Trajectory) -> int:
+    return sum(
+        len(c.logprobs.content or [])
+        for c in trajectory.messages_and_choices
+        if isinstance(c, Choice) and c.logprobs is not None
+    )
+
+
+def group_stats(groups: list[art.TrajectoryGroup]) -> GroupStats:
+    rewards = [t.reward for g in groups for t in g.trajectories]
+    trajectories = [t for g in groups for t in g.trajectories]
+    uniform = [g for g in groups if g.trajectories and not has_signal(g)]
+    mean = sum(rewards) / len(rewards) if rewards else 0.0
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0
+    return GroupStats(
+        reward_mean=mean,
+        reward_std=std,
+        groups=len(groups),
+        no_signal=len(uniform),
+        all_zero=sum(g.trajectories[0].reward <= 0.0 for g in uniform),
+        all_one=sum(g.trajectories[0].reward >= 1.0 for g in uniform),
+        truncated_rate=(
+            sum(is_truncated(t) for t in trajectories) / len(trajectories) if trajectories else 0.0
+        ),
+        completion_tokens_mean=(
+            sum(completion_tokens(t) for t in trajectories) / len(trajectories)
+            if trajectories
+            else 0.0
+        ),
+    )
+
+
+def agreement(judge_rewards: list[float], truths: list[float]) -> float | None:
+    """Spearman rank correlation between judge rewards and ground truth; None when either side
+    is constant (no ranking to agree with) or there are fewer than three pairs."""
+    if len(judge_rewards) < 3 or len(set(judge_rewards)) < 2 or len(set(truths)) < 2:
+        return None
+    value = float(spearmanr(judge_rewards, truths).statistic)
+    return value if math.isfinite(value) else None

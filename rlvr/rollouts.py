@@ -1,0 +1,40 @@
+"""Rollout building blocks shared by scenarios: one chat turn against the policy through ART's
+OpenAI client, with logprobs so ART trains on exactly the sampled tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import art
+from openai.types.chat.chat_completion import Choice
+
+from rlvr.types import Item, Sampling
+
+
+async def chat_turn(
+    model: art.Model, messages: list[dict[str, Any]], sampling: Sampling, **extra: Any
+) -> Choice:
+    """Sample one assistant turn. `extra` passes tools, tool_choice, stop, ..."""
+    response = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(sampling.step),
+        messages=messages,
+        max_tokens=sampling.max_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        logprobs=True,
+        **extra,
+    )
+    return response.choices[0]
+
+
+async def single_turn(
+    model: art.Model, item: Item, messages: list[dict[str, Any]], sampling: Sampling
+) -> art.Trajectory:
+    """A one-turn episode: the prompt messages and the sampled Choice."""
+    choice = await chat_turn(model, messages, sampling)
+    return art.Trajectory(
+        messages_and_choices=[*messages, choice],
+        reward=0.0,
+        metadata={"item_id": item.id},
+        metrics={"truncated": choice.finish_reason == "length"},
+    )

@@ -1,0 +1,142 @@
+"""Deterministic scorers and composition.
+
+- VerifierScorer wraps a scenario's deterministic reward under the verifier contract.
+- LengthScorer is deliberately hackable (reward grows with reply length); it exists to show the
+  divergence alarm and the suspicious-rollout view catching a gamed reward.
+- WeightedScorer sums parts with weights; GatedScorer counts B only where A passes.
+Composition is data (a list of parts and weights), not subclassing. Every scorer returns a new
+group and never mutates its input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Callable
+
+import art
+
+from rlvr.metrics import M
+from rlvr.types import Item, Scorer, completion_text
+from rlvr.verifiers import guarded
+
+ItemReward = Callable[[Item, art.Trajectory], float]
+
+
+def rescored(
+    group: art.TrajectoryGroup, rewards: list[float], extra: list[dict] | None = None
+) -> art.TrajectoryGroup:
+    """A copy of `group` with new rewards (and extra per-trajectory metrics)."""
+    extra = extra or [{} for _ in rewards]
+    return art.TrajectoryGroup(
+        [
+            t.model_copy(update={"reward": r, "metrics": {**t.metrics, **e}}, deep=True)
+            for t, r, e in zip(group.trajectories, rewards, extra, strict=True)
+        ],
+        exceptions=[],
+    )
+
+
+class VerifierScorer:
+    """Deterministic reward from the scenario. Errors are 0.0 and counted (reward contract)."""
+
+    name = "verifier"
+
+    def __init__(self, reward: ItemReward) -> None:
+        self._reward = reward
+        self._counts: Counter[str] = Counter()
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup:
+        outcomes = [guarded(lambda t=t: self._reward(item, t)) for t in group.trajectories]
+        self._counts[M.REWARD_ERRORS] += sum(errored for _, errored in outcomes)
+        return rescored(
+            group,
+            [value for value, _ in outcomes],
+            [{"reward_error": int(errored)} for _, errored in outcomes],
+        )
+
+    def pop_metrics(self) -> dict[str, float]:
+        counts, self._counts = dict(self._counts), Counter()
+        return {M.REWARD_ERRORS: 0.0, **counts}
+
+
+class LengthScorer:
+    """Reward = reply length in characters / `full_length`, capped at 1. Hackable on purpose."""
+
+    name = "length"
+
+    def __init__(self, full_length: int = 200) -> None:
+        self.full_length = full_length
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup:
+        rewards = [min(1.0, len(completion_text(t)) / self.full_length) for t in group.trajectories]
+        return rescored(group, rewards)
+
+    def pop_metrics(self) -> dict[str, float]:
+        return {}
+
+
+class WeightedScorer:
+    """reward = Σ wᵢ · partᵢ / Σ wᵢ; each part's reward is kept as `reward/<part>`. If any part
+    cannot score the group, neither can the sum."""
+
+    def __init__(self, parts: list[tuple[Scorer, float]]) -> None:
+        if not parts or any(w < 0 for _, w in parts) or sum(w for _, w in parts) <= 0:
+            raise ValueError("WeightedScorer needs parts with non-negative weights summing above 0")
+        self.parts = parts
+        self.name = "+".join(scorer.name for scorer, _ in parts)
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
+        scored = await asyncio.gather(*(scorer.score(group, item) for scorer, _ in self.parts))
+        if any(s is None for s in scored):
+            return None
+        total = sum(w for _, w in self.parts)
+        per_part = [[t.reward for t in s.trajectories] for s in scored if s is not None]
+        rewards = [
+            sum(w * rewards[i] for (_, w), rewards in zip(self.parts, per_part, strict=True))
+            / total
+            for i in range(len(group.trajectories))
+        ]
+        extra = [
+            {
+                f"reward/{scorer.name}": rewards_[i]
+                for (scorer, _), rewards_ in zip(self.parts, per_part, strict=True)
+            }
+            for i in range(len(group.trajectories))
+        ]
+        return rescored(group, rewards, extra)
+
+    def pop_metrics(self) -> dict[str, float]:
+        merged: Counter[str] = Counter()
+        for scorer, _ in self.parts:
+            merged.update(scorer.pop_metrics())
+        return dict(merged)
+
+
+class GatedScorer:
+    """reward = B where A passes (A ≥ threshold), else 0. E.g. a format check gating a judge."""
+
+    def __init__(self, gate: Scorer, scorer: Scorer, threshold: float = 1.0) -> None:
+        self.gate, self.scorer, self.threshold = gate, scorer, threshold
+        self.name = f"{gate.name}>{scorer.name}"
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
+        gated, scored = await asyncio.gather(
+            self.gate.score(group, item), self.scorer.score(group, item)
+        )
+        if gated is None or scored is None:
+            return None
+        passes = [t.reward >= self.threshold for t in gated.trajectories]
+        rewards = [
+            t.reward if ok else 0.0 for t, ok in zip(scored.trajectories, passes, strict=True)
+        ]
+        extra = [
+            {f"reward/{self.gate.name}": g.reward, f"reward/{self.scorer.name}": s.reward}
+            for g, s in zip(gated.trajectories, scored.trajectories, strict=True)
+        ]
+        return rescored(group, rewards, extra)
+
+    def pop_metrics(self) -> dict[str, float]:
+        merged: Counter[str] = Counter(self.gate.pop_metrics())
+        merged.update(self.scorer.pop_metrics())
+        return dict(merged)

@@ -1,0 +1,107 @@
+"""Stopping rules and alarms: pure functions over the history of evaluations.
+
+The hybrid approach trains on the scorer's reward and trusts only held-out validation accuracy:
+- plateau: validation has not gained more than `min_delta` over its best for `patience` evals;
+- reward hacking: the training reward trends up while validation trends down;
+- converged: the training reward trends up while validation stays flat.
+Trends are least-squares slopes over the last `window` evaluations, times the span, so one noisy
+evaluation cannot fire an alarm on its own.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class AlarmName(StrEnum):
+    REWARD_HACKING = "reward_hacking"  # reward up, validation down: stop and read the rollouts
+    CONVERGED = "converged"  # reward up, validation flat: more steps buy nothing
+
+
+class EvalPoint(BaseModel):
+    """One validation: the step, the accuracy, and the mean training reward of the steps since
+    the previous validation (None at the baseline, before any training)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    val: float
+    reward: float | None = None
+
+
+class Alarm(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: AlarmName
+    step: int
+    message: str
+
+
+class Thresholds(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    window: int = 3
+    reward_rise: float = 0.1
+    val_drop: float = 0.05
+    val_flat: float = 0.02
+
+
+def best_index(vals: list[float], min_delta: float = 0.0) -> int:
+    """Index of the best evaluation, where only a gain above `min_delta` displaces the earlier
+    best (so noise does not move the restored checkpoint)."""
+    best = 0
+    for i, value in enumerate(vals):
+        if value > vals[best] + min_delta:
+            best = i
+    return best
+
+
+def plateaued(vals: list[float], patience: int, min_delta: float) -> bool:
+    """True when the last `patience` evaluations brought no gain above `min_delta`."""
+    return bool(vals) and len(vals) - 1 - best_index(vals, min_delta) >= patience
+
+
+def trend(values: list[float]) -> float:
+    """Change along the least-squares line through `values` from first to last point."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    var_x = sum((x - mean_x) ** 2 for x in range(n))
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(range(n), values, strict=True)) / var_x
+    return slope * (n - 1)
+
+
+def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
+    """Compare the trends of training reward and validation over the last window of evaluations
+    that have a training reward."""
+    recent = [p for p in points if p.reward is not None][-thresholds.window :]
+    if len(recent) < thresholds.window:
+        return None
+    reward_change = trend([p.reward for p in recent if p.reward is not None])
+    val_change = trend([p.val for p in recent])
+    if reward_change < thresholds.reward_rise:
+        return None
+    span = f"steps {recent[0].step}-{recent[-1].step}"
+    if val_change <= -thresholds.val_drop:
+        return Alarm(
+            name=AlarmName.REWARD_HACKING,
+            step=recent[-1].step,
+            message=(
+                f"training reward rose {reward_change:+.2f} while validation fell "
+                f"{val_change:+.2f} over {span}: the reward is being gamed; read the rollouts "
+                "(rlvr inspect --suspicious) and fix the reward before training on"
+            ),
+        )
+    if abs(val_change) < thresholds.val_flat:
+        return Alarm(
+            name=AlarmName.CONVERGED,
+            step=recent[-1].step,
+            message=(
+                f"training reward rose {reward_change:+.2f} but validation stayed flat "
+                f"({val_change:+.2f}) over {span}: converged; stop soon"
+            ),
+        )
+    return None

@@ -1,0 +1,94 @@
+"""TASK=math: arithmetic from reasoning-gym, checked by the verifier library.
+
+Validation and test ask for the exact final number (`numeric_match`); training rewards partial
+credit (`contains_answer`: 1 for a right final answer, 0.5 when the right number appears
+elsewhere), so a 135M model gets mixed groups to learn from. `difficulty` picks the generator:
+
+    easy     two 1-digit terms, + and -
+    default  two terms of 1-2 digits, + and -
+    hard     three terms of 1-2 digits, +, - and *
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import art
+
+from rlvr.config import TrainConfig
+from rlvr.rollouts import single_turn
+from rlvr.types import Item, Sampling, completion_text
+from rlvr.verifiers import contains_answer, numeric_match
+
+SYSTEM = "You are a calculator. Reply with only the final number."
+
+LEVELS: dict[str, dict[str, Any]] = {
+    "easy": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 1,
+        "operators": ("+", "-"),
+    },
+    "default": {
+        "min_terms": 2,
+        "max_terms": 2,
+        "min_digits": 1,
+        "max_digits": 2,
+        "operators": ("+", "-"),
+    },
+    "hard": {
+        "min_terms": 3,
+        "max_terms": 3,
+        "min_digits": 1,
+        "max_digits": 2,
+        "operators": ("+", "-", "*"),
+    },
+}
+
+
+class MathScenario:
+    name = "math"
+    default_scorer = "verifier"
+
+    def __init__(self, difficulty: str, num_items: int, seed: int) -> None:
+        if difficulty not in LEVELS:
+            raise ValueError(
+                f"config: difficulty='{difficulty}' is not a math level; expected one of {', '.join(LEVELS)}"
+            )
+        self.difficulty, self.num_items, self.seed = difficulty, num_items, seed
+
+    def load(self) -> list[Item]:
+        import reasoning_gym
+
+        dataset = reasoning_gym.create_dataset(
+            "basic_arithmetic",
+            size=self.num_items,
+            seed=self.seed,
+            allow_parentheses=False,
+            allow_negation=False,
+            **LEVELS[self.difficulty],
+        )
+        return [
+            Item(
+                id=f"math-{self.difficulty}-{self.seed}-{i}",
+                prompt=entry["question"],
+                answer=str(entry["answer"]),
+                data={"expression": entry["metadata"]["expression"]},
+            )
+            for i, entry in enumerate(dataset)
+        ]
+
+    async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": item.prompt}]
+        return await single_turn(model, item, messages, sampling)
+
+    async def check(self, item: Item, trajectory: art.Trajectory) -> float:
+        return numeric_match(completion_text(trajectory), item.answer or "")
+
+    def reward(self, item: Item, trajectory: art.Trajectory) -> float:
+        return contains_answer(completion_text(trajectory), item.answer or "")
+
+
+def make_scenario(cfg: TrainConfig, judge: object | None = None) -> MathScenario:
+    return MathScenario(cfg.difficulty, cfg.num_items, cfg.seed)
