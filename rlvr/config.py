@@ -167,12 +167,20 @@ def build_config(values: dict) -> TrainConfig:
         raise ConfigError(_one_line(error)) from None
 
 
+def _accepts_none(key: str) -> bool:
+    info = TrainConfig.model_fields.get(key)
+    return info is not None and type(None) in get_args(info.annotation)
+
+
 def parse_overrides(pairs: list[str], base: dict | None = None) -> TrainConfig:
-    """`["group_size=4", "scorer=ruler"]` -> TrainConfig. Empty values mean None."""
+    """`["group_size=4", "scorer=ruler"]` -> TrainConfig. For optional keys, an empty value,
+    `none` or `null` means None."""
     values = dict(base or {})
     for pair in pairs:
         key, sep, raw = pair.partition("=")
+        key, raw = key.strip(), raw.strip()
         if not sep or not key:
             raise ConfigError(f"config: '{pair}' is not key=value")
-        values[key.strip()] = None if raw.strip() in ("", "none", "None", "null") else raw.strip()
+        unset = raw in ("", "none", "None", "null") and _accepts_none(key)
+        values[key] = None if unset else raw
     return build_config(values)

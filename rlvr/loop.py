@@ -301,7 +301,9 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
         scenario = make_scenario(cfg, judge)
         scorer = make_scorer(cfg, scenario, judge)
         items = scenario.load()
-        split = split_items(items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed)
+        split = split_items(
+            items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
         val_items = split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         if resume is None:
             store.write_config(run_dir, cfg)
@@ -363,7 +365,7 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                 f"[green]validation @ step {step}: {accuracy:.3f}[/] (policy step {policy_step})",
                 highlight=False,
             )
-            _keep_checkpoints(cfg, policy, state, run_dir)
+            await _keep_checkpoints(cfg, policy, state, run_dir)
 
         stop: StopReason | None = None
         try:
@@ -459,15 +461,63 @@ def _checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
     return path if path.is_dir() else None
 
 
-def _keep_checkpoints(cfg: TrainConfig, policy: Policy, state: _State, run_dir: Path) -> None:
-    """Copy this evaluation's adapter into checkpoints/ every save_every steps."""
+async def _keep_checkpoints(cfg: TrainConfig, policy: Policy, state: _State, run_dir: Path) -> None:
+    """Copy this evaluation's adapter into checkpoints/ every save_every steps; the backend keeps
+    only its latest and best adapters (ART's own checkpoint directory would grow every step)."""
     step = state.evals[-1].step
     source = _checkpoint_path(policy, state.policy_steps[step])
     if source is not None and step % cfg.save_every == 0:
         store.save_checkpoint(run_dir, source, f"step-{step:04d}")
+    best = state.evals[best_index([p.val for p in state.evals], cfg.min_delta)]
+    keep = sorted({await policy.model.get_step(), state.policy_steps[best.step]})
+    await policy.backend._delete_checkpoint_files(policy.model, keep)
 
 
 def _save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:
     source = _checkpoint_path(policy, policy_step)
     if source is not None:
         store.save_checkpoint(run_dir, source, "best")
+
+
+async def evaluate_run(run_dir: Path, split_name: str = "test") -> float:
+    """Evaluate a finished run's best checkpoint on its validation or test split again."""
+    from scenarios import make_scenario
+
+    cfg = store.read_config(run_dir)
+    summary = store.read_summary(run_dir)
+    policy_step = {
+        int(r[M.STEP]): int(r.get(M.POLICY_STEP, 0))
+        for r in store.read_metrics(run_dir)
+        if M.VAL_ACCURACY in r
+    }
+    best_policy_step = policy_step.get(int(summary["best_step"]), 0)
+    async with AsyncExitStack() as stack:
+        judge = await stack.enter_async_context(_open_judge(cfg))
+        scenario = make_scenario(cfg, judge)
+        split = split_items(
+            scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
+        items = {"test": split.test, "val": split.val}[split_name]
+        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        sampling = Sampling(
+            temperature=cfg.val_temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens,
+            step=best_policy_step,
+        )
+        accuracy, groups, done = await evaluate(
+            scenario,
+            policy,
+            items,
+            sampling,
+            asyncio.Semaphore(cfg.rollout_concurrency),
+            f"eval {split_name}",
+        )
+        store.write_trajectories(
+            run_dir,
+            f"eval-{split_name}",
+            store.trajectory_rows(
+                groups, [i.id for i in done], step=int(summary["best_step"]), split=split_name
+            ),
+        )
+    return accuracy

@@ -95,6 +95,13 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     _atomic_write(run_dir / SUMMARY, json.dumps(_json_safe(summary), indent=2))
 
 
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / SUMMARY
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no summary.json; has the run finished?")
+    return json.loads(path.read_text())
+
+
 def _message_dict(message: Any) -> dict[str, Any]:
     if isinstance(message, Choice):
         return {**message.message.model_dump(exclude_none=True), "trainable": True}

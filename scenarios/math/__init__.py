@@ -15,7 +15,7 @@ from typing import Any
 
 import art
 
-from rlvr.config import TrainConfig
+from rlvr.config import ConfigError, TrainConfig
 from rlvr.rollouts import single_turn
 from rlvr.types import Item, Sampling, completion_text
 from rlvr.verifiers import contains_answer, numeric_match

@@ -1,0 +1,114 @@
+"""The hybrid loop end to end on the real CPU policy (slow tier)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+
+from rlvr import store
+from rlvr.config import TrainConfig
+from rlvr.loop import StopReason, run_training
+from rlvr.metrics import M
+
+pytestmark = pytest.mark.slow
+
+TINY = {
+    "task": "math",
+    "difficulty": "easy",
+    "group_size": 4,
+    "groups_per_batch": 2,
+    "max_tokens": 12,
+    "num_items": 40,
+    "eval_every": 1,
+    "judge": "none",
+}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("loop") / "run"
+    import asyncio
+
+    result = asyncio.run(run_training(TrainConfig(**TINY, max_steps=2, run_dir=run_dir)))
+    return result, run_dir
+
+
+def test_run_directory_contract(finished_run):
+    result, run_dir = finished_run
+    assert result.stop_reason in (StopReason.MAX_STEPS, StopReason.PLATEAU)
+    for name in ("config.json", "metrics.jsonl", "summary.json", "report.png"):
+        assert (run_dir / name).is_file(), name
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for key in ("stop_reason", "best_step", "baseline_val", "best_val", "test_accuracy", "alarms", "steps", "wall_s"):
+        assert key in summary, key
+    assert summary["steps"] == result.steps == 2
+    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    rows = store.read_metrics(run_dir)
+    steps = [r for r in rows if M.REWARD_MEAN in r]
+    evals = [r for r in rows if M.VAL_ACCURACY in r]
+    assert [r[M.STEP] for r in steps] == [1, 2]
+    assert [r[M.STEP] for r in evals] == [0, 1, 2]  # baseline, then every step
+    for key in (M.REWARD_STD, M.NO_SIGNAL_RATE, M.ALL_ZERO, M.ALL_ONE, M.TRUNCATED_RATE, M.SKIPPED, M.KL):
+        assert key in steps[0], key
+    frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
+    assert frame.height == 8 and set(frame["split"]) == {"train"}
+    assert frame["independent_reward"].null_count() == 0
+    assert (run_dir / "trajectories" / "test.parquet").is_file()
+    assert (run_dir / "checkpoints" / "best" / "adapter_config.json").is_file()
+    assert any(p.name.startswith("step-") for p in (run_dir / "checkpoints").iterdir())
+
+
+def test_trained_steps_advance_the_policy(finished_run):
+    _, run_dir = finished_run
+    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    trained = sum(r[M.TRAINED_GROUPS] > 0 for r in rows)
+    assert rows[-1][M.POLICY_STEP] == trained
+
+
+def test_finished_run_cannot_be_resumed(finished_run):
+    _, run_dir = finished_run
+    import asyncio
+
+    with pytest.raises(ValueError, match="already finished"):
+        asyncio.run(run_training(TrainConfig(), resume=run_dir))
+
+
+def test_resume_after_a_killed_run(tmp_path):
+    run_dir = tmp_path / "killed"
+    args = [f"{k}={v}" for k, v in TINY.items() if k != "task"] + ["max_steps=3", "eval_every=3", f"run_dir={run_dir}"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cli = [sys.executable, "-m", "rlvr.cli", "train", "math", *args]
+    proc = subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(M.REWARD_MEAN in r for r in store.read_metrics(run_dir)):
+            break
+        time.sleep(1)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    done_before = max(r[M.STEP] for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r)
+    assert not (run_dir / "summary.json").exists()
+
+    resumed = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    rows = store.read_metrics(run_dir)
+    train_steps = [r[M.STEP] for r in rows if M.REWARD_MEAN in r]
+    assert train_steps == list(range(1, 4)), train_steps  # no step lost, none done twice
+    assert done_before >= 1
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 3
+
+
+def test_cli_rejects_bad_config_without_writing(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", "math", "group_size=abc", f"runs_root={tmp_path}"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 2
+    assert "group_size" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,114 @@
+import art
+import pytest
+
+from rlvr.config import ConfigError, TrainConfig
+from rlvr.metrics import M, agreement, group_stats, has_signal
+from rlvr.scorers import GatedScorer, LengthScorer, VerifierScorer, WeightedScorer
+from rlvr.scoring import make_scorer
+from rlvr.types import Item, completion_text
+from rlvr.verifiers import contains_answer
+from scenarios.math import MathScenario
+
+ITEM = Item(id="q1", prompt="Calculate 7 + 5.", answer="12")
+
+
+def group(*replies: str) -> art.TrajectoryGroup:
+    return art.TrajectoryGroup(
+        art.Trajectory(
+            messages_and_choices=[{"role": "user", "content": ITEM.prompt}, {"role": "assistant", "content": r}],
+            reward=0.0,
+        )
+        for r in replies
+    )
+
+
+def verifier() -> VerifierScorer:
+    return VerifierScorer(lambda item, t: contains_answer(completion_text(t), item.answer))
+
+
+async def test_verifier_scorer_rewards_and_does_not_mutate():
+    g = group("12", "It is 12? no, 13", "no idea")
+    scored = await verifier().score(g, ITEM)
+    assert [t.reward for t in scored.trajectories] == [1.0, 0.5, 0.0]
+    assert [t.reward for t in g.trajectories] == [0.0, 0.0, 0.0]
+
+
+async def test_verifier_errors_are_zero_and_counted():
+    def broken(item, t):
+        if "boom" in completion_text(t):
+            raise RuntimeError("bad reward")
+        return float("nan") if "nan" in completion_text(t) else 1.0
+
+    scorer = VerifierScorer(broken)
+    scored = await scorer.score(group("boom", "nan", "fine"), ITEM)
+    assert [t.reward for t in scored.trajectories] == [0.0, 0.0, 1.0]
+    assert [t.metrics["reward_error"] for t in scored.trajectories] == [1, 1, 0]
+    assert scorer.pop_metrics()[M.REWARD_ERRORS] == 2
+    assert scorer.pop_metrics()[M.REWARD_ERRORS] == 0  # popped counters reset
+
+
+async def test_length_scorer_rewards_length():
+    scored = await LengthScorer(full_length=10).score(group("12", "12345678901234"), ITEM)
+    assert [t.reward for t in scored.trajectories] == [0.2, 1.0]
+
+
+async def test_weighted_sum_keeps_parts():
+    scorer = WeightedScorer([(verifier(), 3.0), (LengthScorer(full_length=2), 1.0)])
+    scored = await scorer.score(group("12", "no"), ITEM)
+    assert [t.reward for t in scored.trajectories] == [pytest.approx(1.0), pytest.approx(0.25)]
+    assert scored.trajectories[1].metrics["reward/verifier"] == 0.0
+    assert scored.trajectories[1].metrics["reward/length"] == 1.0
+
+
+async def test_gated_counts_b_only_where_a_passes():
+    scorer = GatedScorer(verifier(), LengthScorer(full_length=100))
+    scored = await scorer.score(group("12" + " " * 48, "x" * 100), ITEM)
+    assert [t.reward for t in scored.trajectories] == [0.5, 0.0]
+
+
+class _Failing:
+    name = "failing"
+
+    async def score(self, group, item):
+        return None
+
+    def pop_metrics(self):
+        return {}
+
+
+async def test_composites_skip_when_a_part_cannot_score():
+    assert await WeightedScorer([(verifier(), 1.0), (_Failing(), 1.0)]).score(group("12", "1"), ITEM) is None
+    assert await GatedScorer(verifier(), _Failing()).score(group("12", "1"), ITEM) is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "name"),
+    [("verifier", "verifier"), ("length", "length"), ("verifier+length", "verifier+length"),
+     ("verifier*0.3+length*0.7", "verifier+length"), ("verifier>length", "verifier>length"), ("default", "verifier")],
+)
+def test_scorer_specs(spec, name):
+    assert make_scorer(TrainConfig(scorer=spec), MathScenario("easy", 10, 0)).name == name
+
+
+@pytest.mark.parametrize(("spec", "message"), [("vibes", "unknown scorer 'vibes'"), ("ruler", "needs a judge"), ("verifier*x", "not a number")])
+def test_bad_scorer_specs(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        make_scorer(TrainConfig(scorer=spec), MathScenario("easy", 10, 0), judge=None)
+
+
+def test_group_stats_no_signal_breakdown():
+    def g(*rewards):
+        return art.TrajectoryGroup(art.Trajectory(messages_and_choices=[], reward=r) for r in rewards)
+
+    stats = group_stats([g(0, 0, 0), g(1, 1), g(0, 1), g(0.5, 0.5)])
+    assert (stats.groups, stats.no_signal, stats.all_zero, stats.all_one) == (4, 3, 1, 1)
+    assert stats.no_signal_rate == 0.75
+    assert not has_signal(g(1)) and has_signal(g(0, 0.1))
+
+
+@pytest.mark.parametrize(
+    ("judge", "truth", "expected"),
+    [([0.1, 0.5, 0.9], [0, 0.5, 1], 1.0), ([0.9, 0.5, 0.1], [0, 0.5, 1], -1.0), ([1, 1, 1], [0, 1, 0], None), ([0.1, 0.2], [0, 1], None)],
+)
+def test_agreement(judge, truth, expected):
+    assert agreement(judge, truth) == (pytest.approx(expected) if expected is not None else None)

@@ -1,0 +1,62 @@
+import pytest
+
+from rlvr.stopping import AlarmName, EvalPoint, Thresholds, best_index, divergence, plateaued, trend
+
+T = Thresholds(window=3, reward_rise=0.1, val_drop=0.05, val_flat=0.02)
+
+
+def history(vals, rewards):
+    return [EvalPoint(step=2 * i, val=v, reward=r) for i, (v, r) in enumerate(zip(vals, rewards, strict=True))]
+
+
+HISTORIES = {
+    # name: (validation, training reward, expected alarm)
+    "healthy": ([0.30, 0.36, 0.42, 0.50, 0.55], [None, 0.3, 0.4, 0.5, 0.6], None),
+    "converged": ([0.30, 0.50, 0.51, 0.50, 0.51], [None, 0.4, 0.5, 0.6, 0.7], AlarmName.CONVERGED),
+    "hacking": ([0.40, 0.42, 0.38, 0.33, 0.28], [None, 0.3, 0.45, 0.6, 0.8], AlarmName.REWARD_HACKING),
+    "noisy-flat": ([0.40, 0.44, 0.37, 0.43, 0.39], [None, 0.5, 0.42, 0.55, 0.47], None),
+    "reward falls, val falls": ([0.5, 0.45, 0.4, 0.35, 0.3], [None, 0.6, 0.5, 0.4, 0.3], None),
+}
+
+
+@pytest.mark.parametrize("name", list(HISTORIES))
+def test_divergence_on_synthetic_histories(name):
+    vals, rewards, expected = HISTORIES[name]
+    alarm = divergence(history(vals, rewards), T)
+    assert (alarm.name if alarm else None) == expected
+    if alarm:
+        assert alarm.step == 8 and alarm.message
+
+
+def test_divergence_needs_a_full_window():
+    assert divergence(history([0.5, 0.4], [None, 0.9]), T) is None
+
+
+def test_one_bad_evaluation_does_not_fire():
+    # a single dip at the end of an otherwise rising validation
+    assert divergence(history([0.3, 0.4, 0.5, 0.46], [None, 0.3, 0.45, 0.6]), T) is None
+
+
+@pytest.mark.parametrize(
+    ("vals", "patience", "min_delta", "expected"),
+    [
+        ([0.3, 0.4, 0.5, 0.6], 2, 0.02, False),  # still improving
+        ([0.3, 0.5, 0.5, 0.51], 2, 0.02, True),  # gains below min_delta don't count
+        ([0.3, 0.5, 0.49, 0.48, 0.47], 3, 0.0, True),
+        ([0.3, 0.5, 0.49, 0.48], 3, 0.0, False),  # patience not used up yet
+        ([0.3], 1, 0.0, False),
+        ([], 1, 0.0, False),
+    ],
+)
+def test_plateau(vals, patience, min_delta, expected):
+    assert plateaued(vals, patience, min_delta) is expected
+
+
+def test_best_index_ignores_noise_below_min_delta():
+    assert best_index([0.3, 0.5, 0.51, 0.49], min_delta=0.02) == 1
+    assert best_index([0.3, 0.5, 0.53], min_delta=0.02) == 2
+
+
+@pytest.mark.parametrize(("values", "expected"), [([1, 2, 3], 2.0), ([3, 3, 3], 0.0), ([5], 0.0), ([0, 1, 0, 1], 0.6)])
+def test_trend(values, expected):
+    assert trend(values) == pytest.approx(expected)

@@ -1,0 +1,82 @@
+import json
+
+import art
+import polars as pl
+import pytest
+
+from rlvr import store
+from rlvr.config import TrainConfig
+from rlvr.hints import decision_hints
+from rlvr.metrics import M
+from rlvr.report import plot_report
+
+
+def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
+    cfg = TrainConfig(task="math", group_size=4, run_dir=tmp_path)
+    store.write_config(tmp_path, cfg)
+    assert store.read_config(tmp_path) == cfg
+    store.append_metrics(tmp_path, {M.STEP: 1, M.REWARD_MEAN: 0.5, M.KL: float("nan")})
+    with (tmp_path / store.METRICS).open("a") as f:
+        f.write('{"step": 2, "train/rew')  # a run killed mid-write
+    rows = store.read_metrics(tmp_path)
+    assert rows == [{M.STEP: 1, M.REWARD_MEAN: 0.5, M.KL: None}]
+
+
+def test_read_config_names_the_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        store.read_config(tmp_path)
+
+
+def test_trajectories_parquet_schema(tmp_path):
+    groups = [
+        art.TrajectoryGroup(
+            [
+                art.Trajectory(
+                    messages_and_choices=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+                    reward=1.0,
+                    metrics={"independent_reward": 0.0},
+                    metadata={"item_id": "i1"},
+                ),
+                art.Trajectory(messages_and_choices=[{"role": "user", "content": "q"}], reward=0.0),
+            ]
+        )
+    ]
+    path = store.write_trajectories(tmp_path, "step-0001", store.trajectory_rows(groups, ["i1"], step=1, split="train"))
+    frame = pl.read_parquet(path)
+    assert frame.columns == ["step", "split", "item_id", "group", "index", "reward", "independent_reward", "messages", "tools", "metrics", "metadata", "logs"]
+    assert frame["reward"].to_list() == [1.0, 0.0]
+    assert frame["independent_reward"].to_list() == [0.0, None]
+    assert json.loads(frame["messages"][0])[1] == {"role": "assistant", "content": "a"}
+    assert not list(tmp_path.glob("trajectories/.*"))  # no temp files left behind
+
+
+def test_report_png_is_written(tmp_path):
+    rows = [
+        {M.STEP: 0, M.VAL_ACCURACY: 0.3},
+        *({M.STEP: s, M.REWARD_MEAN: 0.1 * s, M.REWARD_STD: 0.1} for s in range(1, 5)),
+        {M.STEP: 4, M.VAL_ACCURACY: 0.2, "alarm/reward_hacking": "reward up, val down"},
+    ]
+    path = plot_report(rows, {"stop_reason": "reward_hacking", "best_step": 0, "best_val": 0.3, "test_accuracy": 0.25, "task": "math"}, tmp_path / "report.png")
+    assert path.stat().st_size > 10_000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("metrics", "expected"),
+    [
+        ({M.GROUPS: 8, M.ALL_ZERO: 5, M.TRUNCATED_RATE: 0.4}, "raise max_tokens"),
+        ({M.GROUPS: 8, M.ALL_ZERO: 5, M.TRUNCATED_RATE: 0.0}, "partial credit"),
+        ({M.GROUPS: 8, M.ALL_ONE: 6}, "converged or data too easy"),
+        ({M.GROUPS: 8, M.KL: 0.5}, "lower learning_rate"),
+        ({M.GROUPS: 8, M.REWARD_ERRORS: 3}, "fix the reward function"),
+        ({M.GROUPS: 8, M.SKIPPED: 2}, "judge failed"),
+        ({M.GROUPS: 8, M.JUDGE_AGREEMENT: 0.02}, "judge may be too weak"),
+    ],
+)
+def test_decision_hints(metrics, expected):
+    hints = decision_hints(metrics, TrainConfig())
+    assert any(expected in h for h in hints), hints
+
+
+def test_no_hints_on_a_healthy_step():
+    assert decision_hints({M.GROUPS: 8, M.ALL_ZERO: 1, M.ALL_ONE: 1, M.KL: 0.01, M.TRUNCATED_RATE: 0.05}, TrainConfig()) == []
