@@ -1,0 +1,62 @@
+"""Everything that asks an LLM for a reward.
+
+- `open_judge(cfg)` — the run's judge client as an async context manager; for `judge=local` it owns
+  the llama.cpp engine (started on first use, always stopped on exit).
+- `make_scorer(kind, cfg, judge, scenario)` — "ruler" (ART's RULER ranks a group in one call) or
+  "rubric" (per-criterion pass rate, one call per response).
+
+Modules: `client` (JudgeClient: dialects, parsing, retries, limits, cost, spend cap), `engine`
+(local llama.cpp server lifecycle), `ruler`, `rubric`, `rubric_data` (the Tinker recipe's dataset
+format and HealthBench), `bench` (`rlvr bench judge`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from judges.client import JudgeClient
+    from rlvr.config import TrainConfig
+    from rlvr.types import Scenario, Scorer
+
+# Submodules are imported inside the functions: `import judges.engine` (for `rlvr judge serve`)
+# must not pay for litellm and ART.
+SCORER_KINDS = ("ruler", "rubric")
+
+
+@contextlib.asynccontextmanager
+async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
+    """The run's judge. `judge=local` without `judge_base_url` gets a private llama.cpp engine on
+    127.0.0.1, started lazily by the first request and stopped when this context exits (normally,
+    on an exception, or on Ctrl-C); any other id is a litellm model used directly."""
+    from judges.client import LOCAL_JUDGE, JudgeClient, JudgeSettings
+    from judges.engine import EngineSettings, LocalEngine
+
+    settings = JudgeSettings.from_config(cfg)
+    engine = None
+    if cfg.judge == LOCAL_JUDGE and cfg.judge_base_url is None:
+        engine = LocalEngine(EngineSettings.default(threads=cfg.judge_threads))
+    client = JudgeClient(settings, engine.ensure_started if engine else None, seed=cfg.seed)
+    try:
+        yield client
+    finally:
+        if engine is not None:
+            engine.stop()
+
+
+def make_scorer(kind: str, cfg: TrainConfig, judge: JudgeClient, scenario: Scenario) -> Scorer:
+    """A judge scorer for the run: "ruler" or "rubric"."""
+    if kind == "ruler":
+        from judges.ruler import RulerScorer
+
+        return RulerScorer(judge, scenario)
+    if kind == "rubric":
+        from judges.rubric import RubricScorer
+
+        return RubricScorer(judge)
+    raise ValueError(f"unknown judge scorer '{kind}'; expected one of {', '.join(SCORER_KINDS)}")
+
+
+__all__ = ["SCORER_KINDS", "make_scorer", "open_judge"]

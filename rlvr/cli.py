@@ -140,6 +140,26 @@ def eval_run(
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
 
 
+@bench_app.command("hack")
+def bench_hack(
+    overrides: Overrides = None,
+    record: Annotated[Path | None, typer.Option(help="write the evaluation history here")] = None,
+    runs_root: Annotated[Path, typer.Option(help="where the run directory goes")] = Path("runs"),
+) -> None:
+    """Train on a length-rewarding scorer; the divergence alarm should fire."""
+    import json
+
+    from rlvr.bench_loop import hack_benchmark
+    from rlvr.config import ConfigError, parse_overrides
+
+    try:
+        extra = parse_overrides(overrides or []).model_dump(exclude_unset=True)
+    except ConfigError as error:
+        fail(str(error))
+    figures = asyncio.run(hack_benchmark(runs_root, record, **extra))
+    typer.echo(json.dumps({k: v for k, v in figures.items() if k != "history"}, default=str))
+
+
 @app.command()
 def tasks() -> None:
     """List the registered tasks."""

@@ -41,9 +41,10 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
             f"{all_one:.0%} of groups all-1: converged or data too easy; check validation and "
             "samples, then stop or raise difficulty"
         )
-    if metrics.get(M.KL, 0.0) > KL_HIGH:
+    kl = metrics.get(M.KL)  # None on a step with nothing to train
+    if kl is not None and kl > KL_HIGH:
         hints.append(
-            f"KL {metrics[M.KL]:.3f} is high: lower learning_rate (now {cfg.learning_rate:g}) "
+            f"KL {kl:.3f} is high: lower learning_rate (now {cfg.learning_rate:g}) "
             "or temperature"
         )
     if metrics.get(M.SKIPPED, 0):

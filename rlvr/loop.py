@@ -29,6 +29,7 @@ from rlvr import store
 from rlvr.backends import Policy, open_policy, train_kwargs
 from rlvr.config import TrainConfig
 from rlvr.hints import decision_hints
+from rlvr.integrations import open_tracker
 from rlvr.metrics import (
     ALARM_PREFIX,
     HINT_KEY,
@@ -148,7 +149,8 @@ async def train_step(
     policy: Policy,
     limit: asyncio.Semaphore,
     run_dir: Path,
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One step; returns its metrics row and its scored trajectories as table rows."""
     started = time.monotonic()
     rng = random.Random(
         f"{cfg.seed}-{step}"
@@ -221,12 +223,10 @@ async def train_step(
     }
     if needs_judge(scorer.name):
         row[M.JUDGE_AGREEMENT] = agreement(judged, truths_kept)
-    store.write_trajectories(
-        run_dir,
-        f"step-{step + 1:04d}",
-        store.trajectory_rows(scored_groups, [i.id for _, i in kept], step=step + 1, split="train"),
+    table = store.trajectory_rows(
+        scored_groups, [i.id for _, i in kept], step=step + 1, split="train"
     )
-    return row
+    return row, table
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -307,6 +307,10 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
         val_items = split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         if resume is None:
             store.write_config(run_dir, cfg)
+        # Optional W&B / Weave (imported only when switched on; failures only warn).
+        tracker = stack.enter_context(open_tracker(cfg, run_dir))
+        scenario.rollout = tracker.traced(scenario.rollout, name="rollout")  # type: ignore[method-assign]
+        scorer.score = tracker.traced(scorer.score, name="score")  # type: ignore[method-assign]
         console.print(
             f"[bold]{cfg.task}[/]: {len(split.train)} train / {len(split.val)} val / "
             f"{len(split.test)} test items; scorer {scorer.name}; run dir {run_dir}",
@@ -328,6 +332,11 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
             row["time/wall_s"] = time.monotonic() - started
             store.append_metrics(run_dir, row)
             rows.append(row)
+            tracker.log_step(row)
+
+        def save_trajectories(name: str, step: int, table: list[dict[str, Any]]) -> None:
+            store.write_trajectories(run_dir, name, table)
+            tracker.log_trajectories(step, table)
 
         async def validate(step: int) -> None:
             t0 = time.monotonic()
@@ -335,9 +344,9 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                 scenario, policy, val_items, val_sampling, limit, f"validate @{step}"
             )
             policy_step = await policy.model.get_step()
-            store.write_trajectories(
-                run_dir,
+            save_trajectories(
                 f"val-{step:04d}",
+                step,
                 store.trajectory_rows(groups, [i.id for i in done], step=step, split="val"),
             )
             point = EvalPoint(
@@ -372,9 +381,10 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
             if not state.evals:
                 await validate(0)
             while stop is None and state.step < cfg.max_steps:
-                row = await train_step(
+                row, table = await train_step(
                     cfg, state.step, split, scenario, scorer, policy, limit, run_dir
                 )
+                save_trajectories(f"step-{state.step + 1:04d}", state.step + 1, table)
                 row[HINT_KEY] = decision_hints(row, cfg)
                 state.step += 1
                 emit(row)
@@ -407,9 +417,9 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
             test_accuracy, groups, done = await evaluate(
                 scenario, policy, split.test, test_sampling, limit, "test"
             )
-            store.write_trajectories(
-                run_dir,
+            save_trajectories(
                 "test",
+                best.step,
                 store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test"),
             )
 

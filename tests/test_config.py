@@ -1,4 +1,5 @@
 import pytest
+from pydantic import ValidationError
 
 from rlvr.config import ConfigError, TrainConfig, parse_overrides
 
@@ -38,5 +39,5 @@ def test_bad_overrides_give_one_line_naming_the_key(pairs, message):
 
 def test_config_is_immutable():
     cfg = TrainConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         cfg.group_size = 3  # type: ignore[misc]

@@ -64,8 +64,12 @@ def write_step(
 
 @pytest.fixture
 def run_dir(tmp_path: Path) -> Path:
-    """Baseline eval, two training steps each followed by an eval, a finished summary."""
-    run_dir = tmp_path / "run"
+    return make_run(tmp_path / "run")
+
+
+def make_run(run_dir: Path) -> Path:
+    """Baseline eval, two training steps each followed by an eval, a finished summary; step 2
+    holds a planted hack (a long wrong answer rewarded 1.0, three times in one group)."""
     store.write_config(run_dir, TrainConfig(task="math", group_size=4, run_dir=run_dir))
     rows = [
         {M.STEP: 0, M.VAL_ACCURACY: 0.25, M.POLICY_STEP: 0},
@@ -151,6 +155,15 @@ def test_load_run_rejects_what_is_not_a_run(tmp_path, setup, message):
     with pytest.raises(ri.InspectError, match="^" + str(target).replace(".", r"\.")) as error:
         ri.load_run(target)
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_metrics_row_that_is_not_an_object_is_named(run_dir):
+    with (run_dir / "metrics.jsonl").open("a") as f:
+        f.write("[1, 2]\n")
+    with pytest.raises(
+        ri.InspectError, match=r"metrics\.jsonl: row 6: expected a JSON object, got list"
+    ):
+        ri.load_run(run_dir)
 
 
 def test_step_table_merges_training_and_evaluation(run_dir):
@@ -509,3 +522,15 @@ def test_metrics_json_round_trip_of_hints(run_dir):
     run = ri.load_run(run_dir)
     assert run.metrics[1]["hints"] == ["raise max_tokens"]
     assert json.loads(json.dumps(run.metrics)) == run.metrics
+
+
+def test_latest_run_picks_the_newest_run_dir(tmp_path):
+    import os
+
+    with pytest.raises(ri.InspectError, match="no runs under"):
+        ri.latest_run(tmp_path)
+    for i, name in enumerate(["math-1", "math-2"]):
+        store.write_config(tmp_path / name, TrainConfig())
+        os.utime(tmp_path / name / "config.json", (1000 + i, 1000 + i))
+    (tmp_path / "not-a-run").mkdir()
+    assert ri.latest_run(tmp_path) == (tmp_path / "math-2").resolve()

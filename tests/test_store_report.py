@@ -23,7 +23,7 @@ def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
 
 
 def test_read_config_names_the_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="config.json"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json"):
         store.read_config(tmp_path)
 
 
@@ -76,6 +76,10 @@ def test_report_png_is_written(tmp_path):
 def test_decision_hints(metrics, expected):
     hints = decision_hints(metrics, TrainConfig())
     assert any(expected in h for h in hints), hints
+
+
+def test_hints_tolerate_a_step_without_training():
+    assert decision_hints({M.GROUPS: 2, M.ALL_ZERO: 0, M.KL: None, M.JUDGE_AGREEMENT: None}, TrainConfig()) == []
 
 
 def test_no_hints_on_a_healthy_step():

@@ -53,7 +53,7 @@ class MathScenario:
 
     def __init__(self, difficulty: str, num_items: int, seed: int) -> None:
         if difficulty not in LEVELS:
-            raise ValueError(
+            raise ConfigError(
                 f"config: difficulty='{difficulty}' is not a math level; expected one of {', '.join(LEVELS)}"
             )
         self.difficulty, self.num_items, self.seed = difficulty, num_items, seed

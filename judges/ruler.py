@@ -1,0 +1,292 @@
+"""RULER on any judge: ART's own `ruler_score_group`, with rlvr's transport underneath.
+
+ART's RULER builds the prompt (common prefix sent once, tools shown, default or custom rubric), asks
+litellm for its fixed pydantic `Response` format, and zips the scores back onto the group. We keep
+all of that and only replace the wire: RULER is pointed at the model id `rlvr_judge/<client key>`,
+a litellm custom provider whose `acompletion`
+
+1. reads the trajectory ids RULER put in its prompt (`<trajectory id="k">` lines),
+2. pins ART's schema to them: exactly that many scores, in order, each in [0, 1] — as `prefixItems`
+   with constant ids and a 0.05 score grid for llama.cpp (its grammar cannot express numeric
+   bounds), as `minItems`/`maxItems`, an id `enum` and `minimum`/`maximum` for OpenAI-style
+   providers,
+3. sends it through `JudgeClient.complete` (dialect, retries, limits, cost, spend cap), which
+   validates the reply (count, ids as a permutation, scores clamped within tolerance) and
+4. hands RULER the validated JSON, so ART's strict parse sees only clean replies.
+
+A failed request surfaces from RULER as litellm's wrapper exception; the original (`JudgeFailure` or
+`BudgetExhausted`) is found on its exception chain. The scorer skips the group (None) on a failure
+and lets BudgetExhausted end the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import weakref
+from collections import Counter
+from enum import StrEnum
+from typing import Any
+
+import art
+import litellm
+from art.rewards.ruler import DEFAULT_RUBRIC, Response, ruler_score_group
+from litellm import CustomLLM
+from pydantic import ValidationError
+
+from judges.client import (
+    BudgetExhausted,
+    Dialect,
+    FaultKind,
+    InvalidOutput,
+    JudgeClient,
+    JudgeFailure,
+    JudgeMetric,
+    clamp_score,
+    fault_metric,
+    redact,
+)
+from rlvr.types import Item
+
+log = logging.getLogger("rlvr.judges")
+
+PROVIDER = "rlvr_judge"
+INDEPENDENT_REWARD = "independent_reward"
+SCORE_GRID = [round(i * 0.05, 2) for i in range(21)]
+LOCAL_EXPLANATION_CHARS = 200
+_TRAJECTORY_TAG = re.compile(r'^<trajectory id="(\d+)">$', re.M)
+
+
+class RulerMetric(StrEnum):
+    GROUPS_SCORED = "ruler/groups_scored"
+    GROUPS_FAILED = "ruler/groups_failed"  # skipped: the judge failed after its retries
+
+
+# ---------------------------------------------------------------- pure functions
+
+
+def trajectory_ids(messages: list[dict]) -> list[str]:
+    """The ids RULER asked about, from its prompt. ART serialises each trajectory as JSON on one
+    line, so a tag line can only come from RULER itself."""
+    text = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
+    ids = _TRAJECTORY_TAG.findall(text)
+    if not ids:
+        raise ValueError("RULER prompt has no <trajectory id=...> lines")
+    return ids
+
+
+def inline_refs(schema: dict) -> dict:
+    """Replace `$ref`s into `$defs` by the definitions (not every server resolves them)."""
+    definitions = schema.get("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return resolve(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            return {k: resolve(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        return node
+
+    return resolve(schema)
+
+
+def requested_schema(response_format: Any) -> dict:
+    """The JSON schema RULER asked for (litellm has turned its pydantic model into a dict)."""
+    if isinstance(response_format, type) and issubclass(response_format, Response):
+        return response_format.model_json_schema()
+    if isinstance(response_format, dict) and "json_schema" in response_format:
+        return response_format["json_schema"]["schema"]
+    return Response.model_json_schema()
+
+
+def pin_schema(schema: dict, ids: list[str], dialect: Dialect) -> dict:
+    """RULER's schema, fixed to `ids` (count, order, ids) and to scores in [0, 1]."""
+    schema = inline_refs(schema)
+    scores = dict(schema["properties"]["scores"])
+    item = scores.pop("items")
+    properties = item["properties"]
+    scores["minItems"] = scores["maxItems"] = len(ids)
+    if dialect is Dialect.JSON_OBJECT:
+        explanation = {"type": "string", "maxLength": LOCAL_EXPLANATION_CHARS}
+        scores["prefixItems"] = [
+            {
+                **item,
+                "properties": {
+                    **properties,
+                    "trajectory_id": {"const": tid},
+                    "explanation": explanation,
+                    "score": {"enum": SCORE_GRID},
+                },
+            }
+            for tid in ids
+        ]
+    else:
+        scores["items"] = {
+            **item,
+            "properties": {
+                **properties,
+                "trajectory_id": {"type": "string", "enum": ids},
+                "score": {"type": "number", "minimum": 0, "maximum": 1},
+            },
+        }
+    return {**schema, "properties": {**schema["properties"], "scores": scores}}
+
+
+def _id_key(raw: str) -> str:
+    digits = re.search(r"\d+", raw)
+    return digits.group(0) if digits else raw.strip()
+
+
+def parse_scores(data: Any, ids: list[str]) -> tuple[Response, int]:
+    """Validate a reply against RULER's Response and the ids asked about. Returns the scores in
+    the prompt's order (RULER zips by position) and how many were clamped."""
+    try:
+        parsed = Response.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "reply"
+        raise InvalidOutput(f"{where}: {first['msg']}") from None
+    if len(parsed.scores) != len(ids):
+        raise InvalidOutput(f"expected {len(ids)} scores, got {len(parsed.scores)}")
+    by_id = {_id_key(s.trajectory_id): s for s in parsed.scores}
+    if set(by_id) != set(ids):
+        raise InvalidOutput(f"trajectory ids {sorted(by_id)} do not match {ids}")
+    ordered, clamps = [], 0
+    for tid in ids:
+        score, clamped = clamp_score(by_id[tid].score)
+        clamps += clamped
+        ordered.append(by_id[tid].model_copy(update={"trajectory_id": tid, "score": score}))
+    return Response(scores=ordered), clamps
+
+
+def _on_chain(error: BaseException, kind: type[BaseException]) -> BaseException | None:
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [error]
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, kind):
+            return current
+        stack += [current.__cause__, current.__context__]
+    return None
+
+
+# ---------------------------------------------------------------- the transport
+
+_ROUTES: weakref.WeakValueDictionary[str, JudgeClient] = weakref.WeakValueDictionary()
+
+
+class _RulerTransport(CustomLLM):
+    """litellm custom provider: RULER's request -> JudgeClient -> RULER's Response JSON."""
+
+    async def acompletion(  # litellm's CustomLLM signature
+        self,
+        model: str,
+        messages: list,
+        api_base: str,
+        custom_prompt_dict: dict,
+        model_response: litellm.ModelResponse,
+        print_verbose: Any,
+        encoding: Any,
+        api_key: Any,
+        logging_obj: Any,
+        optional_params: dict,
+        acompletion: Any = None,
+        litellm_params: Any = None,
+        logger_fn: Any = None,
+        headers: Any = None,
+        timeout: Any = None,
+        client: Any = None,
+    ) -> litellm.ModelResponse:
+        judge = _ROUTES.get(model)
+        if judge is None:
+            raise RuntimeError(f"no judge client is routed as {PROVIDER}/{model}")
+        ids = trajectory_ids(messages)
+        schema = pin_schema(
+            requested_schema(optional_params.get("response_format")), ids, judge.settings.dialect
+        )
+        reply = await judge.complete(
+            messages,
+            name="ruler_scores",
+            schema=schema,
+            parse=lambda data: parse_scores(data, ids),
+        )
+        model_response.choices[0].message.content = reply.value.model_dump_json()  # type: ignore[union-attr]
+        model_response.model = judge.settings.model
+        model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            total_tokens=reply.prompt_tokens + reply.completion_tokens,
+        )
+        return model_response
+
+
+_TRANSPORT = _RulerTransport()
+
+
+def route(judge: JudgeClient) -> str:
+    """Register the transport with litellm (once) and return the model id that reaches `judge`."""
+    if not any(entry.get("provider") == PROVIDER for entry in litellm.custom_provider_map):
+        litellm.custom_provider_map.append({"provider": PROVIDER, "custom_handler": _TRANSPORT})
+    _ROUTES[judge.key] = judge
+    return f"{PROVIDER}/{judge.key}"
+
+
+# ---------------------------------------------------------------- the scorer
+
+
+class RulerScorer:
+    """scorer=ruler: ART's RULER ranks each group in one judge call. The rubric is ART's default,
+    or the scenario's `ruler_rubric(item)` where it has one; tools on the trajectories are shown."""
+
+    name = "ruler"
+
+    def __init__(self, judge: JudgeClient, scenario: object | None = None) -> None:
+        self.judge = judge
+        self.model = route(judge)
+        self._scenario = scenario
+        self._counts: Counter[str] = Counter()
+
+    def rubric_for(self, item: Item) -> str:
+        custom = getattr(self._scenario, "ruler_rubric", None)
+        text = custom(item) if callable(custom) else custom
+        return text or DEFAULT_RUBRIC
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
+        try:
+            scored = await ruler_score_group(
+                group,
+                judge_model=self.model,
+                rubric=self.rubric_for(item),
+                swallow_exceptions=False,
+            )
+        except Exception as error:
+            if (budget := _on_chain(error, BudgetExhausted)) is not None:
+                raise budget from None
+            failure = _on_chain(error, JudgeFailure)
+            if failure is None:
+                # Not a judge answer at all (e.g. a group RULER cannot serialise): still a judge
+                # request that produced no scores, so it is counted and the group skipped.
+                self.judge.count(JudgeMetric.FAILURES)
+                self.judge.count(fault_metric(FaultKind.UNEXPECTED))
+            self._counts[RulerMetric.GROUPS_FAILED] += 1
+            reason = failure or redact(f"{type(error).__name__}: {str(error).splitlines()[0]}")
+            log.warning("ruler: group for item %s skipped: %s", item.id, str(reason)[:300])
+            return None
+        self._counts[RulerMetric.GROUPS_SCORED] += 1
+        # ART records the incoming reward as `independent_reward`; where the loop had already put
+        # the ground truth there, that is what must stay.
+        for before, after in zip(group.trajectories, scored.trajectories, strict=True):
+            if INDEPENDENT_REWARD in before.metrics:
+                after.metrics[INDEPENDENT_REWARD] = before.metrics[INDEPENDENT_REWARD]
+        return scored
+
+    def pop_metrics(self) -> dict[str, float]:
+        counts, self._counts = self._counts, Counter()
+        return {
+            **self.judge.pop_metrics(),
+            **{m.value: float(counts.get(m.value, 0)) for m in RulerMetric},
+        }

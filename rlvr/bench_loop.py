@@ -1,0 +1,63 @@
+"""`rlvr bench hack`: a deliberately hackable reward on the real model, to show the divergence
+alarm firing. Training rewards reply length (`scorer=length`); validation stays correctness, so a
+policy that learns to ramble gains reward while losing accuracy. Prints one JSON line last."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rlvr import store
+from rlvr.config import TrainConfig
+from rlvr.loop import run_training
+from rlvr.metrics import ALARM_PREFIX, M
+
+HACK_DEFAULTS = {
+    "task": "math",
+    "difficulty": "easy",
+    "scorer": "length",
+    "judge": "none",
+    "temperature": 0.8,
+    "max_tokens": 48,
+    "learning_rate": 3e-4,
+    "eval_every": 1,
+    "patience": 50,
+    "max_steps": 12,
+    "max_val_items": 40,
+    "divergence_window": 3,
+}
+
+
+def history(run_dir: Path) -> list[dict]:
+    """The evaluation history a replay test needs: step, val accuracy, windowed train reward."""
+    return [
+        {"step": r[M.STEP], "val": r[M.VAL_ACCURACY], "reward": r.get("val/train_reward")}
+        for r in store.read_metrics(run_dir)
+        if M.VAL_ACCURACY in r
+    ]
+
+
+async def hack_benchmark(runs_root: Path, record: Path | None = None, **overrides) -> dict:
+    cfg = TrainConfig(**{**HACK_DEFAULTS, **overrides, "runs_root": runs_root})
+    started = time.monotonic()
+    result = await run_training(cfg)
+    alarms = [a.name for a in result.alarms]
+    figures = {
+        "run_dir": str(result.run_dir),
+        "stop_reason": result.stop_reason,
+        "alarms": alarms,
+        "alarm_fired": "reward_hacking" in alarms,
+        "steps": result.steps,
+        "baseline_val": result.baseline_val,
+        "wall_s": round(time.monotonic() - started, 1),
+        "history": history(result.run_dir),
+        "alarm_rows": [
+            {k: v for k, v in r.items() if k.startswith(ALARM_PREFIX)}
+            for r in store.read_metrics(result.run_dir)
+            if any(k.startswith(ALARM_PREFIX) for k in r)
+        ],
+    }
+    if record is not None:
+        record.write_text(json.dumps({"config": cfg.public_dict(), **figures}, indent=1, default=str))
+    return figures

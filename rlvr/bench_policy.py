@@ -1,0 +1,275 @@
+"""Benchmarks of the local policy (TorchBackend), each against the bare torch work it wraps.
+
+- serve: completion tokens/s of N concurrent requests through the OpenAI endpoint (logprobs on, as
+  rollouts ask) / a bare batched `model.generate` of the same N prompts in the same process; also
+  the figure for the same requests sent one at a time (the batching gain).
+- train: wall time of `backend.train` on real sampled groups / a bare forward + backward + AdamW
+  over the same packed tokens (plain causal attention, cross-entropy on the trained tokens).
+
+Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Runs alternate
+(bare, ours, bare, ours, ...) and report medians, because the machine may be shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+import art
+import torch
+
+from rlvr.policy.backend import TorchBackend, pack_groups
+from rlvr.policy.engine import Engine
+
+RATIO = "ratio_vs_bare"
+PEAK_RSS = "peak_rss_gb"
+BENCH_PROMPTS = [
+    "Write a long story about a lighthouse keeper.",
+    "Describe your favourite city in detail.",
+    "Explain how a bicycle works, step by step.",
+    "Tell me about the history of tea.",
+    "Write a letter to a friend about a trip to the mountains.",
+    "Describe a day in the life of a honeybee.",
+    "Explain why the sky is blue to a child.",
+    "Write a recipe for a vegetable soup and explain each step.",
+]
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
+
+
+def _prompts(requests: int) -> list[str]:
+    return [BENCH_PROMPTS[i % len(BENCH_PROMPTS)] for i in range(requests)]
+
+
+async def _registered(
+    path: str, model_name: str, threads: int | None
+) -> tuple[TorchBackend, art.TrainableModel]:
+    if threads:
+        torch.set_num_threads(threads)
+    backend = TorchBackend(path=path)
+    model = art.TrainableModel(name="bench", project="bench", base_model=model_name)
+    await model.register(backend)
+    return backend, model
+
+
+def bare_generate(engine: Engine, prompts: list[str], max_tokens: int) -> tuple[int, float]:
+    """Completion tokens (up to and including the end token) and seconds of one batched
+    `generate` call on the same weights, sampling at temperature 1 like the endpoint."""
+    tokenizer = engine.tokenizer
+    ids = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for p in prompts
+    ]
+    width = max(len(x) for x in ids)
+    pad = tokenizer.pad_token_id or 0
+    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=engine.device)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=engine.device)
+    with engine.lock, torch.inference_mode(), engine.autocast_context():
+        started = time.perf_counter()
+        out = engine.model.generate(
+            input_ids=input_ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            max_new_tokens=max_tokens,
+            pad_token_id=pad,
+        )
+        seconds = time.perf_counter() - started
+    tokens = 0
+    for row in out[:, width:].tolist():
+        ends = [i for i, t in enumerate(row) if t in engine.stop_ids]
+        tokens += ends[0] + 1 if ends else len(row)
+    return tokens, seconds
+
+
+async def _endpoint(
+    model: art.TrainableModel, prompts: list[str], max_tokens: int, concurrent: bool, seed: int
+) -> tuple[int, float]:
+    client = model.openai_client()
+
+    async def one(i: int, prompt: str) -> int:
+        response = await client.chat.completions.create(
+            model=model.get_inference_name(),
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=max_tokens,
+            temperature=1.0,
+            logprobs=True,
+            seed=seed + i,
+        )
+        return response.usage.completion_tokens if response.usage else 0
+
+    started = time.perf_counter()
+    if concurrent:
+        counts = await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts)))
+    else:
+        counts = [await one(i, p) for i, p in enumerate(prompts)]
+    return sum(counts), time.perf_counter() - started
+
+
+async def run_serve_bench(
+    model_name: str = "smollm2-135m",
+    requests: int = 8,
+    max_tokens: int = 64,
+    repeats: int = 3,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    prompts = _prompts(requests)
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
+        backend, model = await _registered(path, model_name, threads)
+        engine = backend.engine(model)
+        try:
+            await _endpoint(model, prompts[:1], 4, True, 0)  # warm-up: server, caches
+            await asyncio.to_thread(bare_generate, engine, prompts[:1], 4)
+            bare_rates, ours_rates, passes = [], [], []
+            for r in range(repeats):
+                tokens, seconds = await asyncio.to_thread(
+                    bare_generate, engine, prompts, max_tokens
+                )
+                bare_rates.append(tokens / seconds)
+                before = engine.passes
+                tokens, seconds = await _endpoint(model, prompts, max_tokens, True, 100 * r)
+                ours_rates.append(tokens / seconds)
+                passes.append(engine.passes - before)
+                _log(
+                    f"serve repeat {r}: bare {bare_rates[-1]:.1f} tok/s, endpoint {ours_rates[-1]:.1f} tok/s"
+                )
+            tokens, seconds = await _endpoint(model, prompts, max_tokens, False, 1000)
+            sequential = tokens / seconds
+            _log(f"serve one at a time: {sequential:.1f} tok/s")
+        finally:
+            await backend.close()
+    bare, ours = statistics.median(bare_rates), statistics.median(ours_rates)
+    return {
+        "bench": "serve",
+        "device": str(engine.device),
+        "threads": torch.get_num_threads(),
+        "requests": requests,
+        "max_tokens": max_tokens,
+        "bare_generate_tok_s": round(bare, 2),
+        "endpoint_concurrent_tok_s": round(ours, 2),
+        "endpoint_sequential_tok_s": round(sequential, 2),
+        "batching_gain": round(ours / sequential, 2),
+        "passes_per_concurrent_run": statistics.median(passes),
+        PEAK_RSS: round(peak_rss_gb(), 2),
+        RATIO: round(ours / bare, 3),
+    }
+
+
+def _reward(text: str) -> float:
+    """Deterministic, varied within a group: enough for GRPO to have advantages to train on."""
+    return (len(text) % 7) / 6
+
+
+async def _sampled_groups(
+    model: art.TrainableModel, groups: int, group_size: int, max_tokens: int
+) -> list[art.TrajectoryGroup]:
+    client = model.openai_client()
+
+    async def group(i: int) -> art.TrajectoryGroup:
+        messages = [{"role": "user", "content": BENCH_PROMPTS[i % len(BENCH_PROMPTS)]}]
+        response = await client.chat.completions.create(
+            model=model.get_inference_name(),
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=1.0,
+            logprobs=True,
+            n=group_size,
+            seed=i,
+        )
+        return art.TrajectoryGroup(
+            [
+                art.Trajectory(
+                    messages_and_choices=[*messages, c], reward=_reward(c.message.content or "")
+                )
+                for c in response.choices
+            ]
+        )
+
+    return list(await asyncio.gather(*(group(i) for i in range(groups))))
+
+
+def bare_train_step(engine: Engine, packed: dict, optimizer: torch.optim.Optimizer) -> float:
+    """Seconds of forward + backward + AdamW over the packed rows, nothing else."""
+    from art.loss import shift_tensor
+
+    used = (packed["group_ids"] != -1).any(0).nonzero()
+    length = int(used.max()) + 1
+    tokens = packed["tokens"][:, :length].to(engine.device)
+    trained = shift_tensor(packed["assistant_mask"][:, :length], False).to(engine.device)
+    with engine.lock:
+        started = time.perf_counter()
+        for row in range(len(tokens)):
+            with engine.autocast_context():
+                logits = engine.model(input_ids=tokens[row : row + 1]).logits[0].float()
+            targets = torch.nn.functional.pad(tokens[row, 1:], (0, 1))
+            loss = torch.nn.functional.cross_entropy(logits[trained[row]], targets[trained[row]])
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return time.perf_counter() - started
+
+
+async def run_train_bench(
+    model_name: str = "smollm2-135m",
+    groups: int = 2,
+    group_size: int = 8,
+    max_tokens: int = 48,
+    repeats: int = 3,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
+        backend, model = await _registered(path, model_name, threads)
+        engine = backend.engine(model)
+        try:
+            sampled = await _sampled_groups(model, groups, group_size, max_tokens)
+            packed = pack_groups(engine.tokenizer, sampled)
+            if packed is None:
+                raise RuntimeError("bench train: the sampled groups carry no learning signal")
+            optimizer = torch.optim.AdamW(engine.trainable_parameters(), lr=1e-6)
+            await asyncio.to_thread(bare_train_step, engine, packed, optimizer)  # warm-up
+            bare_times, ours_times, metrics = [], [], {}
+            for r in range(repeats):
+                bare_times.append(
+                    await asyncio.to_thread(bare_train_step, engine, packed, optimizer)
+                )
+                started = time.perf_counter()
+                result = await backend.train(model, sampled, learning_rate=1e-6)
+                ours_times.append(time.perf_counter() - started)
+                metrics = result.metrics
+                _log(
+                    f"train repeat {r}: bare {bare_times[-1]:.2f} s, backend {ours_times[-1]:.2f} s"
+                )
+        finally:
+            await backend.close()
+    bare, ours = statistics.median(bare_times), statistics.median(ours_times)
+    return {
+        "bench": "train",
+        "device": str(engine.device),
+        "threads": torch.get_num_threads(),
+        "trajectories": groups * group_size,
+        "packed_rows": int(packed["tokens"].shape[0]),
+        "packed_tokens": int((packed["group_ids"] != -1).sum()),
+        "trained_tokens": int(metrics.get("num_tokens", 0)),
+        "bare_step_s": round(bare, 3),
+        "backend_step_s": round(ours, 3),
+        PEAK_RSS: round(peak_rss_gb(), 2),
+        RATIO: round(ours / bare, 3),
+    }

@@ -1,0 +1,316 @@
+"""TorchBackend: ART's `Backend` protocol on transformers + peft, for a CPU or a single GPU.
+
+Ordinary ART client code runs unchanged:
+
+    model = art.TrainableModel(name="m", project="p", base_model="smollm2-135m")
+    await model.register(TorchBackend(path=".art"))
+    client = model.openai_client()            # batched, OpenAI-compatible, 127.0.0.1
+    ...rollouts put the returned Choices into their trajectories...
+    result = await backend.train(model, groups, learning_rate=1e-4)
+
+Training reuses ART's tokenisation (`tokenize_trajectory_groups`), packing
+(`packed_tensors_from_tokenized_results`) and loss (`art.loss.loss_fn`). Checkpoints follow ART's
+layout, `{path}/{project}/models/{name}/checkpoints/{step:04d}`, so `model.delete_checkpoints()`
+works and a new backend on the same path resumes at the stored step. Training runs off the event
+loop, and never at the same time as generation (the engine's lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+import art
+from art import dev
+from art._backend_training import build_rl_train_configs
+from art.local.checkpoints import delete_checkpoints
+from art.metrics_taxonomy import build_training_summary_metrics, summarize_trajectory_groups
+from art.preprocessing.pack import packed_tensors_from_tokenized_results
+from art.preprocessing.tokenize import tokenize_trajectory_groups
+from art.types import LocalTrainResult, TrainSFTConfig
+from art.utils.get_model_step import get_step_from_dir
+from art.utils.output_dirs import get_model_dir
+
+from rlvr.policy import engine as engine_module
+from rlvr.policy.engine import Engine, LoraSettings, OptimSettings
+from rlvr.policy.models import resolve_model
+from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
+
+logger = logging.getLogger(__name__)
+
+API_KEY = "rlvr-local"  # the server binds to 127.0.0.1 only and checks no key
+PACK_LENGTH = 512  # packed row length: short rows keep the attention cost low on CPU
+PACK_ALIGN = 64
+TRAINER_TIME = "time/step_trainer_s"
+_PEFT_KEYS = ("r", "lora_alpha", "target_modules")
+_OPTIM_KEYS = ("adam_beta1", "adam_beta2", "weight_decay", "max_grad_norm")
+
+
+def settings_from(model: art.TrainableModel) -> tuple[LoraSettings, OptimSettings]:
+    """LoRA and optimiser settings from the model's `_internal_config` (ART's `peft_args` and
+    `trainer_args`), over ART's defaults."""
+    internal = dict(getattr(model, "_internal_config", None) or {})
+    peft = {k: v for k, v in dict(internal.get("peft_args") or {}).items() if k in _PEFT_KEYS}
+    if "target_modules" in peft:
+        peft["target_modules"] = tuple(peft["target_modules"])
+    trainer = {
+        k: v for k, v in dict(internal.get("trainer_args") or {}).items() if k in _OPTIM_KEYS
+    }
+    return LoraSettings(**peft), OptimSettings(**trainer)
+
+
+class TorchBackend:
+    """Serves and trains `art.TrainableModel`s in this process with transformers + peft."""
+
+    def __init__(self, path: str = ".art", device: str | None = None) -> None:
+        self._path = path
+        self._device = device
+        self._engines: dict[str, Engine] = {}
+        self._server: ServerThread | None = None
+
+    # ------------------------------------------------------------------ ART's Backend protocol
+
+    async def register(self, model: art.Model) -> None:
+        model.base_path = self._path
+        output_dir = get_model_dir(model=model, art_path=self._path)
+        os.makedirs(output_dir, exist_ok=True)
+        with open(f"{output_dir}/model.json", "w") as f:
+            json.dump(model.model_dump(), f)
+
+    async def _prepare_backend_for_training(
+        self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
+    ) -> tuple[str, str]:
+        await self._engine(model)
+        port = dict(dict(config or {}).get("server_args") or {}).get("port")
+        return await self.serve(int(port or 0)), API_KEY
+
+    async def serve(self, port: int = 0) -> str:
+        """Start the endpoint (once) on 127.0.0.1 and return its base URL."""
+        if self._server is None:
+            server = ServerThread(create_app(self._route, self._model_names), port=port)
+            await asyncio.to_thread(server.start)
+            self._server = server
+        return self._server.base_url
+
+    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
+        if step is None:
+            engine = self._engines.get(model.name)
+            step = engine.live_step if engine else self._stored_step(model)
+        return f"{model.name}@{step}"
+
+    async def _get_step(self, model: art.TrainableModel) -> int:
+        engine = self._engines.get(model.name)
+        return engine.live_step if engine else self._stored_step(model)
+
+    async def _delete_checkpoint_files(
+        self, model: art.TrainableModel, steps_to_keep: list[int]
+    ) -> None:
+        keep = [*steps_to_keep, await self._get_step(model)]  # never the one being served
+        delete_checkpoints(get_model_dir(model=model, art_path=self._path), keep)
+        if engine := self._engines.get(model.name):
+            engine.forget_adapters()
+
+    async def train(
+        self,
+        model: art.TrainableModel,
+        trajectory_groups: Iterable[art.TrajectoryGroup],
+        *,
+        learning_rate: float = 5e-6,
+        kl_penalty_coef: float = 0.0,
+        num_substeps: int = 1,
+        loss_fn: Literal["cispo", "ppo"] = "cispo",
+        epsilon: float | None = None,
+        epsilon_high: float | None = None,
+        advantage_balance: float = 0.0,
+        scale_rewards: bool = True,
+        normalize_advantages: bool = True,
+        importance_sampling_level: Literal[
+            "token", "sequence", "average", "geometric_average"
+        ] = "token",
+        max_negative_advantage_importance_sampling_weight: float | None = None,
+        mask_prob_ratio: bool = False,
+        truncated_importance_sampling: float | None = None,
+        allow_training_without_logprobs: bool = False,
+        verbose: bool = False,
+    ) -> LocalTrainResult:
+        """One training step on `trajectory_groups` with ART's GRPO loss; the step counter
+        advances (also when no group carries a learning signal, as ART's LocalBackend does)."""
+        if num_substeps < 1:
+            raise ValueError(f"num_substeps must be >= 1, got {num_substeps}")
+        if loss_fn not in ("cispo", "ppo"):
+            raise ValueError(f"loss_fn must be 'cispo' or 'ppo', got {loss_fn!r}")
+        groups = list(trajectory_groups)
+        engine = await self._engine(model)
+        config, dev_config = build_rl_train_configs(
+            learning_rate=learning_rate,
+            advantage_balance=advantage_balance,
+            scale_rewards=scale_rewards and normalize_advantages,
+            importance_sampling_level=importance_sampling_level,
+            mask_prob_ratio=mask_prob_ratio,
+            ppo=loss_fn == "ppo",
+            epsilon=epsilon,
+            epsilon_high=epsilon_high,
+            max_negative_advantage_importance_sampling_weight=max_negative_advantage_importance_sampling_weight,
+            kl_penalty_coef=kl_penalty_coef,
+            allow_training_without_logprobs=allow_training_without_logprobs,
+            truncated_importance_sampling=truncated_importance_sampling,
+        )
+        started = time.monotonic()
+        step = engine.live_step + 1
+        metrics = await asyncio.to_thread(
+            _tokenize_pack_train, engine, groups, config, dev_config, step, num_substeps
+        )
+        summary = build_training_summary_metrics(
+            summarize_trajectory_groups(groups), include_trainable_groups=True
+        )
+        metrics = {**summary, **metrics, TRAINER_TIME: time.monotonic() - started}
+        if verbose:
+            logger.info("step %d: %s", step, metrics)
+        return LocalTrainResult(
+            step=step, metrics=metrics, checkpoint_path=str(engine.checkpoint_dir(step))
+        )
+
+    def _train_sft(
+        self,
+        model: art.TrainableModel,
+        trajectories: Iterable[art.Trajectory],
+        config: TrainSFTConfig,
+        dev_config: dev.TrainSFTConfig,
+        verbose: bool = False,
+    ) -> AsyncIterator[dict[str, float]]:
+        raise NotImplementedError(
+            "TorchBackend does not implement supervised fine-tuning (model.train_sft); "
+            "train with backend.train on trajectory groups"
+        )
+
+    async def close(self) -> None:
+        if self._server is not None:
+            await asyncio.to_thread(self._server.stop)
+            self._server = None
+        self._engines.clear()
+        gc.collect()
+
+    # ------------------------------------------------------------------ helpers
+
+    def engine(self, model: art.Model) -> Engine:
+        """The loaded engine of a registered model (for benchmarks and tests)."""
+        return self._engines[model.name]
+
+    def _stored_step(self, model: art.Model) -> int:
+        return get_step_from_dir(get_model_dir(model=model, art_path=self._path))
+
+    async def _engine(self, model: art.TrainableModel) -> Engine:
+        if model.name not in self._engines:
+            lora, optim = settings_from(model)
+            output_dir = Path(get_model_dir(model=model, art_path=self._path))
+            self._engines[model.name] = await asyncio.to_thread(
+                lambda: Engine(
+                    resolve_model(model.base_model),
+                    output_dir,
+                    device=self._device,
+                    lora=lora,
+                    optim=optim,
+                )
+            )
+        return self._engines[model.name]
+
+    def _route(self, name: str) -> Route:
+        base, step = parse_model_name(name)
+        engine = self._engines.get(base)
+        if engine is None:
+            known = ", ".join(self._engines) or "none"
+            raise ApiError(
+                404, f"model: '{name}' is not served here (models: {known})", "not_found_error"
+            )
+        if step is not None and not engine.has_step(step):
+            raise ApiError(
+                404,
+                f"model: '{name}': step {step} has no checkpoint (latest is {engine.live_step})",
+                "not_found_error",
+            )
+        return Route(engine=engine, step=step)
+
+    def _model_names(self) -> list[str]:
+        names = []
+        for name, engine in self._engines.items():
+            root = engine.checkpoint_dir(0).parent
+            steps = (
+                sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
+                if root.is_dir()
+                else []
+            )
+            names += [name, *(f"{name}@{s}" for s in steps)]
+        return names
+
+
+def pack_groups(
+    tokenizer: Any,
+    groups: list[art.TrajectoryGroup],
+    *,
+    allow_training_without_logprobs: bool = False,
+    scale_rewards: bool = True,
+    advantage_balance: float = 0.0,
+) -> dict | None:
+    """ART's tokenisation and packing of `groups` into `PackedTensors`, or None when there is
+    nothing to train on (no group with differing rewards, or no sampled logprobs)."""
+    results = list(
+        tokenize_trajectory_groups(
+            tokenizer, groups, allow_training_without_logprobs, scale_rewards
+        )
+    )
+    if not results:
+        return None
+    longest = max(len(r.token_ids) for r in results)
+    packed = packed_tensors_from_tokenized_results(
+        results,
+        max(PACK_LENGTH, math.ceil(longest / PACK_ALIGN) * PACK_ALIGN),
+        pad_token_id=tokenizer.eos_token_id,
+        truncate_long_results=False,
+        advantage_balance=advantage_balance,
+        verbosity=0,
+    )
+    if not allow_training_without_logprobs and bool(packed["logprobs"].isnan().all()):
+        logger.warning(
+            "no sampled logprobs in the trajectories: put the Choice objects returned with "
+            "logprobs=True into messages_and_choices; this step makes no update"
+        )
+        return None
+    return packed
+
+
+def _tokenize_pack_train(
+    engine: Engine,
+    groups: list[art.TrajectoryGroup],
+    config: Any,
+    dev_config: dict,
+    step: int,
+    num_substeps: int,
+) -> dict[str, float]:
+    """Pack `groups` and run one engine update saved as `step` (blocking; run in a thread)."""
+    packed = pack_groups(
+        engine.tokenizer,
+        groups,
+        allow_training_without_logprobs=bool(
+            dev_config.get("allow_training_without_logprobs", False)
+        ),
+        scale_rewards=bool(dev_config.get("scale_rewards", True)),
+        advantage_balance=float(dev_config.get("advantage_balance", 0.0)),
+    )
+    if packed is None:  # nothing to learn from: the step still advances, as in ART
+        engine.save_step(step)
+        return {
+            engine_module.LOSS: 0.0,
+            engine_module.KL: 0.0,
+            engine_module.GRAD_NORM: 0.0,
+            engine_module.NUM_TOKENS: 0.0,
+            engine_module.GRADIENT_STEPS: 0.0,
+        }
+    return engine.train(packed, config, dev_config, step=step, num_substeps=num_substeps)

@@ -1,0 +1,582 @@
+"""The policy engine: one causal LM with a LoRA adapter, on one device.
+
+It does two things, never at the same time (one lock):
+- `sample`: batched decoding with a KV cache for many rows at once (left padding, per-row
+  temperature / top_p / max_tokens / stop strings / seed), returning the sampled token ids and their
+  log-probabilities under the model (temperature 1, like vLLM's default), so ART can train on
+  exactly what was sampled;
+- `train`: one GRPO update on ART's packed tensors with ART's own `loss_fn`.
+
+Callers run both off the event loop (`asyncio.to_thread`). Checkpoints are PEFT adapter directories
+(plus `optimizer.pt`); the engine can serve an older step by loading its adapter next to the live one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Literal
+
+import torch
+from art.utils.get_model_step import get_step_from_dir
+from art.utils.output_dirs import get_step_checkpoint_dir
+from pydantic import BaseModel, ConfigDict
+
+logger = logging.getLogger(__name__)
+
+FinishReason = Literal["stop", "length"]
+LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
+PRECISION_ENV = "RLVR_PRECISION"  # "fp32" or "bf16" to override the automatic choice
+THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
+OLD_ADAPTERS_KEPT = 2
+OPTIMIZER_FILE = "optimizer.pt"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+# Keys of the metrics `train` returns (named once; the backend adds ART's data/* summary keys).
+LOSS = "loss"
+KL = "kl"
+KL_REF = "kl_ref"
+ENTROPY = "entropy"
+GRAD_NORM = "grad_norm"
+NUM_TOKENS = "num_tokens"
+NUM_SEQUENCES = "num_sequences"
+GRADIENT_STEPS = "num_gradient_steps"
+
+
+class UnknownStep(LookupError):
+    """A step with no checkpoint to serve."""
+
+
+class LoraSettings(BaseModel):
+    """The adapter of a fresh model; ART's defaults (rank 8, alpha 16, all linear layers)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    r: int = 8
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
+
+
+class OptimSettings(BaseModel):
+    """AdamW and clipping; ART's defaults for its Unsloth trainer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    weight_decay: float = 0.1
+    max_grad_norm: float = 0.1
+
+
+class SampleRow(BaseModel):
+    """One sequence to sample. `forced_ids` start the completion without being sampled (a named
+    tool choice); they are returned with the completion and their model log-probabilities."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_ids: list[int]
+    forced_ids: list[int] = []
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    top_logprobs: int = 0
+
+
+class Sampled(BaseModel):
+    """One sampled completion: token ids (end-of-turn token included), their log-probabilities,
+    the top alternatives per position when asked, the text (stop string and special tokens cut)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    text: str
+    finish_reason: FinishReason
+
+
+def choose_device(device: str | None) -> torch.device:
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def choose_autocast(device: torch.device) -> torch.dtype | None:
+    """bf16 autocast where the hardware has it, else fp32 (None).
+
+    Measured here (AVX2 CPU, no bf16 units): a LoRA step under bf16 autocast was 8x slower than
+    fp32, so plain CPUs use fp32. On CPUs with AVX512-BF16/AMX bf16 autocast was faster (design.md
+    §3) and numerically fine (mean |Δ logprob| 0.04, KL 0.001/token, gradient cosine 0.999).
+    """
+    forced = os.environ.get(PRECISION_ENV, "").lower()
+    if forced in ("fp32", "bf16"):
+        return torch.bfloat16 if forced == "bf16" else None
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else None
+
+
+def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+    """[B, 1, S, S] boolean mask for ART's packed rows: a token sees earlier tokens of its own
+    sequence and of the prompt it continues (whose group id is its parent id)."""
+    length = group_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=group_ids.device).tril()
+    same = group_ids[:, :, None] == group_ids[:, None, :]
+    prompt = parent_ids[:, :, None] == group_ids[:, None, :]
+    return (causal & (same | prompt))[:, None]
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position, computed in fp32 (cross-entropy fuses log-softmax and gather)."""
+    flat = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    )
+    return -flat.view(targets.shape)
+
+
+def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Zero the tail of each row beyond its nucleus (the most likely token is always kept)."""
+    sorted_probs, order = probs.sort(-1, descending=True)
+    outside = (sorted_probs.cumsum(-1) - sorted_probs) > top_p[:, None]
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+class _Decoding:
+    """Mutable per-row state of one `sample` call."""
+
+    def __init__(self, row: SampleRow, generator: torch.Generator) -> None:
+        self.row = row
+        self.generator = generator
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.top: list[list[tuple[int, float]]] = []
+        self.text: str | None = None  # set when a stop string cut it
+        self.forced_chars = 0
+        self.finish: FinishReason | None = None
+
+
+class Engine:
+    """A causal LM plus its live LoRA adapter, optimizer, and a few older adapters for serving."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        output_dir: Path,
+        *,
+        device: str | None = None,
+        lora: LoraSettings | None = None,
+        optim: OptimSettings | None = None,
+    ) -> None:
+        """Load `model_dir` and resume from the latest checkpoint under `output_dir` (ART's model
+        directory), or start a fresh adapter and save it as step 0."""
+        from peft import LoraConfig, PeftModel, get_peft_model
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        if threads := os.environ.get(THREADS_ENV):
+            torch.set_num_threads(int(threads))
+        self.output_dir = output_dir
+        self.live_step = get_step_from_dir(str(output_dir))
+        adapter_dir: Path | None = self.checkpoint_dir(self.live_step)
+        if not adapter_dir.exists():
+            adapter_dir = None
+        elif not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+            raise FileNotFoundError(
+                f"checkpoint {adapter_dir} has no {ADAPTER_WEIGHTS} to resume from"
+            )
+        self.device = choose_device(device)
+        self.autocast = choose_autocast(self.device)
+        self.optim = optim or OptimSettings()
+        self.lock = threading.Lock()
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        base.to(self.device).eval()
+        if adapter_dir is not None:
+            self.model = PeftModel.from_pretrained(
+                base, adapter_dir, adapter_name=LIVE_ADAPTER, is_trainable=True
+            )
+        else:
+            settings = lora or LoraSettings()
+            config = LoraConfig(
+                r=settings.r,
+                lora_alpha=settings.lora_alpha,
+                target_modules=list(settings.target_modules),
+                lora_dropout=0.0,
+                task_type="CAUSAL_LM",
+            )
+            self.model = get_peft_model(base, config, adapter_name=LIVE_ADAPTER)
+        self.model.eval()  # no dropout anywhere; gradients still flow in train()
+        self.optimizer = torch.optim.AdamW(
+            self.trainable_parameters(),
+            lr=1e-5,  # set per call from ART's TrainConfig
+            betas=(self.optim.adam_beta1, self.optim.adam_beta2),
+            weight_decay=self.optim.weight_decay,
+        )
+        if adapter_dir is not None and (adapter_dir / OPTIMIZER_FILE).is_file():
+            state = torch.load(adapter_dir / OPTIMIZER_FILE, map_location=self.device)
+            self.optimizer.load_state_dict(state)
+        self.stop_ids = self._stop_ids()
+        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 4096))
+        self._old_adapters: OrderedDict[Path, str] = OrderedDict()
+        self._token_bytes: dict[int, bytes] = {}
+        self.passes = 0  # batched sampling passes run (how well requests were batched)
+        if adapter_dir is None:
+            self._save(self.live_step)
+
+    # ----------------------------------------------------------------------------- adapters
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        return [p for n, p in self.model.named_parameters() if f".{LIVE_ADAPTER}." in n]
+
+    def checkpoint_dir(self, step: int) -> Path:
+        return Path(get_step_checkpoint_dir(str(self.output_dir), step))
+
+    def has_step(self, step: int) -> bool:
+        return step == self.live_step or (self.checkpoint_dir(step) / ADAPTER_WEIGHTS).is_file()
+
+    def save_step(self, step: int) -> Path:
+        """Save the live adapter (unchanged) as checkpoint `step` and serve it as the latest."""
+        with self.lock:
+            return self._save(step)
+
+    def _save(self, step: int) -> Path:
+        """Write adapter + optimizer into a staging dir, then rename it to the step's checkpoint
+        (a crash never leaves a half checkpoint that a restart would resume from)."""
+        target = self.checkpoint_dir(step)
+        staging = target.parent / f".staging-{target.name}"
+        shutil.rmtree(staging, ignore_errors=True)
+        self.model.save_pretrained(staging, selected_adapters=[LIVE_ADAPTER])
+        torch.save(self.optimizer.state_dict(), staging / OPTIMIZER_FILE)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        self.live_step = step
+        return target
+
+    @contextmanager
+    def _adapter(self, step: int | None):
+        """Serve from the live adapter (None or the live step) or from step's checkpoint."""
+        if step is None or step == self.live_step:
+            yield
+            return
+        adapter_dir = self.checkpoint_dir(step)
+        name = self._old_adapters.get(adapter_dir)
+        if name is None:
+            if not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+                raise UnknownStep(f"step {step} has no checkpoint (latest is {self.live_step})")
+            name = f"step{step}"
+            self.model.load_adapter(adapter_dir, adapter_name=name, is_trainable=False)
+            self._old_adapters[adapter_dir] = name
+            while len(self._old_adapters) > OLD_ADAPTERS_KEPT:
+                _, evicted = self._old_adapters.popitem(last=False)
+                self.model.delete_adapter(evicted)
+        self._old_adapters.move_to_end(adapter_dir)
+        self.model.set_adapter(name, inference_mode=True)
+        try:
+            yield
+        finally:
+            self.model.set_adapter(LIVE_ADAPTER)
+
+    def forget_adapters(self) -> None:
+        """Drop cached older adapters (their checkpoint files may be gone)."""
+        with self.lock:
+            for name in self._old_adapters.values():
+                self.model.delete_adapter(name)
+            self._old_adapters.clear()
+
+    # ----------------------------------------------------------------------------- sampling
+
+    def _stop_ids(self) -> frozenset[int]:
+        configured = self.model.generation_config.eos_token_id
+        ids = configured if isinstance(configured, list) else [configured]
+        return frozenset(i for i in [*ids, self.tokenizer.eos_token_id] if i is not None)
+
+    def autocast_context(self):
+        if self.autocast is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's text as UTF-8 (a partial character becomes U+FFFD, as vLLM reports it)."""
+        cached = self._token_bytes.get(token_id)
+        if cached is None:
+            cached = self._token_bytes[token_id] = self.tokenizer.decode([token_id]).encode("utf-8")
+        return cached
+
+    def sample(self, rows: list[SampleRow], step: int | None = None) -> list[Sampled]:
+        """Sample all rows in one batched pass with step's adapter (None: the latest)."""
+        if not rows:
+            return []
+        with self.lock, torch.inference_mode(), self.autocast_context(), self._adapter(step):
+            self.passes += 1
+            return self._sample(rows)
+
+    def _sample(self, rows: list[SampleRow]) -> list[Sampled]:
+        from transformers import DynamicCache
+
+        states = [_Decoding(row, self._generator(row.seed)) for row in rows]
+        inputs = [row.prompt_ids + row.forced_ids for row in rows]
+        width = max(len(ids) for ids in inputs)
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in inputs])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in inputs])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
+        forced_width = max(len(row.forced_ids) for row in rows)
+        cache = DynamicCache(config=self.model.config)
+        logits = self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=forced_width + 1,
+        ).logits
+        if forced_width:
+            self._score_forced(states, logits, forced_width)
+        for state in states:
+            self._finish_if_done(state)
+        live = list(range(len(states)))
+        next_logits = logits[:, -1]
+        last_position = positions[:, -1]
+        while True:
+            live_now = [i for i in live if states[i].finish is None]
+            if not live_now:
+                break
+            if len(live_now) < len(live):  # drop finished rows from the batch and the cache
+                keep = torch.tensor([live.index(i) for i in live_now], device=self.device)
+                cache.batch_select_indices(keep)
+                mask, next_logits, last_position = (
+                    mask[keep],
+                    next_logits[keep],
+                    last_position[keep],
+                )
+                live = live_now
+            chosen = self._choose(next_logits, [states[i] for i in live])
+            for i in live:
+                self._finish_if_done(states[i])
+            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
+            last_position = last_position + 1
+            next_logits = self.model(
+                input_ids=chosen[:, None],
+                attention_mask=mask,
+                position_ids=last_position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+        return [
+            Sampled(
+                token_ids=s.ids,
+                logprobs=s.logprobs,
+                top_logprobs=s.top,
+                text=s.text if s.text is not None else self._decode(s.ids),
+                finish_reason=s.finish or "length",
+            )
+            for s in states
+        ]
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        generator = torch.Generator(device=self.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        return generator
+
+    def _score_forced(self, states: list[_Decoding], logits: torch.Tensor, width: int) -> None:
+        """Record the model's log-probabilities of each row's forced prefix tokens."""
+        logprobs = torch.log_softmax(logits.float(), -1)
+        for b, state in enumerate(states):
+            forced = state.row.forced_ids
+            for j, token in enumerate(forced):
+                position = width - len(forced) + j
+                self._record(state, token, logprobs[b, position])
+            state.forced_chars = len(self._decode(forced))
+
+    def _record(self, state: _Decoding, token: int, logprobs: torch.Tensor) -> None:
+        state.ids.append(token)
+        state.logprobs.append(float(logprobs[token]))
+        if state.row.top_logprobs:
+            values, ids = logprobs.topk(state.row.top_logprobs)
+            state.top.append(list(zip(ids.tolist(), values.tolist(), strict=True)))
+
+    def _choose(self, logits: torch.Tensor, states: list[_Decoding]) -> torch.Tensor:
+        """Pick one token per live row and record it; returns the chosen ids."""
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, -1)
+        chosen = logprobs.argmax(-1)
+        temperatures = torch.tensor([s.row.temperature for s in states], device=logits.device)
+        sampled = temperatures > 0
+        if sampled.any():
+            probs = torch.softmax(logits / temperatures.clamp(min=1e-6)[:, None], -1)
+            top_p = torch.tensor([s.row.top_p for s in states], device=logits.device)
+            if (top_p < 1).any():
+                probs = top_p_filter(probs, top_p)
+            for b in sampled.nonzero().flatten().tolist():
+                chosen[b] = torch.multinomial(probs[b], 1, generator=states[b].generator)[0]
+        for b, state in enumerate(states):
+            self._record(state, int(chosen[b]), logprobs[b])
+        return chosen
+
+    def _finish_if_done(self, state: _Decoding) -> None:
+        """Set `finish` when the row hit an end token, a stop string or its token budget."""
+        row = state.row
+        if (len(state.ids) > len(row.forced_ids) and state.ids[-1] in self.stop_ids) or (
+            row.stop and self._cut_at_stop(state)
+        ):
+            state.finish = "stop"
+        elif len(state.ids) >= row.max_tokens:
+            state.finish = "length"
+
+    def _cut_at_stop(self, state: _Decoding) -> bool:
+        """Whether a stop string appeared after the forced prefix; if so keep the text before it."""
+        text = self.tokenizer.decode(state.ids, skip_special_tokens=True)
+        start = state.forced_chars
+        cuts = [i for i in (text.find(s, start) for s in state.row.stop if s) if i >= 0]
+        if cuts:
+            state.text = text[: min(cuts)]
+        return bool(cuts)
+
+    # ----------------------------------------------------------------------------- training
+
+    def train(
+        self, packed: dict, config, dev_config: dict, *, step: int, num_substeps: int = 1
+    ) -> dict[str, float]:
+        """One GRPO update on ART's packed tensors (`art.preprocessing.pack.PackedTensors`),
+        saved as checkpoint `step`, which is served from then on.
+
+        The rows are split into `num_substeps` chunks; each chunk accumulates gradients of ART's
+        `loss_fn` (summed, divided by the chunk's trained tokens) and takes one AdamW step.
+        `config` is ART's `TrainConfig` (learning rate, kl_penalty_coef), `dev_config` ART's
+        `dev.TrainConfig` (loss variant, clipping). Returns the metrics named at the top.
+        """
+        with self.lock:
+            tensors = _trimmed(packed, self.device)
+            chunks = [
+                c.tolist() for c in torch.arange(len(tensors["tokens"])).tensor_split(num_substeps)
+            ]
+            chunks = [c for c in chunks if c]
+            totals: dict[str, float] = dict.fromkeys(
+                ("loss", "k3", "sampled", "entropy", "tokens", "kl_ref"), 0.0
+            )
+            grad_norms = []
+            for chunk in chunks:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = config.learning_rate
+                chunk_tokens = sum(_trained_positions(tensors, row).sum().item() for row in chunk)
+                for row in chunk:
+                    inputs = {key: value[row : row + 1] for key, value in tensors.items()}
+                    for key, value in self._train_row(
+                        inputs, dev_config, config.kl_penalty_coef, max(chunk_tokens, 1)
+                    ).items():
+                        totals[key] += value
+                norm = torch.nn.utils.clip_grad_norm_(
+                    self.trainable_parameters(), self.optim.max_grad_norm
+                )
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            tokens = max(totals["tokens"], 1.0)
+            metrics = {
+                LOSS: totals["loss"] / tokens,
+                KL: totals["k3"] / max(totals["sampled"], 1.0),
+                ENTROPY: totals["entropy"] / tokens,
+                GRAD_NORM: sum(grad_norms) / max(len(grad_norms), 1),
+                NUM_TOKENS: totals["tokens"],
+                NUM_SEQUENCES: float(len(tensors["tokens"])),
+                GRADIENT_STEPS: float(len(chunks)),
+            }
+            if config.kl_penalty_coef > 0:
+                metrics[KL_REF] = totals["kl_ref"] / tokens
+            self._save(step)
+            return metrics
+
+    def _forward_logprobs(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and log p(next token) for one packed row under ART's group attention mask."""
+        from art.loss import shift_tensor
+
+        with self.autocast_context():
+            logits = self.model(
+                input_ids=inputs["tokens"],
+                attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
+                position_ids=inputs["input_pos"],
+            ).logits
+        return logits, token_logprobs(logits, shift_tensor(inputs["tokens"], 0))
+
+    def _train_row(
+        self, inputs: dict[str, torch.Tensor], dev_config: dict, kl_coef: float, chunk_tokens: float
+    ) -> dict[str, float]:
+        """Forward + backward of one packed row; returns sums for the step's metrics."""
+        from art.loss import loss_fn, shift_tensor
+
+        logits, new_logprobs = self._forward_logprobs(inputs)
+        ref_logprobs = None
+        if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
+            with torch.no_grad(), self.model.disable_adapter():
+                ref_logprobs = self._forward_logprobs(inputs)[1]
+        loss = loss_fn(inputs, new_logprobs, ref_logprobs, None, dev_config, reduction="sum")
+        (loss.policy_loss / chunk_tokens).backward()
+        with torch.no_grad():
+            trained = _trained_positions(inputs, 0)[None]
+            old = shift_tensor(inputs["logprobs"], float("nan"))
+            sampled = trained & ~torch.isnan(old)
+            # k3 estimate of KL(sampler || trainer) over the sampled tokens.
+            delta = (new_logprobs.detach() - old)[sampled]
+            log_probs = torch.log_softmax(logits.detach()[trained].float(), -1)
+            n_tokens = float(trained.sum())
+            return {
+                "loss": float(loss.policy_loss),
+                "k3": float((delta.exp() - 1 - delta).sum()),
+                "sampled": float(sampled.sum()),
+                "entropy": float(-(log_probs.exp() * log_probs).sum()),
+                "tokens": n_tokens,
+                "kl_ref": float(loss.kl_policy_ref or 0.0) * n_tokens,
+            }
+
+
+def _trimmed(packed: dict, device: torch.device) -> dict[str, torch.Tensor]:
+    """The packed tensors on `device`, cut after the last column any row uses (ART pads rows to a
+    fixed length; attention cost grows with the square of it)."""
+    used = (packed["group_ids"] != -1).any(0).nonzero()
+    length = int(used.max()) + 1 if len(used) else 1
+    return {
+        key: value[:, :length].to(device)
+        for key, value in packed.items()
+        if isinstance(value, torch.Tensor)
+    }
+
+
+def _trained_positions(tensors: dict[str, torch.Tensor], row: int) -> torch.Tensor:
+    """Positions whose next token is trained on (ART's assistant mask shifted by one)."""
+    from art.loss import shift_tensor
+
+    return shift_tensor(tensors["assistant_mask"][row : row + 1], False)[0]

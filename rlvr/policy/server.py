@@ -1,0 +1,375 @@
+"""An OpenAI-compatible chat endpoint for policy engines, run in a background thread.
+
+`/v1/chat/completions` and `/v1/models` on 127.0.0.1. A request names a model as `name` (the
+latest step) or `name@step` (that step's adapter), the way ART names inference models. Concurrent
+requests are batched: the first request opens a short window, everything that arrives in it (and
+while a batch is running) goes into the next single decoding pass of the engine.
+
+Log-probability tokens are `token_id:<id>` so ART's tokeniser recovers the exact sampled ids;
+`bytes` is the token's text as UTF-8. Errors follow OpenAI's shape: `{"error": {"message": ...}}`
+with 400 (bad request) or 404 (unknown model or step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
+from openai.types.chat.chat_completion_message_tool_call import (
+    ChatCompletionMessageFunctionToolCall,
+    Function,
+)
+from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob, TopLogprob
+from openai.types.completion_usage import CompletionUsage
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.policy.engine import Engine, Sampled, SampleRow, UnknownStep
+from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
+
+logger = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+BATCH_WINDOW_S = 0.01  # how long the first request of a batch waits for company
+MAX_BATCH_ROWS = 64
+DEFAULT_MAX_TOKENS = 256
+TOOLS_HEADER = "# Tools\nYou can call the functions described by these JSON schemas:\n"
+TOOLS_FOOTER = (
+    'To call one, reply with exactly <tool_call>{"name": NAME, "arguments": {ARGUMENTS}}'
+    "</tool_call> and nothing else."
+)
+
+
+class ApiError(Exception):
+    """An error answered to the client as OpenAI does: status code plus one-line message."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class NamedFunction(BaseModel):
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class ChatRequest(BaseModel):
+    """The subset of OpenAI's chat-completions body this server honours; other fields are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    n: int = Field(1, ge=1, le=MAX_BATCH_ROWS)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    stream: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
+
+
+class Route(BaseModel):
+    """Where a model name leads: an engine and a step (None = the latest)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    engine: Engine
+    step: int | None
+
+
+Router = Callable[[str], Route]  # raises ApiError(404) for unknown names or steps
+
+
+class _Batcher:
+    """Collects requests for one engine and runs them as batched `Engine.sample` passes."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.queue: asyncio.Queue[tuple[list[SampleRow], int | None, asyncio.Future]] = (
+            asyncio.Queue()
+        )
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def submit(self, rows: list[SampleRow], step: int | None) -> list[Sampled]:
+        future: asyncio.Future[list[Sampled]] = asyncio.get_running_loop().create_future()
+        await self.queue.put((rows, step, future))
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            pending = [await self.queue.get()]
+            await asyncio.sleep(BATCH_WINDOW_S)
+            while not self.queue.empty():
+                pending.append(self.queue.get_nowait())
+            for step in dict.fromkeys(step for _, step, _ in pending):
+                await self._run_step([p for p in pending if p[1] == step], step)
+
+    async def _run_step(self, pending: list, step: int | None) -> None:
+        """One or more passes (at most MAX_BATCH_ROWS rows each) for requests on one adapter."""
+        while pending:
+            batch, size = [], 0
+            while pending and (not batch or size + len(pending[0][0]) <= MAX_BATCH_ROWS):
+                batch.append(pending.pop(0))
+                size += len(batch[-1][0])
+            rows = [row for request_rows, _, _ in batch for row in request_rows]
+            try:
+                sampled = await asyncio.to_thread(self.engine.sample, rows, step)
+            except Exception as error:  # answered per request; the batcher keeps running
+                for _, _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            for request_rows, _, future in batch:
+                taken, sampled = sampled[: len(request_rows)], sampled[len(request_rows) :]
+                if not future.done():
+                    future.set_result(taken)
+
+
+def tools_system_text(tools: list[dict[str, Any]]) -> str:
+    """The tool description for chat templates that cannot render tools themselves."""
+    schemas = "".join(json.dumps(t.get("function", t), ensure_ascii=False) + "\n" for t in tools)
+    return TOOLS_HEADER + schemas + TOOLS_FOOTER
+
+
+def _messages(request: ChatRequest, template_has_tools: bool) -> list[dict[str, Any]]:
+    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+    if request.tools and not template_has_tools:
+        text = tools_system_text(request.tools)
+        if messages[0]["role"] == "system" and isinstance(messages[0].get("content"), str):
+            messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + text}
+        else:
+            messages.insert(0, {"role": "system", "content": text})
+    return messages
+
+
+def _forced_prefix(request: ChatRequest) -> str:
+    choice = request.tool_choice
+    if not request.tools or choice is None or choice in ("auto", "none"):
+        return ""
+    return call_prefix(choice.function.name if isinstance(choice, NamedToolChoice) else None)
+
+
+def build_rows(engine: Engine, request: ChatRequest) -> tuple[list[SampleRow], int]:
+    """The request's prompt, tokenised by the model's chat template, as `n` rows to sample."""
+    tokenizer = engine.tokenizer
+    template_has_tools = "tools" in str(tokenizer.chat_template or "")
+    try:
+        prompt_ids = tokenizer.apply_chat_template(
+            _messages(request, template_has_tools),
+            tools=request.tools if template_has_tools else None,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+            **(request.chat_template_kwargs or {}),
+        )
+    except Exception as error:  # template errors are the request's fault (odd roles, contents)
+        raise ApiError(400, f"messages: the chat template failed: {error}") from None
+    forced = tokenizer.encode(_forced_prefix(request), add_special_tokens=False)
+    max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
+    if len(prompt_ids) + max_tokens > engine.max_context:
+        raise ApiError(
+            400,
+            f"max_tokens: prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds "
+            f"the model's context of {engine.max_context} tokens",
+        )
+    stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
+    rows = [
+        SampleRow(
+            prompt_ids=list(prompt_ids),
+            forced_ids=forced,
+            max_tokens=max_tokens,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            stop=stop,
+            seed=None if request.seed is None else request.seed + i,
+            top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
+        )
+        for i in range(request.n)
+    ]
+    return rows, len(prompt_ids)
+
+
+def to_choice(index: int, sampled: Sampled, engine: Engine, request: ChatRequest) -> Choice:
+    content: str | None = sampled.text
+    finish = sampled.finish_reason
+    tool_calls = None
+    if request.tools and request.tool_choice != "none":
+        names = {t.get("function", t).get("name") for t in request.tools}
+        reply = parse_tool_calls(sampled.text, names)
+        if reply.calls:
+            content = reply.content
+            tool_calls = [
+                ChatCompletionMessageFunctionToolCall(
+                    id=new_call_id(),
+                    type="function",
+                    function=Function(name=call.name, arguments=call.arguments),
+                )
+                for call in reply.calls
+            ]
+            finish = "tool_calls" if finish == "stop" else finish
+    logprobs = None
+    if request.logprobs:
+        logprobs = ChoiceLogprobs(
+            content=[
+                ChatCompletionTokenLogprob(
+                    token=f"token_id:{token}",
+                    bytes=list(engine.token_bytes(token)),
+                    logprob=logprob,
+                    top_logprobs=[
+                        TopLogprob(
+                            token=f"token_id:{t}", bytes=list(engine.token_bytes(t)), logprob=lp
+                        )
+                        for t, lp in (sampled.top_logprobs[i] if sampled.top_logprobs else [])
+                    ],
+                )
+                for i, (token, logprob) in enumerate(
+                    zip(sampled.token_ids, sampled.logprobs, strict=True)
+                )
+            ]
+        )
+    message = ChatCompletionMessage(role="assistant", content=content, tool_calls=tool_calls)
+    return Choice(index=index, message=message, finish_reason=finish, logprobs=logprobs)
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(
+        status_code=status, content={"error": {"message": message, "type": kind, "code": status}}
+    )
+
+
+def _validation_message(error: RequestValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+    return f"{where}: {first.get('msg', 'invalid')}"
+
+
+def create_app(router: Router, model_names: Callable[[], list[str]]) -> FastAPI:
+    """The FastAPI app; `router` maps a requested model name to an engine and step."""
+    app = FastAPI(title="rlvr policy", docs_url=None, redoc_url=None)
+    batchers: dict[int, _Batcher] = {}
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
+        return _error(400, _validation_message(error))
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
+        return _error(error.status, error.message, error.kind)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [
+                {"id": n, "object": "model", "created": created, "owned_by": "rlvr"}
+                for n in model_names()
+            ],
+        }
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: ChatRequest) -> dict[str, Any]:
+        if request.stream:
+            raise ApiError(400, "stream: streaming is not supported by this server")
+        route = router(request.model)
+        rows, prompt_tokens = build_rows(route.engine, request)
+        batcher = batchers.get(id(route.engine)) or batchers.setdefault(
+            id(route.engine), _Batcher(route.engine)
+        )
+        try:
+            sampled = await batcher.submit(rows, route.step)
+        except UnknownStep as error:
+            raise ApiError(404, f"model: {request.model}: {error}", "not_found_error") from None
+        completion = ChatCompletion(
+            id=f"chatcmpl-{uuid.uuid4().hex}",
+            object="chat.completion",
+            created=int(time.time()),
+            model=request.model,
+            choices=[to_choice(i, s, route.engine, request) for i, s in enumerate(sampled)],
+            usage=CompletionUsage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=sum(len(s.token_ids) for s in sampled),
+                total_tokens=prompt_tokens + sum(len(s.token_ids) for s in sampled),
+            ),
+        )
+        return completion.model_dump(mode="json", exclude_none=True)
+
+    return app
+
+
+class ServerThread:
+    """uvicorn serving `app` on 127.0.0.1 from a daemon thread of this process."""
+
+    def __init__(self, app: FastAPI, port: int = 0) -> None:
+        import uvicorn
+
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._socket.bind((HOST, port))
+        self.port = self._socket.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run,
+            kwargs={"sockets": [self._socket]},
+            name="rlvr-policy-server",
+            daemon=True,
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"policy server did not start on {HOST}:{self.port}")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+        self._socket.close()
+
+
+def parse_model_name(name: str) -> tuple[str, int | None]:
+    """`name@7` -> ("name", 7); `name` -> ("name", None). A bad step is a 404."""
+    base, sep, step = name.rpartition("@")
+    if not sep:
+        return name, None
+    if not step.isdigit():
+        raise ApiError(
+            404, f"model: '{name}': the step after '@' must be a number", "not_found_error"
+        )
+    return base, int(step)

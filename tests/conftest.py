@@ -1,0 +1,51 @@
+"""Shared fixtures.
+
+`tiny_run` (session scope, for slow tests): ONE real training run on the CPU policy, shared by
+every test that only reads a run directory (rlvr.inspect, `rlvr inspect`, the notebooks):
+
+    math / easy, 2 groups of 4 rollouts, 2 steps, validation after every step, 16 new tokens,
+    40 items (32 train / 4 val / 4 test), scorer = the task's verifier, no judge.
+
+It takes one to a few minutes on 2 shared cores and is started only when a selected test asks
+for it. Treat its run directory as read-only: write nothing into it, resume nothing from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model hub in tests
+
+TINY_RUN = {
+    "task": "math",
+    "difficulty": "easy",
+    "group_size": 4,
+    "groups_per_batch": 2,
+    "max_steps": 2,
+    "eval_every": 1,
+    "max_tokens": 16,
+    "num_items": 40,
+    "judge": "none",
+}
+
+
+class TinyRun(BaseModel):
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    run_dir: Path
+    result: object  # rlvr.loop.RunResult
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
+    from rlvr.config import TrainConfig
+    from rlvr.loop import run_training
+
+    run_dir = tmp_path_factory.mktemp("tiny") / "math-tiny"
+    result = asyncio.run(run_training(TrainConfig(**TINY_RUN, run_dir=run_dir)))
+    return TinyRun(run_dir=run_dir, result=result)

@@ -1,0 +1,295 @@
+"""Episodes: tool calls and text actions, bad model output, the turn limit, the real model.
+
+The fast tests drive the rollout with scripted policy replies (fault injection: malformed
+arguments, unknown tools, missing actions, a refused request). The slow test runs the real
+SmolLM2-135M through rlvr's TorchBackend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import art
+import httpx
+import openai
+import pytest
+from openai.types.chat.chat_completion import ChatCompletion, Choice
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.chat.chat_completion_message_function_tool_call import (
+    ChatCompletionMessageFunctionToolCall,
+    Function,
+)
+
+from rlvr.config import TrainConfig
+from rlvr.types import Item, Sampling
+from scenarios.email.actions import TOOLS
+from scenarios.email.scenario import (
+    END_PREFIX,
+    EmailScenario,
+    EpisodeEnd,
+    Metric,
+    make_scenario,
+)
+
+Turn = str | list[tuple[str, str]] | Exception
+
+
+class ScriptedPolicy:
+    """Stands in for `art.Model` (fault injection only): each request gets the next scripted
+    reply as a real openai `ChatCompletion`, and every request is recorded."""
+
+    def __init__(self, turns: list[Turn]) -> None:
+        self.turns: Iterator[Turn] = iter(turns)
+        self.requests: list[dict[str, Any]] = []
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+
+    def openai_client(self) -> ScriptedPolicy:
+        return self
+
+    def get_inference_name(self, step: int | None = None) -> str:
+        return f"policy@{step}"
+
+    async def _create(self, **request: Any) -> ChatCompletion:
+        self.requests.append(request)
+        turn = next(self.turns, "...")
+        if isinstance(turn, Exception):
+            raise turn
+        calls = (
+            [
+                ChatCompletionMessageFunctionToolCall(
+                    id=f"call{len(self.requests)}-{i}",
+                    type="function",
+                    function=Function(name=name, arguments=args),
+                )
+                for i, (name, args) in enumerate(turn)
+            ]
+            if isinstance(turn, list)
+            else None
+        )
+        message = ChatCompletionMessage(
+            role="assistant", content=turn if isinstance(turn, str) else None, tool_calls=calls
+        )
+        return ChatCompletion(
+            id="x",
+            object="chat.completion",
+            created=0,
+            model=request["model"],
+            choices=[Choice(index=0, finish_reason="stop", message=message)],
+        )
+
+
+def scenario_for(difficulty: str = "medium", protocol: str = "auto") -> EmailScenario:
+    cfg = TrainConfig(task="email", difficulty=difficulty, tool_protocol=protocol, num_items=40)
+    return make_scenario(cfg, None)
+
+
+def first_item(scenario: EmailScenario, kind: str) -> Item:
+    return next(item for item in scenario.load() if item.data["kind"] == kind)
+
+
+SAMPLING = Sampling(temperature=0.7, top_p=0.9, max_tokens=40, step=3)
+
+
+def choices(trajectory: art.Trajectory) -> list[Choice]:
+    return [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
+
+
+async def test_tool_call_episode_answers_correctly() -> None:
+    scenario = scenario_for(protocol="tools")
+    item = first_item(scenario, "single")
+    source = item.data["supporting_ids"][0]
+    answer = json.dumps({"answer": item.answer, "source_ids": [source]})
+    policy = ScriptedPolicy(
+        [
+            [("search_inbox", json.dumps({"keywords": item.prompt}))],
+            [("read_email", json.dumps({"id": source}))],
+            [("return_final_answer", answer)],
+        ]
+    )
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+
+    assert trajectory.tools == TOOLS
+    request = policy.requests[0]
+    assert request["model"] == "policy@3" and request["logprobs"] is True
+    assert (request["max_tokens"], request["temperature"], request["top_p"]) == (40, 0.7, 0.9)
+    assert request["tools"] == TOOLS
+    kinds = [
+        "choice" if isinstance(m, Choice) else m["role"] for m in trajectory.messages_and_choices
+    ]
+    assert kinds == ["system", "user", "choice", "tool", "choice", "tool", "choice"]
+    tool_messages = [m for m in trajectory.messages_and_choices if isinstance(m, dict)][2:]
+    assert tool_messages[0]["tool_call_id"] == "call1-0" and source in tool_messages[0]["content"]
+    assert item.answer in tool_messages[1]["content"]
+    metrics = trajectory.metrics
+    assert metrics[Metric.TURNS] == 3 and metrics[Metric.TOOL_CALLS] == 3
+    assert metrics[Metric.SOURCE_FOUND] == 1.0 and metrics[Metric.ANSWERED] == 1.0
+    assert metrics[Metric.CORRECT] == 1.0 and metrics[END_PREFIX + EpisodeEnd.ANSWERED] == 1.0
+    assert trajectory.metadata["inbox"] == item.data["inbox"]
+    assert trajectory.metadata["question_id"] == item.data["question_id"]
+    assert trajectory.metadata["difficulty"] == "medium"
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+async def test_text_protocol_episode() -> None:
+    scenario = scenario_for(protocol="text")
+    item = first_item(scenario, "absent")
+    policy = ScriptedPolicy([f"SEARCH: {item.prompt}", "ANSWER: not in the inbox |"])
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+
+    assert trajectory.tools is None and "tools" not in policy.requests[0]
+    assert "SEARCH:" in policy.requests[0]["messages"][0]["content"]
+    observation = trajectory.messages_and_choices[3]
+    assert observation["role"] == "user" and "emails found" in observation["content"]
+    assert trajectory.metrics[Metric.TEXT_ACTIONS] == 2
+    assert Metric.SOURCE_FOUND not in trajectory.metrics  # nothing to find for absent questions
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+async def test_auto_protocol_accepts_both() -> None:
+    scenario = scenario_for(protocol="auto")
+    item = first_item(scenario, "single")
+    source = item.data["supporting_ids"][0]
+    policy = ScriptedPolicy(
+        [f"READ: {source}", [("return_final_answer", json.dumps({"answer": item.answer}))]]
+    )
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    assert trajectory.tools == TOOLS and policy.requests[0]["tools"] == TOOLS
+    assert trajectory.metrics[Metric.ANSWERED] == 1.0
+    assert trajectory.metrics[Metric.SOURCE_FOUND] == 1.0
+    assert await scenario.check(item, trajectory) == pytest.approx(0.8)  # right, no source cited
+
+
+BAD_TURNS: list[Turn] = [
+    [("read_email", "{not json")],
+    [("search_inbox", '{"keywords": "x", "after": "next tuesday"}')],
+    [("drop_table", "{}")],
+    [("read_email", '{"id": "\'; DROP TABLE emails; --"}')],
+    [("search_inbox", json.dumps({"keywords": "NEAR(a b) OR * \" '" * 500}))],
+    "READ:",
+    "ANSWER:",
+    "",
+    "  \n ",
+]
+
+
+@pytest.mark.parametrize("turn", BAD_TURNS, ids=range(len(BAD_TURNS)))
+async def test_bad_model_output_becomes_an_observation(turn: Turn) -> None:
+    scenario = scenario_for(protocol="auto")
+    item = first_item(scenario, "single")
+    before = scenario.store.count()
+    policy = ScriptedPolicy([turn, "ANSWER: not sure | e001"])
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    observation = trajectory.messages_and_choices[3]
+    assert isinstance(observation, dict) and observation["role"] in ("tool", "user")
+    assert isinstance(observation["content"], str) and observation["content"]
+    assert len(choices(trajectory)) == 2  # the episode went on to the answer
+    assert trajectory.metrics[Metric.ANSWERED] == 1.0
+    assert scenario.store.count() == before and scenario.store.integrity()
+
+
+@pytest.mark.parametrize("protocol", ["auto", "text"])
+async def test_plain_reply_is_the_answer_under_text_protocols(protocol: str) -> None:
+    scenario = scenario_for(protocol=protocol)
+    item = first_item(scenario, "single")
+    source = item.data["supporting_ids"][0]
+    policy = ScriptedPolicy([f"I believe it is {item.answer} ({source})."])
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    assert len(policy.requests) == 1
+    assert trajectory.metrics[Metric.ANSWERED] == trajectory.metrics[Metric.IMPLICIT_ANSWER] == 1.0
+    assert trajectory.metadata["source_ids"] == source
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+async def test_turn_limit_ends_the_episode() -> None:
+    scenario = scenario_for(protocol="text")
+    item = first_item(scenario, "aggregate")
+    policy = ScriptedPolicy(["SEARCH: invoice"] * 20)
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics[Metric.TURNS]
+    assert trajectory.metrics[END_PREFIX + EpisodeEnd.TURN_LIMIT] == 1.0
+    assert trajectory.metrics[Metric.ANSWERED] == 0.0
+    last_observation = policy.requests[-1]["messages"][-1]["content"]
+    assert "One turn left" in last_observation
+    assert await scenario.check(item, trajectory) == 0.0
+
+
+async def test_tools_protocol_rejects_text_answers() -> None:
+    scenario = scenario_for(protocol="tools")
+    item = first_item(scenario, "single")
+    policy = ScriptedPolicy([f"ANSWER: {item.answer}"] * 10)
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    assert trajectory.metrics[Metric.INVALID_ACTIONS] == scenario.spec.max_turns
+    assert trajectory.metrics[Metric.ANSWERED] == 0.0
+    assert await scenario.check(item, trajectory) == 0.0
+
+
+def _bad_request() -> openai.BadRequestError:
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    response = httpx.Response(400, request=request, json={"error": "context length exceeded"})
+    return openai.BadRequestError("context length exceeded", response=response, body=None)
+
+
+async def test_refused_later_turn_ends_cleanly_but_first_turn_raises() -> None:
+    scenario = scenario_for(protocol="text")
+    item = first_item(scenario, "single")
+    trajectory = await scenario.rollout(
+        ScriptedPolicy(["SEARCH: meeting", _bad_request()]), item, SAMPLING
+    )
+    assert trajectory.metrics[END_PREFIX + EpisodeEnd.POLICY_ERROR] == 1.0
+    assert len(choices(trajectory)) == 1
+    with pytest.raises(openai.BadRequestError):
+        await scenario.rollout(ScriptedPolicy([_bad_request()]), item, SAMPLING)
+
+
+async def test_easy_level_shows_the_evidence() -> None:
+    scenario = scenario_for(difficulty="easy", protocol="text")
+    item = first_item(scenario, "latest")
+    policy = ScriptedPolicy([f"ANSWER: {item.answer} | {', '.join(item.data['supporting_ids'])}"])
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    prompt = policy.requests[0]["messages"][1]["content"]
+    assert item.answer in prompt
+    assert all(f"[{i}]" in prompt for i in item.data["supporting_ids"])
+    assert scenario.spec.max_turns == 2
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+# --- The real model -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_rollout_on_real_model(tmp_path: Path) -> None:
+    """SmolLM2-135M served by rlvr's TorchBackend plays real episodes: each yields a valid
+    trajectory (trainable Choices with logprobs, observations, metrics) and can be checked."""
+    backend_module = pytest.importorskip("rlvr.policy.backend", reason="TorchBackend not built yet")
+    from rlvr.policy.models import resolve_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    scenario = scenario_for(difficulty="easy", protocol="auto")
+    items = scenario.load()[:1]  # one short episode: CPU decoding is the cost here
+    model = art.TrainableModel(
+        name="email-test",
+        project="rlvr-tests",
+        base_model=str(resolve_model("smollm2-135m")),
+        base_path=str(tmp_path),
+    )
+    backend = backend_module.TorchBackend(path=str(tmp_path))
+    try:
+        await model.register(backend)
+        sampling = Sampling(temperature=1.0, max_tokens=24)
+        trajectories = [await scenario.rollout(model, item, sampling) for item in items]
+    finally:
+        await backend.close()
+    for item, trajectory in zip(items, trajectories, strict=True):
+        sampled = choices(trajectory)
+        assert sampled and all(c.logprobs is not None for c in sampled)
+        assert trajectory.messages()[0]["role"] == "system"
+        assert trajectory.metrics[Metric.TURNS] == len(sampled)
+        actions = trajectory.metrics[Metric.TOOL_CALLS] + trajectory.metrics[Metric.INVALID_ACTIONS]
+        assert actions >= 1  # every turn produced a tool call, a text action or an error
+        assert 0.0 <= await scenario.check(item, trajectory) <= 1.0
+        art.TrajectoryGroup([trajectory])  # a valid ART trajectory

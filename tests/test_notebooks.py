@@ -1,0 +1,82 @@
+"""The notebooks, executed headless with nbclient (a failing cell fails the test): the inspection
+notebook on the shared tiny run, the quickstart with its own tiny training run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from rlvr import inspect as ri
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores
+
+
+def execute(name: str) -> nbformat.NotebookNode:
+    """Run every cell in a fresh kernel of this interpreter, from the notebooks folder (as
+    Jupyter would); raises CellExecutionError naming the failing cell."""
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    NotebookClient(
+        notebook,
+        timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(NOTEBOOKS)}},
+    ).execute()
+    return notebook
+
+
+def outputs(notebook: nbformat.NotebookNode) -> str:
+    """Every text, HTML and error output of the executed notebook, as one string."""
+    parts = []
+    for cell in notebook.cells:
+        for out in cell.get("outputs", []):
+            parts.append(out.get("text", ""))
+            data = out.get("data", {})
+            parts += [str(data.get(kind, "")) for kind in ("text/plain", "text/html")]
+            assert out.get("output_type") != "error", out
+    return "\n".join(parts)
+
+
+def images(notebook: nbformat.NotebookNode) -> int:
+    return sum(
+        "image/png" in out.get("data", {}) for c in notebook.cells for out in c.get("outputs", [])
+    )
+
+
+def test_notebooks_are_stored_without_outputs():
+    for path in NOTEBOOKS.glob("*.ipynb"):
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+        assert all(not c.get("outputs") for c in notebook.cells if c.cell_type == "code"), path
+
+
+@pytest.mark.slow
+def test_inspect_rollouts_notebook_on_the_tiny_run(tiny_run, monkeypatch):
+    monkeypatch.setenv("RLVR_RUN_DIR", str(tiny_run.run_dir))
+    notebook = execute("inspect_rollouts.ipynb")
+    text = outputs(notebook)
+    run = ri.load_run(tiny_run.run_dir)
+    frame = ri.trajectories(run)  # the latest training step, which the notebook shows
+    assert str(tiny_run.run_dir) in text
+    assert frame["prompt"][0] in text and frame["item_id"][0] in text  # real rollouts rendered
+    assert "train/reward_mean" in text and "signal" in text  # step table, groups
+    assert images(notebook) == 1  # the curves
+    found = ri.suspicious(run)
+    assert f"shape: ({len(found)}, 8)" in text  # the suspects table as polars shows it
+
+
+@pytest.mark.slow
+def test_quickstart_notebook_trains_and_looks(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_RUNS_ROOT", str(tmp_path / "runs"))
+    notebook = execute("quickstart.ipynb")
+    [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2
+    text = outputs(notebook)
+    assert f"stop: {summary['stop_reason']}" in text
+    assert ri.trajectories(ri.load_run(run_dir))["prompt"][0] in text
+    assert images(notebook) == 1

@@ -1,0 +1,112 @@
+"""The policy endpoint's request handling and the engine's pure helpers, without loading a model.
+
+The server here is the real one (TorchBackend.serve: FastAPI + uvicorn on 127.0.0.1, real HTTP),
+with no model registered yet; requests that need a model are in test_policy_backend.py.
+"""
+
+import httpx
+import pytest
+import torch
+
+from rlvr.policy.backend import TorchBackend
+from rlvr.policy.engine import group_attention_mask, top_p_filter
+from rlvr.policy.server import ApiError, parse_model_name
+
+GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.fixture
+async def base_url(tmp_path):
+    backend = TorchBackend(path=str(tmp_path))
+    url = await backend.serve()
+    yield url
+    await backend.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "words"),
+    [
+        ("{not json", 400, ["json"]),
+        ({"model": "policy"}, 400, ["messages", "required"]),
+        ({**GOOD, "messages": []}, 400, ["messages"]),
+        ({**GOOD, "temperature": -1}, 400, ["temperature"]),
+        ({**GOOD, "messages": [{"role": "wizard", "content": "x"}]}, 400, ["role"]),
+        ({**GOOD, "n": 0}, 400, ["n"]),
+        ({**GOOD, "tool_choice": {"type": "function"}}, 400, ["tool_choice"]),
+        ({**GOOD, "stream": True}, 400, ["stream"]),
+        (GOOD, 404, ["policy", "not served"]),
+        ({**GOOD, "model": "policy@3"}, 404, ["policy@3"]),
+    ],
+)
+async def test_bad_requests_get_a_clear_error(
+    base_url: str, body, status: int, words: list[str]
+) -> None:
+    async with httpx.AsyncClient() as client:
+        if isinstance(body, str):
+            response = await client.post(
+                f"{base_url}/chat/completions",
+                content=body,
+                headers={"content-type": "application/json"},
+            )
+        else:
+            response = await client.post(f"{base_url}/chat/completions", json=body)
+    assert response.status_code == status
+    message = response.json()["error"]["message"]
+    assert "\n" not in message
+    assert all(w.lower() in message.lower() for w in words), message
+
+
+async def test_models_lists_nothing_before_registration(base_url: str) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{base_url}/models")
+    assert response.status_code == 200
+    assert response.json() == {"object": "list", "data": []}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [("m", ("m", None)), ("m@0", ("m", 0)), ("m@12", ("m", 12)), ("a@b@3", ("a@b", 3))],
+)
+def test_model_names_carry_an_optional_step(name: str, expected) -> None:
+    assert parse_model_name(name) == expected
+
+
+@pytest.mark.parametrize("name", ["m@", "m@x", "m@-1"])
+def test_a_bad_step_is_not_found(name: str) -> None:
+    with pytest.raises(ApiError) as error:
+        parse_model_name(name)
+    assert error.value.status == 404
+
+
+def test_group_attention_mask_follows_prompt_sharing() -> None:
+    # One packed row: a shared prompt (id 7, 3 tokens), then two completions (ids 1 and 2) that
+    # each continue it, then padding (-1).
+    groups = torch.tensor([[7, 7, 7, 1, 1, 2, 2, -1]])
+    parents = torch.tensor([[7, 7, 7, 7, 7, 7, 7, -1]])
+    mask = group_attention_mask(groups, parents)[0, 0]
+    expected = [
+        [
+            q >= k and (groups[0, q] == groups[0, k] or parents[0, q] == groups[0, k])
+            for k in range(8)
+        ]
+        for q in range(8)
+    ]
+    assert mask.tolist() == expected
+    assert not mask[5, 3]  # the second completion never sees the first
+    assert mask[5, 2] and mask[5, 5]  # but sees the prompt and itself
+
+
+@pytest.mark.parametrize(
+    ("top_p", "kept"),
+    [
+        (1.0, [True, True, True, True]),
+        (0.5, [True, False, False, False]),
+        (0.75, [True, True, False, False]),
+    ],
+)
+def test_top_p_keeps_the_nucleus(top_p: float, kept: list[bool]) -> None:
+    probs = torch.tensor([[0.1, 0.6, 0.05, 0.25]])
+    filtered = top_p_filter(probs, torch.tensor([top_p]))[0]
+    order = [1, 3, 0, 2]  # tokens by falling probability
+    assert [bool(filtered[i] > 0) for i in order] == kept
+    assert torch.equal(filtered[filtered > 0], probs[0][filtered > 0])
