@@ -66,8 +66,18 @@ async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
     Ctrl-C included, so no server outlives the run."""
     art_path = run_dir / ART_DIR
     backend, base_model = _make_backend(cfg, art_path)
+    # LoRA rank travels the way ART's own backends read it (peft_args of the internal config).
+    internal = (
+        art.dev.InternalModelConfig(peft_args={"r": cfg.lora_rank})
+        if cfg.backend in ("local", "art-local")
+        else None
+    )
     model = art.TrainableModel(
-        name=run_dir.name, project=cfg.project, base_model=base_model, base_path=str(art_path)
+        name=run_dir.name,
+        project=cfg.project,
+        base_model=base_model,
+        base_path=str(art_path),
+        _internal_config=internal,
     )
     try:
         await model.register(backend)

@@ -37,7 +37,10 @@ def _config(task: str | None, overrides: list[str]):
     from rlvr.config import ConfigError, parse_overrides
 
     try:
-        return parse_overrides(overrides, base={"task": task} if task else None)
+        from scenarios import DEFAULTS
+
+        base = {"task": task, **DEFAULTS.get(task, {})} if task else None
+        return parse_overrides(overrides, base=base)
     except ConfigError as error:
         fail(str(error))
 

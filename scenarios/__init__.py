@@ -20,6 +20,14 @@ REGISTRY: dict[str, str] = {
     "rubric_if": "scenarios.rubric_if:make_scenario",
 }
 
+# What `rlvr train TASK` / `make train TASK=...` start from, before the user's key=value overrides:
+# settings at which the 135M CPU policy gets mixed groups on each task.
+DEFAULTS: dict[str, dict[str, str]] = {
+    "math": {"difficulty": "easy", "temperature": "0.8", "max_tokens": "32", "max_val_items": "40"},
+    "email": {"difficulty": "easy", "tool_protocol": "text"},
+    "rubric_if": {},
+}
+
 
 class UnknownTask(KeyError):
     def __str__(self) -> str:

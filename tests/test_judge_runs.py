@@ -35,7 +35,7 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[FaultServer]:
-    with FaultServer(hang_s=3.0) as running:
+    with FaultServer(hang_s=15.0) as running:
         yield running
 
 
@@ -61,7 +61,8 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
         "task": "math",
         "judge": "openai/gpt-4o-mini",  # priced by litellm: cost and the cap are real
         "judge_base_url": server.base_url,
-        "judge_timeout_s": 1.0,
+        # Generous: the policy trains on CPU in this process while the server thread answers.
+        "judge_timeout_s": 5.0,
         "judge_backoff_s": 0.01,
         "judge_max_retries": 8,  # more than the faults scheduled: no call may run out
         "group_size": 2,
