@@ -8,16 +8,20 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides
+from rlvr.loop import RunResult, StopReason, run_training
 from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer
 
 __all__ = [
     "BudgetExhausted",
     "ConfigError",
     "Item",
+    "RunResult",
     "Sampling",
     "Scenario",
     "Scorer",
+    "StopReason",
     "TrainConfig",
     "build_config",
     "parse_overrides",
+    "run_training",
 ]

@@ -71,6 +71,7 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
         "max_tokens": 8,
         "eval_every": 3,
         "max_val_items": 2,
+        "num_items": 20,  # a 2-item test split: the final test evaluation stays short
         "runs_root": tmp_path / "runs",
         "seed": 0,
     }
