@@ -55,6 +55,7 @@ bench: $(STAMP)
 	$(BIN)/rlvr bench serve
 	$(BIN)/rlvr bench train
 	$(BIN)/rlvr bench judge
+	$(BIN)/rlvr bench hack
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -39,7 +39,9 @@ from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+import httpx
 import litellm
+import openai
 from dotenv import find_dotenv, load_dotenv
 from pydantic import BaseModel, ConfigDict
 
@@ -220,8 +222,8 @@ def classify(error: BaseException) -> FaultKind:
         return FaultKind.INVALID_OUTPUT
     if isinstance(error, asyncio.TimeoutError | litellm.Timeout):
         return FaultKind.TIMEOUT
-    if isinstance(error, litellm.APIConnectionError):  # litellm gives these a nominal 500
-        return FaultKind.CONNECTION
+    if isinstance(error, litellm.APIConnectionError) or _refused(error):
+        return FaultKind.CONNECTION  # (litellm reports some of these as a 500)
     status = getattr(error, "status_code", None)
     if isinstance(status, int):
         if status == 429:
@@ -233,6 +235,18 @@ def classify(error: BaseException) -> FaultKind:
         if 400 <= status < 500:
             return FaultKind.CLIENT_ERROR
     return FaultKind.UNEXPECTED
+
+
+def _refused(error: BaseException) -> bool:
+    """Whether a connection failure (nothing listening, reset) is on the exception's chain."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ConnectionError | httpx.ConnectError | openai.APIConnectionError):
+            return not isinstance(current, openai.APITimeoutError)
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def backoff_delay(
@@ -312,14 +326,15 @@ _client_ids = itertools.count(1)
 class JudgeClient:
     """Asks a judge for validated JSON. Shared by every scorer and check of a run.
 
-    `endpoint`, when given, is awaited before the first request and returns the API base URL: that
-    is how the local engine starts lazily (a run that never calls the judge never starts it).
+    `endpoint`, when given, is awaited before each request and returns the API base URL: that is
+    how the local engine starts lazily (a run that never calls the judge never starts it). After a
+    refused connection it is awaited with `verify=True`, which replaces an engine that died.
     """
 
     def __init__(
         self,
         settings: JudgeSettings,
-        endpoint: Callable[[], Awaitable[str]] | None = None,
+        endpoint: Callable[[bool], Awaitable[str]] | None = None,
         *,
         seed: int = 0,
     ) -> None:
@@ -345,10 +360,10 @@ class JudgeClient:
         keys = [m.value for m in JudgeMetric] + [fault_metric(kind) for kind in FaultKind]
         return {key: float(counts.get(key, 0)) for key in keys}
 
-    async def api_base(self) -> str | None:
+    async def api_base(self, verify: bool = False) -> str | None:
         """Where requests go; for the local engine this starts it (once) and waits until it
-        answers."""
-        return await self._endpoint() if self._endpoint else self.settings.api_base
+        answers. `verify` replaces a local engine that no longer answers."""
+        return await self._endpoint(verify) if self._endpoint else self.settings.api_base
 
     def count(self, key: str, amount: float = 1) -> None:
         self._counts[key] += amount
@@ -389,6 +404,9 @@ class JudgeClient:
                         "judge request failed after %d attempt(s): %s", retries + 1, message
                     )
                     raise JudgeFailure(kind, message) from error
+                if kind is FaultKind.CONNECTION:
+                    # Nothing listening: a local engine that died is started again (new port).
+                    api_base = await self.api_base(verify=True)
                 retries += 1
                 self.count(JudgeMetric.RETRIES)
                 delay = backoff_delay(

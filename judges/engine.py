@@ -147,13 +147,25 @@ class LocalEngine:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
-    async def ensure_started(self) -> str:
+    async def ensure_started(self, verify: bool = False) -> str:
+        """The base URL, starting the engine if it is not running. `verify` (after a refused
+        connection) also asks the server: one that does not answer is replaced. A killed server can
+        look alive for a moment: its main thread is already a zombie while the others unwind."""
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
+            if self.running and verify and not await self._answers():
+                self.stop()
             if not self.running:
                 await self._start()
         return self.base_url
+
+    async def _answers(self) -> bool:
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            try:
+                return (await http.get(f"{self.base_url}/models")).status_code == 200
+            except httpx.HTTPError:
+                return False
 
     async def _start(self) -> None:
         attempts = 1 if self.settings.port else 3  # a free port can be taken before we bind it

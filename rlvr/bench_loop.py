@@ -32,7 +32,12 @@ HACK_DEFAULTS = {
 def history(run_dir: Path) -> list[dict]:
     """The evaluation history a replay test needs: step, val accuracy, windowed train reward."""
     return [
-        {"step": r[M.STEP], "val": r[M.VAL_ACCURACY], "reward": r.get("val/train_reward")}
+        {
+            "step": r[M.STEP],
+            "val": r[M.VAL_ACCURACY],
+            "reward": r.get("val/train_reward"),
+            "val_items": r.get("val/items"),
+        }
         for r in store.read_metrics(run_dir)
         if M.VAL_ACCURACY in r
     ]

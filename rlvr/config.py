@@ -98,6 +98,12 @@ class TrainConfig(BaseModel):
 
     # Schedule and stopping.
     max_steps: int = Field(40, ge=1)
+    max_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="wall-clock budget: stop at the evaluation after which the next one would not "
+        "fit, keeping time for the test split",
+    )
     eval_every: int = Field(2, ge=1, description="validate every N steps")
     save_every: int = Field(1, ge=1, description="keep a checkpoint every N steps")
     val_temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy validation")

@@ -42,7 +42,16 @@ from rlvr.metrics import (
 from rlvr.report import plot_report
 from rlvr.scoring import make_scorer, needs_judge
 from rlvr.split import Split, split_items
-from rlvr.stopping import Alarm, AlarmName, EvalPoint, Thresholds, best_index, divergence, plateaued
+from rlvr.stopping import (
+    Alarm,
+    AlarmName,
+    EvalPoint,
+    Thresholds,
+    best_index,
+    divergence,
+    out_of_time,
+    plateaued,
+)
 from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer
 
 console = Console()
@@ -51,6 +60,7 @@ console = Console()
 class StopReason(StrEnum):
     PLATEAU = "plateau"  # validation stopped improving for `patience` evaluations
     MAX_STEPS = "max_steps"  # the step budget ran out first
+    TIME_BUDGET = "time_budget"  # the next evaluation period would not fit in max_minutes
     REWARD_HACKING = "reward_hacking"  # divergence alarm with on_divergence=stop
     JUDGE_BUDGET = "judge_budget"  # the judge spend cap was reached
 
@@ -148,7 +158,6 @@ async def train_step(
     scorer: Scorer,
     policy: Policy,
     limit: asyncio.Semaphore,
-    run_dir: Path,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One step; returns its metrics row and its scored trajectories as table rows."""
     started = time.monotonic()
@@ -240,7 +249,12 @@ def _restore_state(rows: list[dict[str, Any]]) -> _State:
             state.step = max(state.step, step)
         if M.VAL_ACCURACY in row:
             state.evals.append(
-                EvalPoint(step=step, val=row[M.VAL_ACCURACY], reward=row.get("val/train_reward"))
+                EvalPoint(
+                    step=step,
+                    val=row[M.VAL_ACCURACY],
+                    reward=row.get("val/train_reward"),
+                    val_items=row.get("val/items"),
+                )
             )
             state.policy_steps[step] = int(row.get(M.POLICY_STEP, 0))
         for key, message in row.items():
@@ -350,7 +364,10 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                 store.trajectory_rows(groups, [i.id for i in done], step=step, split="val"),
             )
             point = EvalPoint(
-                step=step, val=accuracy, reward=_window_reward(rows, step, cfg.eval_every)
+                step=step,
+                val=accuracy,
+                reward=_window_reward(rows, step, cfg.eval_every),
+                val_items=len(val_items),
             )
             state.evals.append(point)
             state.policy_steps[step] = policy_step
@@ -359,6 +376,7 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                 M.VAL_ACCURACY: accuracy,
                 M.POLICY_STEP: policy_step,
                 "val/train_reward": point.reward,
+                "val/items": len(val_items),
                 M.EVAL_SECONDS: time.monotonic() - t0,
             }
             alarm = divergence(state.evals, thresholds)
@@ -382,7 +400,7 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                 await validate(0)
             while stop is None and state.step < cfg.max_steps:
                 row, table = await train_step(
-                    cfg, state.step, split, scenario, scorer, policy, limit, run_dir
+                    cfg, state.step, split, scenario, scorer, policy, limit
                 )
                 save_trajectories(f"step-{state.step + 1:04d}", state.step + 1, table)
                 row[HINT_KEY] = decision_hints(row, cfg)
@@ -401,6 +419,12 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                         stop = StopReason.REWARD_HACKING
                     elif plateaued(vals, cfg.patience, cfg.min_delta):
                         stop = StopReason.PLATEAU
+                    elif cfg.max_minutes is not None and out_of_time(
+                        [r["time/wall_s"] for r in rows if M.VAL_ACCURACY in r],
+                        test_s=rows[-1][M.EVAL_SECONDS] * len(split.test) / len(val_items),
+                        budget_s=cfg.max_minutes * 60,
+                    ):
+                        stop = StopReason.TIME_BUDGET
         except BudgetExhausted as error:
             console.print(Panel(str(error), title="judge budget reached", style="bold yellow"))
             stop = StopReason.JUDGE_BUDGET

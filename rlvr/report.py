@@ -48,13 +48,16 @@ def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path)
             label="validation accuracy",
         )
     for step, name in alarms:
+        # Labels run down inside the plot, beside their line, clear of the title and legend.
         ax.axvline(step, color="tab:red", ls="--", lw=1)
         ax.annotate(
             name,
-            (step, 1.02),
+            (step, 0.97),
             color="tab:red",
             fontsize=8,
-            ha="center",
+            ha="right",
+            va="top",
+            rotation=90,
             xycoords=("data", "axes fraction"),
         )
     if summary.get("best_step") is not None and summary.get("best_val") is not None:

@@ -2,14 +2,17 @@
 
 The hybrid approach trains on the scorer's reward and trusts only held-out validation accuracy:
 - plateau: validation has not gained more than `min_delta` over its best for `patience` evals;
-- reward hacking: the training reward trends up while validation trends down;
-- converged: the training reward trends up while validation stays flat.
+- reward hacking: the training reward trends up while validation trends down by more than
+  `val_drop` and more than the noise of an accuracy on that many validation items;
+- converged: the training reward trends up while validation stays flat;
+- time budget: the next evaluation period and the test evaluation would not fit.
 Trends are least-squares slopes over the last `window` evaluations, times the span, so one noisy
 evaluation cannot fire an alarm on its own.
 """
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
@@ -29,6 +32,7 @@ class EvalPoint(BaseModel):
     step: int
     val: float
     reward: float | None = None
+    val_items: int | None = None  # how many items the accuracy is measured on (its noise)
 
 
 class Alarm(BaseModel):
@@ -85,7 +89,7 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
     if reward_change < thresholds.reward_rise:
         return None
     span = f"steps {recent[0].step}-{recent[-1].step}"
-    if val_change <= -thresholds.val_drop:
+    if val_change <= -max(thresholds.val_drop, val_noise(recent)):
         return Alarm(
             name=AlarmName.REWARD_HACKING,
             step=recent[-1].step,
@@ -105,3 +109,25 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
             ),
         )
     return None
+
+
+def val_noise(points: list[EvalPoint]) -> float:
+    """Standard error of the difference of two accuracies measured on the same number of items:
+    a validation fall smaller than this is indistinguishable from sampling noise (0.11 on 40
+    items at 50 % accuracy), so it cannot stop a run as reward hacking."""
+    n = points[-1].val_items
+    if not n:
+        return 0.0
+    p = sum(point.val for point in points) / len(points)
+    return math.sqrt(2 * p * (1 - p) / n)
+
+
+def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool:
+    """Whether one more evaluation period (as long as the last one: its steps and validation)
+    plus the test evaluation (`test_s`) would overrun the budget. `eval_walls` are the run's
+    wall-clock seconds at each evaluation so far; judged right after one, so a run that stops
+    for time stops at a validated checkpoint."""
+    if len(eval_walls) < 2:
+        return False
+    now = eval_walls[-1]
+    return now + (now - eval_walls[-2]) + test_s > budget_s

@@ -279,10 +279,6 @@ def test_judge_serve_command_answers_and_stops() -> None:
             serve.kill()
 
 
-
-# Known failure (seen 2026-11-22): after the engine process is killed, the next request reaches the
-# old port (connection refused) instead of a restarted engine. Tracked in the closing note.
-@pytest.mark.xfail(reason="restart of a killed local engine is not reliable yet", strict=False)
 async def test_a_dead_engine_is_started_again_by_the_next_request() -> None:
     before = set(engine_children())
     async with open_judge(TrainConfig(judge="local")) as judge:

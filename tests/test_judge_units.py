@@ -90,8 +90,12 @@ def test_clamp_score_rejects(value: object) -> None:
 # --- fault classification and backoff -----------------------------------------------------
 
 
-def _status_error(cls: type, status: int) -> Exception:
-    return cls(message="x", llm_provider="openai", model="m", response=None) if status else cls()
+def _wrapped(cls: type, cause: BaseException) -> Exception:
+    """litellm reports a refused connection to an OpenAI-compatible server as a 500 whose cause
+    is the connection error."""
+    error = cls(message="Connection error.", llm_provider="openai", model="m")
+    error.__cause__ = cause
+    return error
 
 
 @pytest.mark.parametrize(
@@ -125,6 +129,11 @@ def _status_error(cls: type, status: int) -> Exception:
             FaultKind.CONNECTION,
         ),
         (KeyError("k"), FaultKind.UNEXPECTED),
+        (
+            _wrapped(litellm.InternalServerError, ConnectionRefusedError(111, "refused")),
+            FaultKind.CONNECTION,
+        ),
+        (_wrapped(litellm.InternalServerError, ValueError("boom")), FaultKind.SERVER_ERROR),
     ],
 )
 def test_classify(error: Exception, kind: FaultKind) -> None:

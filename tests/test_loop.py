@@ -30,12 +30,9 @@ TINY = {
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("loop") / "run"
-    import asyncio
-
-    result = asyncio.run(run_training(TrainConfig(**TINY, max_steps=2, run_dir=run_dir)))
-    return result, run_dir
+def finished_run(tiny_run):
+    """The session's shared tiny run (tests/conftest.py): read only."""
+    return tiny_run.result, tiny_run.run_dir
 
 
 def test_run_directory_contract(finished_run):

@@ -1,19 +1,35 @@
 import pytest
 
-from rlvr.stopping import AlarmName, EvalPoint, Thresholds, best_index, divergence, plateaued, trend
+from rlvr.stopping import (
+    AlarmName,
+    EvalPoint,
+    Thresholds,
+    best_index,
+    divergence,
+    out_of_time,
+    plateaued,
+    trend,
+)
 
 T = Thresholds(window=3, reward_rise=0.1, val_drop=0.05, val_flat=0.02)
 
 
 def history(vals, rewards):
-    return [EvalPoint(step=2 * i, val=v, reward=r) for i, (v, r) in enumerate(zip(vals, rewards, strict=True))]
+    return [
+        EvalPoint(step=2 * i, val=v, reward=r)
+        for i, (v, r) in enumerate(zip(vals, rewards, strict=True))
+    ]
 
 
 HISTORIES = {
     # name: (validation, training reward, expected alarm)
     "healthy": ([0.30, 0.36, 0.42, 0.50, 0.55], [None, 0.3, 0.4, 0.5, 0.6], None),
     "converged": ([0.30, 0.50, 0.51, 0.50, 0.51], [None, 0.4, 0.5, 0.6, 0.7], AlarmName.CONVERGED),
-    "hacking": ([0.40, 0.42, 0.38, 0.33, 0.28], [None, 0.3, 0.45, 0.6, 0.8], AlarmName.REWARD_HACKING),
+    "hacking": (
+        [0.40, 0.42, 0.38, 0.33, 0.28],
+        [None, 0.3, 0.45, 0.6, 0.8],
+        AlarmName.REWARD_HACKING,
+    ),
     "noisy-flat": ([0.40, 0.44, 0.37, 0.43, 0.39], [None, 0.5, 0.42, 0.55, 0.47], None),
     "reward falls, val falls": ([0.5, 0.45, 0.4, 0.35, 0.3], [None, 0.6, 0.5, 0.4, 0.3], None),
 }
@@ -57,6 +73,41 @@ def test_best_index_ignores_noise_below_min_delta():
     assert best_index([0.3, 0.5, 0.53], min_delta=0.02) == 2
 
 
-@pytest.mark.parametrize(("values", "expected"), [([1, 2, 3], 2.0), ([3, 3, 3], 0.0), ([5], 0.0), ([0, 1, 0, 1], 0.6)])
+@pytest.mark.parametrize(
+    ("values", "expected"), [([1, 2, 3], 2.0), ([3, 3, 3], 0.0), ([5], 0.0), ([0, 1, 0, 1], 0.6)]
+)
 def test_trend(values, expected):
     assert trend(values) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    ("walls", "test_s", "budget_s", "expected"),
+    [
+        ([20.0], 10.0, 30.0, False),  # baseline only: no period measured yet
+        ([20.0, 100.0], 10.0, 300.0, False),  # 100 + 80 + 10 = 190 fits
+        ([20.0, 100.0], 10.0, 189.0, True),  # one second short
+        # the latest period (50 s, not the first 80 s) is the estimate: 150 + 50 + 30 = 230
+        ([20.0, 100.0, 150.0], 30.0, 230.0, False),
+        ([20.0, 100.0, 150.0], 30.0, 229.0, True),
+        ([20.0, 100.0, 150.0], 0.0, 199.0, True),  # no test split to leave time for
+    ],
+)
+def test_out_of_time(walls, test_s, budget_s, expected):
+    assert out_of_time(walls, test_s, budget_s) is expected
+
+
+@pytest.mark.parametrize(
+    ("val_items", "expected"),
+    [
+        (None, AlarmName.REWARD_HACKING),  # noise unknown: the configured val_drop alone
+        (40, None),  # a 0.075 fall on 40 items is within noise (SE of a difference ~0.11)
+        (2000, AlarmName.REWARD_HACKING),  # on 2000 items it is not
+    ],
+)
+def test_validation_noise_guards_the_hacking_alarm(val_items, expected):
+    points = [
+        EvalPoint(step=2 * i, val=v, reward=r, val_items=val_items)
+        for i, (v, r) in enumerate([(0.55, None), (0.575, 0.2), (0.55, 0.3), (0.5, 0.4)])
+    ]
+    alarm = divergence(points, T)
+    assert (alarm.name if alarm else None) == expected
