@@ -33,9 +33,35 @@ DEFAULTS: dict[str, dict[str, str]] = {
         "num_items": "800",
         "max_minutes": "18",
     },
-    "email": {"difficulty": "easy", "tool_protocol": "text"},
-    "rubric_if": {},
+    # A step (2 groups of 8 episodes, RULER on the local judge, train) takes about 2.5 min on
+    # 2 cores, so the budget holds about 8 steps and 4 evaluations.
+    "email": {
+        "difficulty": "easy",
+        "tool_protocol": "text",
+        "groups_per_batch": "2",
+        "max_val_items": "16",
+        "max_minutes": "27",
+    },
+    # Every rollout costs one local-judge call over 8-17 criteria (~20-40 s on one core), so the
+    # default run is small: 60 prompts (6 val / 6 test), 2 groups of 4 per step.
+    "rubric_if": {
+        "num_items": "60",
+        "group_size": "4",
+        "groups_per_batch": "2",
+        "max_tokens": "64",
+        "max_minutes": "25",
+    },
 }
+
+
+def task_config(task: str, **overrides: object) -> TrainConfig:
+    """The config `rlvr train TASK` starts from (the task's DEFAULTS), with `overrides` on top:
+    the notebook and `run_training` equivalent of the CLI."""
+    from rlvr.config import build_config
+
+    if task not in REGISTRY:
+        raise UnknownTask(task)
+    return build_config({"task": task, **DEFAULTS.get(task, {}), **overrides})
 
 
 class UnknownTask(KeyError):

@@ -41,3 +41,23 @@ def test_config_is_immutable():
     cfg = TrainConfig()
     with pytest.raises(ValidationError):
         cfg.group_size = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("task", ["math", "email", "rubric_if"])
+def test_task_defaults_are_valid_and_overridable(task):
+    from scenarios import DEFAULTS, task_config
+
+    cfg = task_config(task, max_steps=3)
+    assert cfg.task == task and cfg.max_steps == 3
+    for key, value in DEFAULTS[task].items():
+        assert str(getattr(cfg, key)) == value or float(getattr(cfg, key)) == float(value), key
+
+
+def test_task_config_rejects_unknown_tasks_and_keys():
+    from rlvr.config import ConfigError
+    from scenarios import UnknownTask, task_config
+
+    with pytest.raises(UnknownTask, match="known tasks"):
+        task_config("chess")
+    with pytest.raises(ConfigError, match="unknown key 'lr'"):
+        task_config("math", lr=1.0)
