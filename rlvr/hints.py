@@ -11,6 +11,7 @@ from rlvr.metrics import M
 MOSTLY = 0.5  # "mostly" in the decision policy
 TRUNCATION_HIGH = 0.3
 KL_HIGH = 0.1
+LENIENT_GAP = 0.4  # reward above ground truth on the same rollouts that means "rewards wrong answers"
 
 
 def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
@@ -36,7 +37,15 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
             f"{truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens}) "
             "or ask for shorter answers"
         )
-    if all_one >= MOSTLY:
+    reward, truth = metrics.get(M.REWARD_MEAN), metrics.get(M.INDEPENDENT)
+    lenient = reward is not None and truth is not None and reward - truth >= LENIENT_GAP
+    if lenient:
+        hints.append(
+            f"the scorer gives {reward:.2f} where ground truth gives {truth:.2f} on the same "
+            "rollouts: it rewards wrong answers; read them (rlvr inspect --suspicious), then use "
+            "a stronger judge, a stricter rubric or scorer=verifier"
+        )
+    if all_one >= MOSTLY and not lenient:
         hints.append(
             f"{all_one:.0%} of groups all-1: converged or data too easy; check validation and "
             "samples, then stop or raise difficulty"

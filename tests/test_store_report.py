@@ -71,6 +71,8 @@ def test_report_png_is_written(tmp_path):
         ({M.GROUPS: 8, M.REWARD_ERRORS: 3}, "fix the reward function"),
         ({M.GROUPS: 8, M.SKIPPED: 2}, "judge failed"),
         ({M.GROUPS: 8, M.JUDGE_AGREEMENT: 0.02}, "judge may be too weak"),
+        # the email run with the 135M local judge: RULER 0.85, ground truth 0.01
+        ({M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01}, "rewards wrong answers"),
     ],
 )
 def test_decision_hints(metrics, expected):
@@ -84,3 +86,10 @@ def test_hints_tolerate_a_step_without_training():
 
 def test_no_hints_on_a_healthy_step():
     assert decision_hints({M.GROUPS: 8, M.ALL_ZERO: 1, M.ALL_ONE: 1, M.KL: 0.01, M.TRUNCATED_RATE: 0.05}, TrainConfig()) == []
+
+
+def test_a_lenient_scorer_is_not_called_converged():
+    metrics = {M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01}
+    assert not any("converged" in h for h in decision_hints(metrics, TrainConfig()))
+    agreeing = {**metrics, M.INDEPENDENT: 0.8}  # the reward is earned: no lenience hint
+    assert not any("wrong answers" in h for h in decision_hints(agreeing, TrainConfig()))
