@@ -79,12 +79,14 @@ def trend(values: list[float]) -> float:
 
 
 def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
-    """Compare the trends of training reward and validation over the last window of evaluations
-    that have a training reward."""
-    recent = [p for p in points if p.reward is not None][-thresholds.window :]
-    if len(recent) < thresholds.window:
+    """Compare the trends of training reward and validation over the last window of evaluations.
+    The baseline (no training reward yet) counts for validation: a fall from the untrained
+    policy is the clearest sign there is."""
+    recent = points[-thresholds.window :]
+    rewards = [p.reward for p in recent if p.reward is not None]
+    if len(recent) < thresholds.window or len(rewards) < 2:
         return None
-    reward_change = trend([p.reward for p in recent if p.reward is not None])
+    reward_change = trend(rewards)
     val_change = trend([p.val for p in recent])
     if reward_change < thresholds.reward_rise:
         return None

@@ -1,0 +1,53 @@
+"""Replays of recorded real runs through the alarm rules (fast tier).
+
+`tests/data/hack_run.json` was recorded by `rlvr bench hack --record` on the real CPU policy: math
+trained on `scorer=length` (reward grows with reply length) while validation checks the answer.
+`tests/data/math_run.json` is a real default `make train TASK=math` run (verifier reward). The
+real runs are too slow for CI; their evaluation histories are not, and the rules are pure.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr.stopping import AlarmName, EvalPoint, Thresholds, divergence
+
+DATA = Path(__file__).parent / "data"
+
+
+def replay(record: dict) -> list[tuple[int, AlarmName]]:
+    """Alarms the rules raise evaluation by evaluation, as the loop would, with the run's config."""
+    cfg = record["config"]
+    thresholds = Thresholds(
+        window=cfg["divergence_window"],
+        reward_rise=cfg["divergence_reward_rise"],
+        val_drop=cfg["divergence_val_drop"],
+        val_flat=cfg["min_delta"],
+    )
+    points = [EvalPoint(**point) for point in record["history"]]
+    fired = [divergence(points[: i + 1], thresholds) for i in range(len(points))]
+    return [(alarm.step, alarm.name) for alarm in fired if alarm is not None]
+
+
+def load(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def test_the_recorded_hack_fires_the_alarm_where_the_real_run_did():
+    record = load("hack_run.json")
+    fired = replay(record)
+    hacking = [step for step, name in fired if name == AlarmName.REWARD_HACKING]
+    assert hacking, fired
+    assert record["stop_reason"] == "reward_hacking"
+    assert hacking[0] == record["steps"]  # the real run stopped at the first alarm
+    history = record["history"]
+    assert history[-1]["val"] < history[0]["val"]  # validation really fell ...
+    assert history[-1]["reward"] > history[1]["reward"]  # ... while the length reward rose
+
+
+@pytest.mark.parametrize("name", ["math_run.json"])
+def test_a_recorded_clean_run_raises_no_hacking_alarm(name):
+    record = load(name)
+    assert all(alarm != AlarmName.REWARD_HACKING for _, alarm in replay(record))
+    assert record["best_val"] - record["baseline_val"] >= 0.10
