@@ -64,5 +64,7 @@ async def hack_benchmark(runs_root: Path, record: Path | None = None, **override
         ],
     }
     if record is not None:
-        record.write_text(json.dumps({"config": cfg.public_dict(), **figures}, indent=1, default=str))
+        record.write_text(
+            json.dumps({"config": cfg.public_dict(), **figures}, indent=1, default=str)
+        )
     return figures

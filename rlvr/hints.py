@@ -11,7 +11,9 @@ from rlvr.metrics import M
 MOSTLY = 0.5  # "mostly" in the decision policy
 TRUNCATION_HIGH = 0.3
 KL_HIGH = 0.1
-LENIENT_GAP = 0.4  # reward above ground truth on the same rollouts that means "rewards wrong answers"
+LENIENT_GAP = (
+    0.4  # reward above ground truth on the same rollouts that means "rewards wrong answers"
+)
 
 
 def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
@@ -53,8 +55,7 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
     kl = metrics.get(M.KL)  # None on a step with nothing to train
     if kl is not None and kl > KL_HIGH:
         hints.append(
-            f"KL {kl:.3f} is high: lower learning_rate (now {cfg.learning_rate:g}) "
-            "or temperature"
+            f"KL {kl:.3f} is high: lower learning_rate (now {cfg.learning_rate:g}) or temperature"
         )
     if metrics.get(M.SKIPPED, 0):
         hints.append(
