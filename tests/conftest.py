@@ -31,6 +31,8 @@ TINY_RUN = {
     "max_tokens": 16,
     "num_items": 40,
     "judge": "none",
+    # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
+    "on_divergence": "warn",
 }
 
 
