@@ -35,8 +35,8 @@ def history(run_dir: Path) -> list[dict]:
         {
             "step": r[M.STEP],
             "val": r[M.VAL_ACCURACY],
-            "reward": r.get("val/train_reward"),
-            "val_items": r.get("val/items"),
+            "reward": r.get(M.VAL_TRAIN_REWARD),
+            "val_items": r.get(M.VAL_ITEMS),
         }
         for r in store.read_metrics(run_dir)
         if M.VAL_ACCURACY in r

@@ -252,8 +252,8 @@ def _restore_state(rows: list[dict[str, Any]]) -> _State:
                 EvalPoint(
                     step=step,
                     val=row[M.VAL_ACCURACY],
-                    reward=row.get("val/train_reward"),
-                    val_items=row.get("val/items"),
+                    reward=row.get(M.VAL_TRAIN_REWARD),
+                    val_items=row.get(M.VAL_ITEMS),
                 )
             )
             state.policy_steps[step] = int(row.get(M.POLICY_STEP, 0))
@@ -375,8 +375,8 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
                 M.STEP: step,
                 M.VAL_ACCURACY: accuracy,
                 M.POLICY_STEP: policy_step,
-                "val/train_reward": point.reward,
-                "val/items": len(val_items),
+                M.VAL_TRAIN_REWARD: point.reward,
+                M.VAL_ITEMS: len(val_items),
                 M.EVAL_SECONDS: time.monotonic() - t0,
             }
             alarm = divergence(state.evals, thresholds)

@@ -36,6 +36,8 @@ class M(StrEnum):
     JUDGE_COST = "judge/cost_usd"
     JUDGE_AGREEMENT = "judge/agreement"
     VAL_ACCURACY = "val/accuracy"
+    VAL_TRAIN_REWARD = "val/train_reward"  # mean training reward since the previous evaluation
+    VAL_ITEMS = "val/items"  # items the accuracy is measured on (its noise)
     STEP_SECONDS = "time/step_s"
     ROLLOUT_SECONDS = "time/rollout_s"
     TRAIN_SECONDS = "time/train_s"

@@ -173,16 +173,21 @@ def wait_gone(pid: int, seconds: float = 20.0) -> bool:
 TINY_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
 
+async def ask_tiny(judge, question: str):
+    """One small yes/no request through the judge client (starting the engine if needed)."""
+    return await judge.complete(
+        [{"role": "user", "content": question}],
+        name="tiny",
+        schema=TINY_SCHEMA,
+        parse=lambda data: (bool(data["ok"]), 0),
+    )
+
+
 async def test_engine_starts_on_first_use_and_stops_on_exit() -> None:
     before = set(engine_children())
     async with open_judge(TrainConfig(judge="local")) as judge:
         assert set(engine_children()) == before  # nothing started yet
-        reply = await judge.complete(
-            [{"role": "user", "content": "Is 2 + 2 = 4? Answer in JSON."}],
-            name="tiny",
-            schema=TINY_SCHEMA,
-            parse=lambda data: (bool(data["ok"]), 0),
-        )
+        reply = await ask_tiny(judge, "Is 2 + 2 = 4? Answer in JSON.")
         assert isinstance(reply.value, bool)
         (started,) = set(engine_children()) - before
         base = await judge.api_base()
@@ -286,12 +291,7 @@ async def test_a_dead_engine_is_started_again_by_the_next_request() -> None:
         (pid,) = set(engine_children()) - before
         os.kill(pid, signal.SIGKILL)
         assert wait_gone(pid)
-        reply = await judge.complete(
-            [{"role": "user", "content": "Is the sky blue? Answer in JSON."}],
-            name="tiny",
-            schema=TINY_SCHEMA,
-            parse=lambda data: (bool(data["ok"]), 0),
-        )
+        reply = await ask_tiny(judge, "Is the sky blue? Answer in JSON.")
         assert isinstance(reply.value, bool)
         (again,) = set(engine_children()) - before
         assert again != pid
