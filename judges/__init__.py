@@ -2,8 +2,9 @@
 
 - `open_judge(cfg)` — the run's judge client as an async context manager; for `judge=local` it owns
   the llama.cpp engine (started on first use, always stopped on exit).
-- `make_scorer(kind, cfg, judge, scenario)` — "ruler" (ART's RULER ranks a group in one call) or
-  "rubric" (per-criterion pass rate, one call per response).
+- `ruler_scorer`, `rubric_scorer` — the scorer factories registered as `scorer=ruler` (ART's RULER
+  ranks a group in one call) and `scorer=rubric` (per-criterion pass rate, one call per response)
+  in the `rlvr.scorers` entry-point group.
 
 Modules: `client` (JudgeClient: dialects, parsing, retries, limits, cost, spend cap), `engine`
 (local llama.cpp server lifecycle), `ruler`, `rubric`, `rubric_data` (the Tinker recipe's dataset
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
 
 # Submodules are imported inside the functions: `import judges.engine` (for `rlvr judge serve`)
 # must not pay for litellm and ART.
-SCORER_KINDS = ("ruler", "rubric")
 
 
 @contextlib.asynccontextmanager
@@ -46,17 +46,26 @@ async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
             engine.stop()
 
 
-def make_scorer(kind: str, cfg: TrainConfig, judge: JudgeClient, scenario: Scenario) -> Scorer:
-    """A judge scorer for the run: "ruler" or "rubric"."""
-    if kind == "ruler":
-        from judges.ruler import RulerScorer
+def ruler_scorer(judge: JudgeClient, scenario: Scenario) -> Scorer:
+    """`scorer=ruler`: ART's RULER ranks each group in one judge call."""
+    from judges.ruler import RulerScorer
 
-        return RulerScorer(judge, scenario)
-    if kind == "rubric":
-        from judges.rubric import RubricScorer
-
-        return RubricScorer(judge)
-    raise ValueError(f"unknown judge scorer '{kind}'; expected one of {', '.join(SCORER_KINDS)}")
+    return RulerScorer(judge, scenario)
 
 
-__all__ = ["SCORER_KINDS", "make_scorer", "open_judge"]
+def ruler_ref_scorer(judge: JudgeClient, scenario: Scenario) -> Scorer:
+    """`scorer=ruler_ref`: RULER told each training item's reference answer (reference-guided
+    judging, for judges too small to solve the task themselves)."""
+    from judges.ruler import RulerScorer
+
+    return RulerScorer(judge, scenario, reference=True)
+
+
+def rubric_scorer(judge: JudgeClient) -> Scorer:
+    """`scorer=rubric`: per-criterion pass rate, one judge call per response."""
+    from judges.rubric import RubricScorer
+
+    return RubricScorer(judge)
+
+
+__all__ = ["open_judge", "rubric_scorer", "ruler_ref_scorer", "ruler_scorer"]

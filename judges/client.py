@@ -45,6 +45,7 @@ import openai
 from dotenv import find_dotenv, load_dotenv
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.redact import redact_error
 from rlvr.types import BudgetExhausted
 
 if TYPE_CHECKING:
@@ -271,17 +272,11 @@ def retry_after(error: BaseException) -> float | None:
         return None
 
 
-_SECRET_SHAPES = re.compile(r"\b(?:sk|pk|rk|ghp|gsk|xai|key)[-_][A-Za-z0-9_\-]{8,}")
-_SECRET_NAMES = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD)", re.I)
-
-
 def redact(text: str) -> str:
     """Remove anything that looks like a credential: values of *_KEY / *_TOKEN / *_SECRET
-    environment variables, and key-shaped strings."""
-    for name, value in os.environ.items():
-        if _SECRET_NAMES.search(name) and len(value) >= 8:
-            text = text.replace(value, "[redacted]")
-    return _SECRET_SHAPES.sub("[redacted]", text)
+    environment variables (a `.env` file's included, once loaded), URL passwords and
+    key-shaped strings (`rlvr.redact`)."""
+    return redact_error(text)
 
 
 def response_format(dialect: Dialect, name: str, schema: dict) -> dict:
@@ -403,7 +398,8 @@ class JudgeClient:
                     log.warning(
                         "judge request failed after %d attempt(s): %s", retries + 1, message
                     )
-                    raise JudgeFailure(kind, message) from error
+                    # Not chained: the original error's text may quote the key (a 401 does).
+                    raise JudgeFailure(kind, message) from None
                 if kind is FaultKind.CONNECTION:
                     # Nothing listening: a local engine that died is started again (new port).
                     api_base = await self.api_base(verify=True)

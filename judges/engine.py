@@ -6,8 +6,13 @@ first judge request and is stopped however the run ends:
 
 - normally and on exceptions / Ctrl-C: `open_judge`'s `finally` calls `stop()`;
 - on interpreter exit without that (e.g. a forgotten engine): an `atexit` guard stops every live one;
-- when the parent dies without running Python cleanup (SIGTERM's default action, SIGKILL): the
-  child asked Linux to SIGTERM it when its parent goes (PR_SET_PDEATHSIG), so it never outlives us.
+- when the parent dies without running Python cleanup (SIGTERM's default action, SIGKILL, the
+  OOM killer): the child asked Linux to SIGKILL it when its parent goes (PR_SET_PDEATHSIG), so it
+  never outlives us and never holds its port for the next run. SIGKILL, not SIGTERM: nothing is
+  left to shut down cleanly for, and a graceful uvicorn exit can wait on a request in flight.
+
+Ports: a free one by default, so a new run never meets a stale server; a fixed `port` that is
+already taken is a clear error (`EngineError`) rather than a server that dies at start.
 
 Threads: llama.cpp's workers spin while they wait for each other, so on a busy machine more threads
 than free cores collapses throughput (measured here: 100 tokens took 62 s with 2 threads next to
@@ -104,13 +109,38 @@ def server_command(settings: EngineSettings, port: int) -> list[str]:
     ]
 
 
+def _load_prctl() -> object | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return None
+
+
+# Looked up in the parent: between fork and exec the child should only make the call (loading a
+# library there can deadlock on a lock another thread of the parent held at fork time).
+_PRCTL = _load_prctl()
+
+
 def _die_with_parent(parent_pid: int) -> None:
-    """Runs in the child between fork and exec: ask for SIGTERM when the parent dies."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    """Runs in the child between fork and exec: ask for SIGKILL when the parent dies. Linux
+    sends it when the *thread* that forked exits: engines are started from the event loop's
+    thread, which lives as long as the run."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+
+
+def port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port` (SO_REUSEADDR, as servers bind: a closed
+    connection lingering in TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return True
+    return False
 
 
 _LIVE: weakref.WeakSet[LocalEngine] = weakref.WeakSet()
@@ -168,6 +198,12 @@ class LocalEngine:
                 return False
 
     async def _start(self) -> None:
+        if self.settings.port and port_taken(self.settings.port):
+            raise EngineError(
+                f"port {self.settings.port} on {HOST} is already taken (a judge engine left from "
+                f"an earlier run? `ss -ltnp 'sport = :{self.settings.port}'` names it); stop it "
+                "or choose another port"
+            )
         attempts = 1 if self.settings.port else 3  # a free port can be taken before we bind it
         for attempt in range(attempts):
             self._spawn(self.settings.port or free_port())
@@ -195,7 +231,7 @@ class LocalEngine:
                 # Own session: a terminal's Ctrl-C reaches us, and we stop the engine in order.
                 start_new_session=True,
                 preexec_fn=(lambda: _die_with_parent(parent))
-                if sys.platform.startswith("linux")
+                if sys.platform.startswith("linux") and _PRCTL is not None
                 else None,
             )
         self.port = port

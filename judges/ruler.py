@@ -54,6 +54,11 @@ PROVIDER = "rlvr_judge"
 INDEPENDENT_REWARD = "independent_reward"
 SCORE_GRID = [round(i * 0.05, 2) for i in range(21)]
 LOCAL_EXPLANATION_CHARS = 200
+REFERENCE_RUBRIC = """
+
+The correct final answer to this task is: {answer}
+A trajectory whose final answer matches it scores far above every trajectory whose answer does
+not; among those, prefer the one that states it most plainly."""
 _TRAJECTORY_TAG = re.compile(r'^<trajectory id="(\d+)">$', re.M)
 
 
@@ -242,18 +247,25 @@ class RulerScorer:
     """scorer=ruler: ART's RULER ranks each group in one judge call. The rubric is ART's default,
     or the scenario's `ruler_rubric(item)` where it has one; tools on the trajectories are shown."""
 
-    name = "ruler"
-
-    def __init__(self, judge: JudgeClient, scenario: object | None = None) -> None:
+    def __init__(
+        self, judge: JudgeClient, scenario: object | None = None, reference: bool = False
+    ) -> None:
         self.judge = judge
         self.model = route(judge)
         self._scenario = scenario
+        self.reference = reference
+        self.name = "ruler_ref" if reference else "ruler"
         self._counts: Counter[str] = Counter()
 
     def rubric_for(self, item: Item) -> str:
         custom = getattr(self._scenario, "ruler_rubric", None)
         text = custom(item) if callable(custom) else custom
-        return text or DEFAULT_RUBRIC
+        rubric = text or DEFAULT_RUBRIC
+        # Reference-guided: a small judge cannot solve the task, but it can compare with the
+        # label. Only training items ever reach a scorer, so held-out labels never do.
+        if self.reference and item.answer:
+            rubric += REFERENCE_RUBRIC.format(answer=item.answer)
+        return rubric
 
     async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
         try:

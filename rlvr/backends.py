@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 import art
 from pydantic import BaseModel, ConfigDict
 
+from rlvr import atomic
 from rlvr.config import TrainConfig
 
 ART_DIR = ".art"  # ART's own layout (checkpoints per policy step) inside the run directory
@@ -48,6 +50,32 @@ def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[Any, str]:
     from art.serverless import ServerlessBackend
 
     return ServerlessBackend(), cfg.model
+
+
+def rewind_policy(cfg: TrainConfig, run_dir: Path, policy_step: int) -> list[int]:
+    """Make the stored policy agree with metrics.jsonl before a resumed run loads it; returns
+    the checkpoint steps removed.
+
+    A step writes its checkpoint before its metrics row, so a kill in between leaves a
+    checkpoint newer than `policy_step` (the last one a row records). That step is redone, so
+    its checkpoint (weights and optimizer state) is removed: the backend resumes from
+    `policy_step`'s. Checkpoints are written atomically, so any digit-named one is complete;
+    interrupted temporaries are removed. Remote backends (tinker, serverless) keep their own
+    checkpoints: nothing here to rewind."""
+    if cfg.backend not in ("local", "art-local"):
+        return []
+    root = run_dir / ART_DIR / cfg.project / "models" / run_dir.name / "checkpoints"  # ART's
+    atomic.remove_leftovers(root)
+    dirs = {int(p.name): p for p in root.glob("[0-9]*") if p.name.isdigit() and p.is_dir()}
+    newer = sorted(s for s in dirs if s > policy_step)
+    for step in newer:
+        shutil.rmtree(dirs[step])
+    if policy_step > 0 and policy_step not in dirs:
+        raise FileNotFoundError(
+            f"{root}: no checkpoint of policy step {policy_step}, the last one metrics.jsonl "
+            "records; this run cannot resume exactly"
+        )
+    return newer
 
 
 def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from rlvr.metrics import ALARM_PREFIX, M
 
 HACK_DEFAULTS = {
     "task": "math",
-    "difficulty": "easy",
+    "task_options": {"difficulty": "easy", "num_items": 400},
     "scorer": "length",
     "judge": "none",
     "temperature": 0.8,

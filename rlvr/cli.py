@@ -5,6 +5,7 @@ one line; a constant reward in preflight exits 1."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +19,10 @@ app = typer.Typer(
     help="Train LLM agents with RL on ART.",
 )
 
-TaskArg = Annotated[str | None, typer.Argument(help="task name (see `rlvr tasks`)")]
+TaskArg = Annotated[
+    str | None,
+    typer.Argument(help="task name (see `rlvr tasks`), path/to/file.py:factory or module:factory"),
+]
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints one JSON line last.")
 judge_app = typer.Typer(no_args_is_help=True, help="The local judge engine.")
@@ -29,27 +33,43 @@ console = Console(stderr=True, soft_wrap=True)  # errors stay on one line
 
 
 def fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    from rich.markup import escape
+
+    from rlvr.redact import redact_error
+
+    console.print(f"[bold red]error:[/] {escape(redact_error(message))}", highlight=False)
     raise typer.Exit(code)
 
 
+def crash(error: BaseException) -> None:
+    """An unexpected error: its traceback on stderr, credentials removed (an exception's text
+    may quote a key, e.g. a provider's 401), then exit 1."""
+    import traceback
+
+    from rlvr.redact import redact_error
+
+    text = "".join(traceback.format_exception(error))
+    print(redact_error(text), file=sys.stderr, end="", flush=True)
+    raise typer.Exit(1)
+
+
 def _config(task: str | None, overrides: list[str]):
-    from rlvr.config import ConfigError, parse_overrides
+    """TrainConfig from TASK and key=value pairs (TrainConfig keys and the task's options)."""
+    from rlvr.config import ConfigError, pairs_to_dict, parse_overrides
+    from rlvr.plugins import task_config
 
     try:
-        from scenarios import DEFAULTS
-
-        base = {"task": task, **DEFAULTS.get(task, {})} if task else None
-        return parse_overrides(overrides, base=base)
+        if task is None:
+            return parse_overrides(overrides)
+        return task_config(task, **pairs_to_dict(overrides))
     except ConfigError as error:
         fail(str(error))
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
     from rlvr.config import ConfigError
-    from scenarios import UnknownTask
 
-    return (ConfigError, UnknownTask, FileNotFoundError)
+    return (ConfigError, FileNotFoundError)
 
 
 @app.command()
@@ -87,7 +107,9 @@ def train(
             or "already finished" in str(error)
         ):
             fail(str(error))
-        raise
+        crash(error)
+    except Exception as error:
+        crash(error)
     typer.echo(result.model_dump_json())
 
 
@@ -165,11 +187,40 @@ def bench_hack(
 
 @app.command()
 def tasks() -> None:
-    """List the registered tasks."""
-    from scenarios import REGISTRY
+    """List the installed tasks (entry-point group rlvr.scenarios) with their options and the
+    TrainConfig defaults each starts from."""
+    from rlvr.plugins import resolve_task, task_names
+    from rlvr.tasks import PluginError
 
-    for name, target in sorted(REGISTRY.items()):
-        typer.echo(f"{name}\t{target}")
+    for name in task_names():
+        try:
+            task = resolve_task(name)
+        except PluginError as error:
+            typer.echo(f"{name}\t(cannot load: {error})")
+            continue
+        typer.echo(f"{name}\t{task.description}")
+        for key, info in task.options.model_fields.items():
+            default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
+            about = f"  {info.description}" if info.description else ""
+            typer.echo(f"    {key}={default}{about}")
+        if task.defaults:
+            shown = " ".join(f"{k}={v}" for k, v in task.defaults.items())
+            typer.echo(f"    defaults: {shown}")
+
+
+@app.command()
+def new(
+    name: Annotated[str, typer.Argument(help="the task's name; also its folder")],
+    directory: Annotated[Path, typer.Option("--dir", help="where the folder goes")] = Path("."),
+) -> None:
+    """Write a working task folder (items, rollout, check, a test) to start your own from."""
+    from rlvr.scaffold import ScaffoldError, write_task
+
+    try:
+        folder = write_task(name, directory)
+    except ScaffoldError as error:
+        fail(str(error))
+    typer.echo(f"wrote {folder}/ — train it with: rlvr train {folder}/task.py:task max_steps=2")
 
 
 @app.command("inspect")

@@ -10,16 +10,22 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
-from typing import Literal, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rlvr.redact import redact_data, redact_error
 
 Backend = Literal["local", "art-local", "tinker", "serverless"]
 OnDivergence = Literal["stop", "warn"]
 
 
 class ConfigError(ValueError):
-    """A bad config key or value; the message is one line meant for the user."""
+    """A bad config key or value; the message is one line meant for the user (credentials in
+    it are redacted: it may quote the value that was given)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact_error(message))
 
 
 class TrainConfig(BaseModel):
@@ -27,16 +33,15 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # What to train on.
-    task: str = Field("math", description="scenario name (see `rlvr tasks`)")
-    difficulty: str = Field("default", description="scenario-specific difficulty level")
-    tool_protocol: Literal["auto", "tools", "text"] = Field(
-        "auto",
-        description="agent tasks: OpenAI tool calls, one-line text actions, or auto (tool calls "
-        "when the model emits them, else the text actions)",
+    # What to train on: an installed task name or a reference to your own (rlvr.plugins), and
+    # that task's own options (validated by the task's options model; see `rlvr tasks`).
+    task: str = Field(
+        "math",
+        description="task name (see `rlvr tasks`), path/to/file.py:factory or module:factory",
     )
-    data_path: Path | None = Field(None, description="scenario data file, where the task takes one")
-    num_items: int = Field(400, ge=10, description="items the scenario loads before the split")
+    task_options: dict[str, Any] = Field(
+        default_factory=dict, description="the task's own options (key=value on the CLI)"
+    )
 
     # Policy.
     model: str = Field("smollm2-135m", description="model alias, local HF dir, or hub id")
@@ -72,9 +77,6 @@ class TrainConfig(BaseModel):
     )
     judge_threads: int | None = Field(
         None, ge=1, description="local judge engine CPU threads (default: half the cores)"
-    )
-    skip_bad_rows: bool = Field(
-        False, description="skip (and count) data rows without prompt or criteria"
     )
 
     # Sampling.
@@ -120,6 +122,13 @@ class TrainConfig(BaseModel):
     divergence_val_drop: float = Field(
         0.05, ge=0, description="validation fall that counts as falling"
     )
+    judge_gap: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="alarm judge_disagrees: mean gap between the training reward and ground truth "
+        "on the same rollouts over divergence_window steps (above the sampling noise too)",
+    )
 
     # Output and integrations.
     runs_root: Path = Path("runs")
@@ -135,8 +144,10 @@ class TrainConfig(BaseModel):
         return self
 
     def public_dict(self) -> dict:
-        """The config as written to config.json (JSON types; holds no secrets by construction)."""
-        return json.loads(self.model_dump_json())
+        """The config as written to config.json and W&B: JSON types, credentials redacted (an
+        api_key-like task option, a URL's password, any value of a *_API_KEY / *_TOKEN variable).
+        Keys belong in the environment: a resumed run reads them from there, not from here."""
+        return redact_data(json.loads(self.model_dump_json()))
 
 
 def _describe(field: str) -> str:
@@ -173,20 +184,28 @@ def build_config(values: dict) -> TrainConfig:
         raise ConfigError(_one_line(error)) from None
 
 
-def _accepts_none(key: str) -> bool:
+def accepts_none(key: str) -> bool:
     info = TrainConfig.model_fields.get(key)
     return info is not None and type(None) in get_args(info.annotation)
 
 
-def parse_overrides(pairs: list[str], base: dict | None = None) -> TrainConfig:
-    """`["group_size=4", "scorer=ruler"]` -> TrainConfig. For optional keys, an empty value,
-    `none` or `null` means None."""
-    values = dict(base or {})
+def pairs_to_dict(pairs: list[str]) -> dict[str, str]:
+    """`["group_size=4", "scorer=ruler"]` -> {"group_size": "4", "scorer": "ruler"}."""
+    values: dict[str, str] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
-        key, raw = key.strip(), raw.strip()
-        if not sep or not key:
+        if not sep or not key.strip():
             raise ConfigError(f"config: '{pair}' is not key=value")
-        unset = raw in ("", "none", "None", "null") and _accepts_none(key)
+        values[key.strip()] = raw.strip()
+    return values
+
+
+def parse_overrides(pairs: list[str], base: dict | None = None) -> TrainConfig:
+    """`["group_size=4", "scorer=ruler"]` -> TrainConfig (TrainConfig keys only; a task's options
+    go through `rlvr.task_config`). For optional keys, an empty value, `none` or `null` means
+    None."""
+    values = dict(base or {})
+    for key, raw in pairs_to_dict(pairs).items():
+        unset = raw in ("", "none", "None", "null") and accepts_none(key)
         values[key] = None if unset else raw
     return build_config(values)

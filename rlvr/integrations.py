@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import netrc
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -33,6 +34,7 @@ from urllib.parse import urlparse
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import ALARM_PREFIX, M
+from rlvr.redact import redact_error, redact_rows, redact_text
 
 SAMPLE_TRAJECTORIES = 16  # rows of each step's W&B table (evenly spread over the groups)
 WEAVE_INIT_TIMEOUT_S = 20.0  # weave.init retries a dead network for minutes; we do not wait
@@ -93,7 +95,7 @@ def call_with_timeout(fn: Callable[[], Any], timeout_s: float, what: str) -> Any
 
 
 def _reason(error: BaseException) -> str:
-    first = (str(error).strip().splitlines() or [""])[0][:200]
+    first = redact_error((str(error).strip().splitlines() or [""])[0])[:200]
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
@@ -160,7 +162,11 @@ class Tracker:
             return
         numbers = numeric(row)
         step = self._wandb_step(int(numbers.pop(M.STEP, self._step)))
-        alarms = {k: f"step {step}: {v}" for k, v in row.items() if k.startswith(ALARM_PREFIX)}
+        alarms = {
+            k: redact_text(f"step {step}: {v}")
+            for k, v in row.items()
+            if k.startswith(ALARM_PREFIX)
+        }
 
         def log(run: Any) -> None:
             run.log(numbers, step=step)
@@ -178,7 +184,8 @@ class Tracker:
         at = self._wandb_step(step)
 
         def log(run: Any) -> None:
-            table = wandb.Table(columns=TABLE_COLUMNS, data=[table_row(r) for r in sample(rows)])
+            data = [table_row(r) for r in redact_rows(sample(rows))]
+            table = wandb.Table(columns=TABLE_COLUMNS, data=data)
             run.log({f"trajectories/{split}": table}, step=at)
 
         self._guard("log a table", log)
@@ -236,6 +243,18 @@ def _env(**values: str) -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextmanager
+def _redacted_argv() -> Iterator[None]:
+    """sys.argv with credentials removed while W&B records it (its run metadata keeps the
+    command line, where `key=value` overrides may carry a URL password)."""
+    saved = sys.argv
+    sys.argv = [redact_error(arg) for arg in saved]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
 def _open_wandb(cfg: TrainConfig, run_dir: Path | None) -> Any:
     # wandb.init starts Weave by itself whenever weave is imported; Weave is ours to start (or
     # not, with weave=false), with a timeout, so that is switched off for the call.
@@ -259,7 +278,7 @@ def _open_wandb(cfg: TrainConfig, run_dir: Path | None) -> Any:
     if folder is not None:
         Path(folder).mkdir(parents=True, exist_ok=True)
     try:
-        with _env(WANDB_DISABLE_WEAVE="true"):
+        with _env(WANDB_DISABLE_WEAVE="true"), _redacted_argv():
             return wandb.init(
                 project=cfg.wandb_project,
                 name=run_dir.name if run_dir is not None else None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, nullcontext
 from enum import StrEnum
 from pathlib import Path
@@ -25,8 +26,8 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.panel import Panel
 
-from rlvr import store
-from rlvr.backends import Policy, open_policy, train_kwargs
+from rlvr import faults, store
+from rlvr.backends import Policy, open_policy, rewind_policy, train_kwargs
 from rlvr.config import TrainConfig
 from rlvr.hints import decision_hints
 from rlvr.integrations import open_tracker
@@ -38,21 +39,31 @@ from rlvr.metrics import (
     agreement,
     group_stats,
     has_signal,
+    trajectory_metric_means,
 )
+from rlvr.plugins import resolve_task
+from rlvr.redact import install_log_redaction
 from rlvr.report import plot_report
-from rlvr.scoring import make_scorer, needs_judge
+from rlvr.scoring import make_scorer
 from rlvr.split import Split, split_items
 from rlvr.stopping import (
     Alarm,
     AlarmName,
     EvalPoint,
+    StepPoint,
     Thresholds,
     best_index,
     divergence,
+    judge_disagrees,
     out_of_time,
     plateaued,
 )
+from rlvr.tasks import Task
 from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer
+
+RolloutFn = Callable[[art.Model, Item, Sampling], Awaitable[art.Trajectory]]
+CheckFn = Callable[[Item, art.Trajectory], Awaitable[float]]
+ScoreFn = Callable[[art.TrajectoryGroup, Item], Awaitable[art.TrajectoryGroup | None]]
 
 console = Console()
 
@@ -97,20 +108,23 @@ class _State(BaseModel):
 
 
 async def rollout_groups(
-    scenario: Scenario,
+    rollout: RolloutFn,
     policy: Policy,
     items: list[Item],
     n: int,
     sampling: Sampling,
     limit: asyncio.Semaphore,
     desc: str,
+    after_each: Callable[[art.TrajectoryGroup], Awaitable[art.TrajectoryGroup]] | None = None,
 ) -> tuple[list[art.TrajectoryGroup], list[Item], int]:
     """n rollouts per item through ART's gather. Returns (groups, their items, rollout errors).
-    A rollout that raises is dropped from its group and counted, never retried silently."""
+    A rollout that raises is dropped from its group and counted, never retried silently.
+    `after_each` runs on each group as soon as its own rollouts are done (ART's hook), so scoring
+    one group overlaps the rollouts of the others."""
 
     async def one(item: Item) -> art.Trajectory:
         async with limit:
-            trajectory = await scenario.rollout(policy.model, item, sampling)
+            trajectory = await rollout(policy.model, item, sampling)
         trajectory.metadata["item_id"] = item.id
         return trajectory
 
@@ -122,14 +136,22 @@ async def rollout_groups(
         ),
         pbar_desc=desc,
         max_exceptions=len(items) * n,
+        after_each=(lambda g: after_each(g) if g.trajectories else _same(g))
+        if after_each
+        else None,
     )
     errors = sum(len(g.exceptions) for g in groups) + n * (len(items) - len(groups))
     kept = [g for g in groups if g.trajectories]
     return kept, [by_id[str(g.metadata["item_id"])] for g in kept], errors
 
 
+async def _same(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
+    return group
+
+
 async def evaluate(
-    scenario: Scenario,
+    rollout: RolloutFn,
+    check: CheckFn,
     policy: Policy,
     items: list[Item],
     sampling: Sampling,
@@ -138,9 +160,9 @@ async def evaluate(
 ) -> tuple[float, list[art.TrajectoryGroup], list[Item]]:
     """Accuracy on held-out items: one rollout each, scored by the scenario's ground truth.
     A rollout that fails counts as wrong (the policy failed the item)."""
-    groups, done, _ = await rollout_groups(scenario, policy, items, 1, sampling, limit, desc)
+    groups, done, _ = await rollout_groups(rollout, policy, items, 1, sampling, limit, desc)
     checks = await asyncio.gather(
-        *(scenario.check(item, g.trajectories[0]) for g, item in zip(groups, done, strict=True))
+        *(check(item, g.trajectories[0]) for g, item in zip(groups, done, strict=True))
     )
     for group, value in zip(groups, checks, strict=True):
         group.trajectories[0].reward = value
@@ -148,6 +170,37 @@ async def evaluate(
 
 
 # --- one training step ------------------------------------------------------------------------
+
+
+_SKIPPED = "rlvr_skipped"  # group metadata: the scorer returned None
+
+
+class _ScoreTiming:
+    """When each group's scoring ran, to tell how much of it hid behind other groups' rollouts."""
+
+    def __init__(self) -> None:
+        self.first_start: float | None = None
+        self.last_start: float | None = None  # the last group's rollouts ended here
+        self.busy_s = 0.0
+
+    def begin(self) -> float:
+        now = time.monotonic()
+        self.first_start = self.first_start or now
+        self.last_start = now
+        return now
+
+    def end(self, began: float) -> None:
+        self.busy_s += time.monotonic() - began
+
+    def metrics(self, gathered: float) -> dict[str, float]:
+        """`time/score_s`: summed scoring time of the groups; `time/score_hidden`: the share of
+        the span in which scoring ran that overlapped rollouts (the rest is waited for)."""
+        if self.first_start is None or self.last_start is None:
+            return {}
+        span = gathered - self.first_start
+        exposed = gathered - self.last_start
+        hidden = 1.0 - exposed / span if span > 0 else 0.0
+        return {M.SCORE_SECONDS: self.busy_s, M.SCORE_HIDDEN: hidden}
 
 
 async def train_step(
@@ -158,35 +211,57 @@ async def train_step(
     scorer: Scorer,
     policy: Policy,
     limit: asyncio.Semaphore,
+    rollout: RolloutFn | None = None,
+    score: ScoreFn | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One step; returns its metrics row and its scored trajectories as table rows."""
+    """One step; returns its metrics row and its scored trajectories as table rows. `rollout`
+    and `score` default to the scenario's and scorer's own (the loop passes traced ones)."""
+    rollout = rollout or scenario.rollout
+    score = score or scorer.score
     started = time.monotonic()
     rng = random.Random(
         f"{cfg.seed}-{step}"
     )  # the batch of a step is reproducible, resume included
     batch = rng.sample(split.train, min(cfg.groups_per_batch, len(split.train)))
     sampling = Sampling(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
-    groups, items, rollout_errors = await rollout_groups(
-        scenario, policy, batch, cfg.group_size, sampling, limit, f"step {step} rollouts"
-    )
-    rollout_s = time.monotonic() - started
-
+    by_id = {item.id: item for item in batch}
     # Ground truth of training trajectories, for judge agreement and the reward-hacking view;
     # skipped where the truth itself is a judge (that would double the judge's bill).
-    if not getattr(scenario, "judged_check", False):
-        truths = await asyncio.gather(
-            *(
-                scenario.check(i, t)
-                for g, i in zip(groups, items, strict=True)
-                for t in g.trajectories
-            )
-        )
-        flat = iter(truths)
-        for group in groups:
-            for t in group.trajectories:
-                t.metrics[INDEPENDENT_REWARD] = next(flat)
+    truth_known = not getattr(scenario, "judged_check", False)
+    timing = _ScoreTiming()
 
-    scored = await asyncio.gather(*(scorer.score(g, i) for g, i in zip(groups, items, strict=True)))
+    async def check_and_score(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
+        """Truth and training reward of one group, as soon as its rollouts are done."""
+        t0 = timing.begin()
+        item = by_id[str(group.metadata["item_id"])]
+        if truth_known:
+            truths = await asyncio.gather(*(scenario.check(item, t) for t in group.trajectories))
+            for t, truth in zip(group.trajectories, truths, strict=True):
+                t.metrics[INDEPENDENT_REWARD] = truth
+        scored = await score(group, item)
+        timing.end(t0)
+        # The loop's bookkeeping (item id, rollout exceptions) survives any scorer; a skipped
+        # group (None) is kept with a mark, since ART's gather would drop it uncounted.
+        return art.TrajectoryGroup(
+            (scored or group).trajectories,
+            exceptions=list(group.exceptions),
+            metadata={**group.metadata, _SKIPPED: scored is None},
+        )
+
+    groups, items, rollout_errors = await rollout_groups(
+        rollout,
+        policy,
+        batch,
+        cfg.group_size,
+        sampling,
+        limit,
+        f"step {step} rollouts",
+        after_each=check_and_score,
+    )
+    faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
+    gathered = time.monotonic()
+    rollout_s = (timing.last_start or gathered) - started
+    scored = [None if g.metadata.get(_SKIPPED) else g for g in groups]
     kept = [(g, i) for g, i in zip(scored, items, strict=True) if g is not None]
     scored_groups = [g for g, _ in kept]
     trainable = [g for g in scored_groups if has_signal(g)]
@@ -224,13 +299,16 @@ async def train_step(
         M.KL: result_metrics.get("kl"),
         M.LOSS: result_metrics.get("loss"),
         M.INDEPENDENT: sum(truths_kept) / len(truths_kept) if truths_kept else None,
+        M.TRUTH_ROLLOUTS: len(truths_kept),
         M.POLICY_STEP: await policy.model.get_step(),
         M.ROLLOUT_SECONDS: rollout_s,
+        **timing.metrics(gathered),
         M.TRAIN_SECONDS: train_s,
         M.STEP_SECONDS: time.monotonic() - started,
         **scorer.pop_metrics(),
+        **trajectory_metric_means(scored_groups),
     }
-    if needs_judge(scorer.name):
+    if truths_kept:  # how far the training reward agrees with ground truth (judge or not)
         row[M.JUDGE_AGREEMENT] = agreement(judged, truths_kept)
     table = store.trajectory_rows(
         scored_groups, [i.id for _, i in kept], step=step + 1, split="train"
@@ -268,6 +346,64 @@ def _restore_state(rows: list[dict[str, Any]]) -> _State:
     return state
 
 
+def _judge_alarm(
+    cfg: TrainConfig, state: _State, rows: list[dict[str, Any]], row: dict[str, Any]
+) -> None:
+    """alarm/judge_disagrees on this step's row, unless it already fired within the window."""
+    points = [
+        StepPoint(
+            step=int(r[M.STEP]),
+            reward=r[M.REWARD_MEAN],
+            truth=r[M.INDEPENDENT],
+            n=int(r.get(M.TRUTH_ROLLOUTS) or 0),
+        )
+        for r in rows
+        if r.get(M.INDEPENDENT) is not None and r.get(M.REWARD_MEAN) is not None
+    ]
+    alarm = judge_disagrees(points, cfg.divergence_window, cfg.judge_gap)
+    recent = [
+        a
+        for a in state.alarms
+        if a.name == AlarmName.JUDGE_DISAGREES and a.step > state.step - cfg.divergence_window
+    ]
+    if alarm is None or recent or alarm.step != state.step:
+        return
+    state.alarms.append(alarm)
+    row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
+    console.print(Panel(alarm.message, title=f"ALARM: {alarm.name}", style="bold yellow"))
+
+
+def _last_policy_step(rows: list[dict[str, Any]]) -> int:
+    return max((int(r[M.POLICY_STEP]) for r in rows if r.get(M.POLICY_STEP) is not None), default=0)
+
+
+def _eval_due(cfg: TrainConfig, step: int) -> bool:
+    return step % cfg.eval_every == 0 or step == cfg.max_steps
+
+
+def _stop_after_eval(
+    cfg: TrainConfig, state: _State, rows: list[dict[str, Any]], test_items: int, val_items: int
+) -> StopReason | None:
+    """The stopping rules after the evaluation at `state.step`. A pure function of the history,
+    so a resumed run re-derives a decision the killed run took but did not act on."""
+    vals = [p.val for p in state.evals]
+    hacking = [
+        a for a in state.alarms if a.name == AlarmName.REWARD_HACKING and a.step == state.step
+    ]
+    evals = [r for r in rows if M.VAL_ACCURACY in r]
+    if hacking and cfg.on_divergence == "stop":
+        return StopReason.REWARD_HACKING
+    if plateaued(vals, cfg.patience, cfg.min_delta):
+        return StopReason.PLATEAU
+    if cfg.max_minutes is not None and out_of_time(
+        [r["time/wall_s"] for r in evals],
+        test_s=evals[-1][M.EVAL_SECONDS] * test_items / val_items,
+        budget_s=cfg.max_minutes * 60,
+    ):
+        return StopReason.TIME_BUDGET
+    return None
+
+
 def _window_reward(rows: list[dict[str, Any]], step: int, eval_every: int) -> float | None:
     recent = [
         r[M.REWARD_MEAN]
@@ -290,31 +426,52 @@ def _print_step(row: dict[str, Any]) -> None:
         console.print(f"  [yellow]hint:[/] {hint}", highlight=False)
 
 
-async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunResult:
+async def run_training(
+    cfg: TrainConfig,
+    *,
+    scenario: Scenario | Task | None = None,
+    scorer: Scorer | str | None = None,
+    resume: Path | None = None,
+) -> RunResult:
     """Train until validation plateaus (or max_steps, a divergence alarm, the judge budget), then
-    evaluate the best checkpoint on the test split once. `resume` continues a run directory from
-    its last completed step."""
+    evaluate the best checkpoint on the test split once.
+
+    `scenario`: your own Scenario (e.g. from `rlvr.scenario(...)`) or Task; default: the task
+    `cfg.task` names. `scorer`: your own Scorer or a scorer spec; default: `cfg.scorer`.
+    `resume` continues a run directory from its last completed step (its config.json wins)."""
+    install_log_redaction()  # no credential reaches a log line, whoever logs it
     if resume is not None:
         cfg = store.read_config(resume)
-        run_dir = resume
-        if (run_dir / store.SUMMARY).exists():
-            raise ValueError(f"{run_dir}: this run already finished (summary.json exists)")
-    else:
-        run_dir = store.new_run_dir(cfg)
-        if (run_dir / store.METRICS).exists():
-            raise ValueError(f"{run_dir}: run directory already holds a run; use --resume")
-    rows = store.read_metrics(run_dir)
-    state = _restore_state(rows)
-    started = time.monotonic() - state.wall_s
-
-    from scenarios import make_scenario
+        if (resume / store.SUMMARY).exists():
+            raise ValueError(f"{resume}: this run already finished (summary.json exists)")
+    task = scenario if isinstance(scenario, Task) else None
+    if scenario is None:
+        task = resolve_task(cfg.task)
+    elif resume is None:  # config.json names the object that was trained
+        cfg = cfg.model_copy(update={"task": scenario.name})
 
     async with AsyncExitStack() as stack:
         # Everything that can reject the config happens before the run directory is written.
         judge = await stack.enter_async_context(_open_judge(cfg))
-        scenario = make_scenario(cfg, judge)
-        scorer = make_scorer(cfg, scenario, judge)
+        scenario = task.build(cfg, judge) if task is not None else scenario
+        assert scenario is not None
+        if isinstance(scorer, str):
+            cfg = cfg.model_copy(update={"scorer": scorer})
+        if scorer is None or isinstance(scorer, str):
+            scorer = make_scorer(cfg, scenario, judge)
+        elif resume is None:  # config.json names the scorer object that was used
+            cfg = cfg.model_copy(update={"scorer": scorer.name})
         items = scenario.load()
+        run_dir = resume if resume is not None else store.new_run_dir(cfg, name=scenario.name)
+        if resume is None and (run_dir / store.METRICS).exists():
+            raise ValueError(f"{run_dir}: run directory already holds a run; use --resume")
+        # A killed run is made consistent first: torn metrics line and temporaries removed, the
+        # policy rewound to the checkpoint its last metrics row records (rlvr.backends).
+        rows = store.recover(run_dir) if resume is not None else store.read_metrics(run_dir)
+        if resume is not None:
+            rewind_policy(cfg, run_dir, _last_policy_step(rows))
+        state = _restore_state(rows)
+        started = time.monotonic() - state.wall_s
         split = split_items(
             items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
         )
@@ -323,8 +480,8 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
             store.write_config(run_dir, cfg)
         # Optional W&B / Weave (imported only when switched on; failures only warn).
         tracker = stack.enter_context(open_tracker(cfg, run_dir))
-        scenario.rollout = tracker.traced(scenario.rollout, name="rollout")  # type: ignore[method-assign]
-        scorer.score = tracker.traced(scorer.score, name="score")  # type: ignore[method-assign]
+        rollout = tracker.traced(scenario.rollout, name="rollout")
+        score = tracker.traced(scorer.score, name="score")
         console.print(
             f"[bold]{cfg.task}[/]: {len(split.train)} train / {len(split.val)} val / "
             f"{len(split.test)} test items; scorer {scorer.name}; run dir {run_dir}",
@@ -355,7 +512,7 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
         async def validate(step: int) -> None:
             t0 = time.monotonic()
             accuracy, groups, done = await evaluate(
-                scenario, policy, val_items, val_sampling, limit, f"validate @{step}"
+                rollout, scenario.check, policy, val_items, val_sampling, limit, f"validate @{step}"
             )
             policy_step = await policy.model.get_step()
             save_trajectories(
@@ -398,33 +555,25 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
         try:
             if not state.evals:
                 await validate(0)
+            elif state.evals[-1].step < state.step and _eval_due(cfg, state.step):
+                await validate(state.step)  # killed between the step's row and its evaluation
+            elif state.evals[-1].step == state.step:
+                await _keep_checkpoints(cfg, policy, state, run_dir)  # may have been cut short
+            if 0 < state.step == state.evals[-1].step:  # the decision a killed run may have taken
+                stop = _stop_after_eval(cfg, state, rows, len(split.test), len(val_items))
             while stop is None and state.step < cfg.max_steps:
                 row, table = await train_step(
-                    cfg, state.step, split, scenario, scorer, policy, limit
+                    cfg, state.step, split, scenario, scorer, policy, limit, rollout, score
                 )
                 save_trajectories(f"step-{state.step + 1:04d}", state.step + 1, table)
                 row[HINT_KEY] = decision_hints(row, cfg)
                 state.step += 1
+                _judge_alarm(cfg, state, [*rows, row], row)
                 emit(row)
                 _print_step(row)
-                if state.step % cfg.eval_every == 0 or state.step == cfg.max_steps:
+                if _eval_due(cfg, state.step):
                     await validate(state.step)
-                    vals = [p.val for p in state.evals]
-                    hacking = [
-                        a
-                        for a in state.alarms
-                        if a.name == AlarmName.REWARD_HACKING and a.step == state.step
-                    ]
-                    if hacking and cfg.on_divergence == "stop":
-                        stop = StopReason.REWARD_HACKING
-                    elif plateaued(vals, cfg.patience, cfg.min_delta):
-                        stop = StopReason.PLATEAU
-                    elif cfg.max_minutes is not None and out_of_time(
-                        [r["time/wall_s"] for r in rows if M.VAL_ACCURACY in r],
-                        test_s=rows[-1][M.EVAL_SECONDS] * len(split.test) / len(val_items),
-                        budget_s=cfg.max_minutes * 60,
-                    ):
-                        stop = StopReason.TIME_BUDGET
+                    stop = _stop_after_eval(cfg, state, rows, len(split.test), len(val_items))
         except BudgetExhausted as error:
             console.print(Panel(str(error), title="judge budget reached", style="bold yellow"))
             stop = StopReason.JUDGE_BUDGET
@@ -439,7 +588,7 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
         if stop != StopReason.JUDGE_BUDGET:
             test_sampling = val_sampling.model_copy(update={"step": best_policy_step})
             test_accuracy, groups, done = await evaluate(
-                scenario, policy, split.test, test_sampling, limit, "test"
+                rollout, scenario.check, policy, split.test, test_sampling, limit, "test"
             )
             save_trajectories(
                 "test",
@@ -461,8 +610,8 @@ async def run_training(cfg: TrainConfig, *, resume: Path | None = None) -> RunRe
         wall_s=time.monotonic() - started,
     )
     summary = {**result.model_dump(mode="json"), "gain": result.best_val - result.baseline_val}
-    store.write_summary(run_dir, summary)
     plot_report(rows, summary, run_dir / store.REPORT)
+    store.write_summary(run_dir, summary)  # last: a run with summary.json is complete
     console.print(
         Panel(
             f"stop: {stop}  steps: {state.step}  baseline val {result.baseline_val:.3f} -> best {result.best_val:.3f} "
@@ -513,11 +662,15 @@ def _save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:
         store.save_checkpoint(run_dir, source, "best")
 
 
-async def evaluate_run(run_dir: Path, split_name: str = "test") -> float:
-    """Evaluate a finished run's best checkpoint on its validation or test split again."""
-    from scenarios import make_scenario
-
+async def evaluate_run(
+    run_dir: Path, split_name: str = "test", scenario: Scenario | Task | None = None
+) -> float:
+    """Evaluate a finished run's best checkpoint on its validation or test split again
+    (`scenario`: the object it was trained with, where config.json names no installed task)."""
     cfg = store.read_config(run_dir)
+    task = scenario if isinstance(scenario, Task) else None
+    if scenario is None:
+        task = resolve_task(cfg.task)
     summary = store.read_summary(run_dir)
     policy_step = {
         int(r[M.STEP]): int(r.get(M.POLICY_STEP, 0))
@@ -527,7 +680,8 @@ async def evaluate_run(run_dir: Path, split_name: str = "test") -> float:
     best_policy_step = policy_step.get(int(summary["best_step"]), 0)
     async with AsyncExitStack() as stack:
         judge = await stack.enter_async_context(_open_judge(cfg))
-        scenario = make_scenario(cfg, judge)
+        scenario = task.build(cfg, judge) if task is not None else scenario
+        assert scenario is not None
         split = split_items(
             scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
         )
@@ -540,7 +694,8 @@ async def evaluate_run(run_dir: Path, split_name: str = "test") -> float:
             step=best_policy_step,
         )
         accuracy, groups, done = await evaluate(
-            scenario,
+            scenario.rollout,
+            scenario.check,
             policy,
             items,
             sampling,

@@ -29,6 +29,7 @@ class M(StrEnum):
     REWARD_ERRORS = "train/reward_errors"
     ROLLOUT_ERRORS = "train/rollout_errors"
     INDEPENDENT = "train/independent_reward_mean"
+    TRUTH_ROLLOUTS = "train/truth_rollouts"  # scored rollouts the ground truth was measured on
     COMPLETION_TOKENS = "train/completion_tokens_mean"
     POLICY_STEP = "train/policy_step"
     JUDGE_CALLS = "judge/calls"
@@ -40,6 +41,8 @@ class M(StrEnum):
     VAL_ITEMS = "val/items"  # items the accuracy is measured on (its noise)
     STEP_SECONDS = "time/step_s"
     ROLLOUT_SECONDS = "time/rollout_s"
+    SCORE_SECONDS = "time/score_s"  # scoring (truth + reward) summed over the step's groups
+    SCORE_HIDDEN = "time/score_hidden"  # share of the scoring span that overlapped rollouts
     TRAIN_SECONDS = "time/train_s"
     EVAL_SECONDS = "time/eval_s"
 
@@ -122,3 +125,23 @@ def agreement(judge_rewards: list[float], truths: list[float]) -> float | None:
         return None
     value = float(spearmanr(judge_rewards, truths).statistic)
     return value if math.isfinite(value) else None
+
+
+# Per-trajectory metrics that already have a step-level key of their own.
+_SUMMARISED = frozenset({INDEPENDENT_REWARD, "truncated", "reward_error"})
+ROLLOUT_PREFIX = "rollout/"
+
+
+def trajectory_metric_means(groups: list[art.TrajectoryGroup]) -> dict[str, float]:
+    """Step means of the numeric metrics rollouts and scorers put on trajectories (a task's
+    `retrieval/recall`, a composite's `reward/<part>`). A key without a '/' is namespaced under
+    `rollout/`, so a task's metric names never collide with the loop's."""
+    values: dict[str, list[float]] = {}
+    for group in groups:
+        for trajectory in group.trajectories:
+            for key, value in trajectory.metrics.items():
+                if key in _SUMMARISED or isinstance(value, bool) or not isinstance(value, int | float):
+                    continue
+                if math.isfinite(value):
+                    values.setdefault(key if "/" in key else ROLLOUT_PREFIX + key, []).append(value)
+    return {key: sum(v) / len(v) for key, v in sorted(values.items())}

@@ -15,6 +15,7 @@ from rlvr.backends import open_policy
 from rlvr.config import TrainConfig
 from rlvr.loop import _open_judge, rollout_groups
 from rlvr.metrics import group_stats
+from rlvr.plugins import resolve_task
 from rlvr.scoring import make_scorer
 from rlvr.split import split_items
 from rlvr.types import Sampling
@@ -40,10 +41,8 @@ class PreflightReport(BaseModel):
 
 
 async def preflight(cfg: TrainConfig, items: int = 4) -> PreflightReport:
-    from scenarios import make_scenario
-
     async with _open_judge(cfg) as judge:
-        scenario = make_scenario(cfg, judge)
+        scenario = resolve_task(cfg.task).build(cfg, judge)
         scorer = make_scorer(cfg, scenario, judge)
         split = split_items(
             scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
@@ -55,7 +54,7 @@ async def preflight(cfg: TrainConfig, items: int = 4) -> PreflightReport:
                     temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
                 )
                 groups, done, _ = await rollout_groups(
-                    scenario,
+                    scenario.rollout,
                     policy,
                     batch,
                     cfg.group_size,

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: runs and CI have no display
 import matplotlib.pyplot as plt
 
+from rlvr import atomic
 from rlvr.metrics import ALARM_PREFIX, M
 
 
@@ -99,6 +100,7 @@ def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    with atomic.writing(path) as tmp:
+        fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path

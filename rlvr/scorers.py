@@ -11,16 +11,23 @@ group and never mutates its input.
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import art
 
 from rlvr.metrics import M
-from rlvr.types import Item, Scorer, completion_text
+from rlvr.types import Item, Scenario, Scorer, completion_text
 from rlvr.verifiers import guarded
 
-ItemReward = Callable[[Item, art.Trajectory], float]
+ItemReward = Callable[[Item, art.Trajectory], float | Awaitable[float]]
+GroupFn = Callable[
+    [art.TrajectoryGroup, Item],
+    "list[float] | art.TrajectoryGroup | Awaitable[list[float] | art.TrajectoryGroup | None] | None",
+]
+log = logging.getLogger("rlvr.scorers")
 
 
 def rescored(
@@ -37,17 +44,28 @@ def rescored(
     )
 
 
+async def _guarded(reward: ItemReward, item: Item, trajectory: art.Trajectory) -> tuple[float, bool]:
+    """`guarded` for a reward that may be async."""
+    try:
+        value = reward(item, trajectory)
+        if inspect.isawaitable(value):
+            value = await value
+    except Exception:
+        return 0.0, True
+    return guarded(lambda: value)
+
+
 class VerifierScorer:
-    """Deterministic reward from the scenario. Errors are 0.0 and counted (reward contract)."""
+    """Deterministic reward from the scenario (sync or async). Errors are 0.0 and counted
+    (reward contract)."""
 
-    name = "verifier"
-
-    def __init__(self, reward: ItemReward) -> None:
+    def __init__(self, reward: ItemReward, name: str = "verifier") -> None:
         self._reward = reward
+        self.name = name
         self._counts: Counter[str] = Counter()
 
     async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup:
-        outcomes = [guarded(lambda t=t: self._reward(item, t)) for t in group.trajectories]
+        outcomes = [await _guarded(self._reward, item, t) for t in group.trajectories]
         self._counts[M.REWARD_ERRORS] += sum(errored for _, errored in outcomes)
         return rescored(
             group,
@@ -140,3 +158,57 @@ class GatedScorer:
         merged: Counter[str] = Counter(self.gate.pop_metrics())
         merged.update(self.scorer.pop_metrics())
         return dict(merged)
+
+
+class GroupFunctionScorer:
+    """A plain function over a group as a Scorer: `fn(group, item)` (sync or async) returns one
+    reward per trajectory, a scored group, or None (cannot score). An exception or a wrong-sized
+    answer is retried, then counted as `train/reward_errors` and the group is skipped: never a
+    fake 0.0."""
+
+    def __init__(self, fn: GroupFn, name: str, retries: int = 2) -> None:
+        self.fn, self.name, self.retries = fn, name, retries
+        self._counts: Counter[str] = Counter()
+
+    async def _once(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
+        result = self.fn(group, item)
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None or isinstance(result, art.TrajectoryGroup):
+            return result
+        rewards = [float(r) for r in result]  # type: ignore[union-attr]
+        if len(rewards) != len(group.trajectories):
+            raise ValueError(f"{len(rewards)} rewards for {len(group.trajectories)} trajectories")
+        return rescored(group, rewards)
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
+        for attempt in range(self.retries + 1):
+            try:
+                return await self._once(group, item)
+            except Exception as error:
+                self._counts[M.REWARD_ERRORS] += 1
+                log.warning("scorer %s failed on %s (try %d): %s", self.name, item.id, attempt + 1, error)
+        return None
+
+    def pop_metrics(self) -> dict[str, float]:
+        counts, self._counts = dict(self._counts), Counter()
+        return {M.REWARD_ERRORS: 0.0, **counts}
+
+
+def group_scorer(fn: GroupFn, name: str | None = None, retries: int = 2) -> Scorer:
+    """Lift `fn(group, item) -> list[float] | TrajectoryGroup | None` to a Scorer."""
+    return GroupFunctionScorer(fn, name or getattr(fn, "__name__", "group_scorer"), retries)
+
+
+def reward_scorer(fn: Callable[[str, str], float], name: str | None = None) -> Scorer:
+    """Lift a verifier-contract `compute_reward(completion, ground_truth) -> float` to a Scorer
+    over the last assistant message and the item's answer."""
+    return VerifierScorer(
+        lambda item, t: fn(completion_text(t), item.answer or ""),
+        name or getattr(fn, "__name__", "reward"),
+    )
+
+
+def verifier_scorer(scenario: Scenario) -> Scorer:
+    """`scorer=verifier`: the scenario's own deterministic training reward."""
+    return VerifierScorer(scenario.reward)

@@ -5,6 +5,9 @@ The hybrid approach trains on the scorer's reward and trusts only held-out valid
 - reward hacking: the training reward trends up while validation trends down by more than
   `val_drop` and more than the noise of an accuracy on that many validation items;
 - converged: the training reward trends up while validation stays flat;
+- judge disagrees: over the last `window` training steps the scorer's reward and the ground truth
+  of the very same rollouts differ by more than `gap` and more than their sampling noise (a judge
+  that rewards wrong answers, or a reward that does not measure the task);
 - time budget: the next evaluation period and the test evaluation would not fit.
 Trends are least-squares slopes over the last `window` evaluations, times the span, so one noisy
 evaluation cannot fire an alarm on its own.
@@ -21,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 class AlarmName(StrEnum):
     REWARD_HACKING = "reward_hacking"  # reward up, validation down: stop and read the rollouts
     CONVERGED = "converged"  # reward up, validation flat: more steps buy nothing
+    JUDGE_DISAGREES = "judge_disagrees"  # training reward far from ground truth, same rollouts
 
 
 class EvalPoint(BaseModel):
@@ -111,6 +115,50 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
             ),
         )
     return None
+
+
+class StepPoint(BaseModel):
+    """One training step: the scorer's mean reward and the ground truth's mean on the same
+    `n` scored rollouts."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    reward: float
+    truth: float
+    n: int
+
+
+def judge_disagrees(points: list[StepPoint], window: int, gap: float) -> Alarm | None:
+    """The scorer and the ground truth disagree on the same rollouts for `window` steps running:
+    every step's mean difference exceeds `gap` in the same direction, and the window's exceeds
+    two standard errors of a mean difference of scores in [0, 1] over its rollouts (at most
+    1/sqrt(n)), so neither one odd step nor a handful of rollouts can fire it."""
+    recent = points[-window:]
+    n = sum(p.n for p in recent)
+    if len(recent) < window or n == 0:
+        return None
+    gaps = [p.reward - p.truth for p in recent]
+    if not (all(g > gap for g in gaps) or all(g < -gap for g in gaps)):
+        return None
+    reward = sum(p.reward * p.n for p in recent) / n
+    truth = sum(p.truth * p.n for p in recent) / n
+    if abs(reward - truth) <= 2 / math.sqrt(n):
+        return None
+    direction = (
+        "rewards answers the ground truth fails" if reward > truth else "fails answers the "
+        "ground truth accepts"
+    )
+    return Alarm(
+        name=AlarmName.JUDGE_DISAGREES,
+        step=recent[-1].step,
+        message=(
+            f"the training scorer gives {reward:.2f} where ground truth gives {truth:.2f} on the "
+            f"same {n} rollouts over steps {recent[0].step}-{recent[-1].step}: it {direction}; "
+            "read them (rlvr inspect --suspicious), then use a stronger judge, a reference-guided judge "
+            "(scorer=ruler_ref), a gated scorer (verifier>ruler) or scorer=verifier"
+        ),
+    )
 
 
 def val_noise(points: list[EvalPoint]) -> float:

@@ -8,14 +8,22 @@ runs/<task>-<timestamp>/
   trajectories/test.parquet        the single test evaluation
   checkpoints/step-NNNN/, checkpoints/best/   LoRA adapters
   summary.json, report.png
-Files are written to a temporary name and renamed, so a killed run never leaves half a file.
+Crash safety (a run can be SIGKILLed at any instant and resumed):
+- every file is written to a temporary name, fsynced and renamed (`rlvr.atomic`); checkpoint
+  directories too, so a half-written one is never taken for complete;
+- metrics.jsonl is appended one fsynced line per row; a row counts once its newline is on disk.
+  A torn last line (killed mid-append) is dropped with a warning, and `recover` cuts it off
+  before a resumed run appends; an unparsable line before the last is an error naming it;
+- credentials never reach a file: rows pass through `rlvr.redact` on the way out.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
+import re
 import shutil
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,7 +33,11 @@ import art
 import polars as pl
 from openai.types.chat.chat_completion import Choice
 
+from rlvr import atomic, faults
 from rlvr.config import TrainConfig
+from rlvr.redact import redact_data, redact_rows
+
+log = logging.getLogger(__name__)
 
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
@@ -35,17 +47,13 @@ TRAJECTORIES = "trajectories"
 CHECKPOINTS = "checkpoints"
 
 
-def new_run_dir(cfg: TrainConfig, now: datetime | None = None) -> Path:
+def new_run_dir(cfg: TrainConfig, now: datetime | None = None, name: str | None = None) -> Path:
+    """`cfg.run_dir`, else runs_root/<name>-<timestamp> (name: the scenario's, default the task)."""
     if cfg.run_dir is not None:
         return cfg.run_dir
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
-    return cfg.runs_root / f"{cfg.task}-{stamp}"
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or cfg.task).strip("._") or "task"
+    return cfg.runs_root / f"{safe}-{stamp}"
 
 
 def _json_safe(value: Any) -> Any:
@@ -60,7 +68,7 @@ def _json_safe(value: Any) -> Any:
 
 def write_config(run_dir: Path, cfg: TrainConfig) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(run_dir / CONFIG, json.dumps(cfg.public_dict(), indent=2))
+    atomic.write_text(run_dir / CONFIG, json.dumps(cfg.public_dict(), indent=2))
 
 
 def read_config(run_dir: Path) -> TrainConfig:
@@ -70,29 +78,89 @@ def read_config(run_dir: Path) -> TrainConfig:
     return TrainConfig.model_validate_json(path.read_text())
 
 
+class MetricsError(ValueError):
+    """metrics.jsonl is damaged before its last line; the message names the file and line."""
+
+
 def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
-    with (run_dir / METRICS).open("a") as f:
-        f.write(json.dumps(_json_safe(row)) + "\n")
+    """Append one row as one fsynced line (O(1) per step, and `tail -f` friendly)."""
+    line = (json.dumps(redact_data(_json_safe(row))) + "\n").encode()
+    torn = faults.armed(faults.FaultPoint.METRICS, row.get("step"))  # test hook: die mid-line
+    with (run_dir / METRICS).open("ab") as f:
+        f.write(line[: len(line) // 2] if torn else line)
         f.flush()
         os.fsync(f.fileno())
+    if torn:
+        faults.crash()
+
+
+def parse_metrics(text: str, source: Path | str = METRICS) -> tuple[list[dict[str, Any]], int]:
+    """(rows, the number of a torn last line or 0). A last line without its newline, or one
+    that does not parse, is torn (the run was killed while writing it); an unparsable line
+    before it raises MetricsError naming `source` and the line."""
+    lines = text.split("\n")  # a complete file ends with "\n": its last piece is ""
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line) if number < len(lines) else None
+        except json.JSONDecodeError as error:
+            if last:
+                return rows, number
+            raise MetricsError(
+                f"{source}:{number}: unparsable metrics line ({error.msg} at column "
+                f"{error.colno}); fix or delete that line to read the run"
+            ) from None
+        if not isinstance(row, dict):
+            if last:
+                return rows, number
+            raise MetricsError(f"{source}:{number}: a metrics line must be a JSON object")
+        rows.append(row)
+    return rows, 0
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """Rows of metrics.jsonl; a torn last line (a run killed mid-write) is ignored."""
+    """Rows of metrics.jsonl; a torn last line is dropped with a warning naming it."""
     path = run_dir / METRICS
     if not path.is_file():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+    rows, torn = parse_metrics(path.read_text(errors="replace"), path)
+    if torn:
+        log.warning(
+            "%s:%d: dropped an incomplete last line (the run was killed while writing it)",
+            path,
+            torn,
+        )
+    return rows
+
+
+def recover(run_dir: Path) -> list[dict[str, Any]]:
+    """Make a killed run's directory consistent before it resumes, and return its metrics rows:
+    temporaries of interrupted writes are removed, a torn last metrics line is cut off (the
+    next append would otherwise glue onto it), and training trajectories of steps with no
+    metrics row are removed (the resumed run redoes those steps)."""
+    for folder in (run_dir, run_dir / TRAJECTORIES, run_dir / CHECKPOINTS):
+        atomic.remove_leftovers(folder)
+    rows = read_metrics(run_dir)
+    path = run_dir / METRICS
+    if path.is_file():
+        text = path.read_text(errors="replace")
+        _, torn = parse_metrics(text, path)
+        if torn:
+            atomic.write_text(path, "".join(f"{line}\n" for line in text.split("\n")[: torn - 1]))
+    done = max((int(r["step"]) for r in rows if "train/reward_mean" in r), default=0)
+    for parquet in (run_dir / TRAJECTORIES).glob("step-*.parquet"):
+        number = parquet.stem.removeprefix("step-")
+        if number.isdigit() and int(number) > done:
+            parquet.unlink()
     return rows
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    _atomic_write(run_dir / SUMMARY, json.dumps(_json_safe(summary), indent=2))
+    text = json.dumps(redact_data(_json_safe(summary)), indent=2)
+    atomic.write_text(run_dir / SUMMARY, text)
 
 
 def read_summary(run_dir: Path) -> dict[str, Any]:
@@ -137,7 +205,6 @@ def write_trajectories(run_dir: Path, name: str, rows: list[dict[str, Any]]) -> 
     folder = run_dir / TRAJECTORIES
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.parquet"
-    tmp = folder / f".{name}.parquet.tmp"
     schema = {
         "step": pl.Int64,
         "split": pl.Utf8,
@@ -152,17 +219,16 @@ def write_trajectories(run_dir: Path, name: str, rows: list[dict[str, Any]]) -> 
         "metadata": pl.Utf8,
         "logs": pl.Utf8,
     }
-    pl.DataFrame(rows, schema=schema).write_parquet(tmp)
-    os.replace(tmp, path)
+    with atomic.writing(path) as tmp:
+        pl.DataFrame(redact_rows(rows), schema=schema).write_parquet(tmp)
     return path
 
 
 def save_checkpoint(run_dir: Path, source: Path, name: str) -> Path:
-    """Copy an adapter directory into checkpoints/<name> (replacing an older copy)."""
+    """Copy an adapter directory into checkpoints/<name> (replacing an older copy); the copy
+    appears under its name only once complete."""
     target = run_dir / CHECKPOINTS / name
-    tmp = run_dir / CHECKPOINTS / f".{name}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(source, tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.writing_dir(target) as tmp:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
     return target

@@ -23,13 +23,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model h
 
 TINY_RUN = {
     "task": "math",
-    "difficulty": "easy",
+    "task_options": {"difficulty": "easy", "num_items": 40},
     "group_size": 4,
     "groups_per_batch": 2,
     "max_steps": 2,
     "eval_every": 1,
     "max_tokens": 16,
-    "num_items": 40,
     "judge": "none",
     # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
     "on_divergence": "warn",

@@ -165,6 +165,7 @@ class FaultServer:
         self._schedule: deque[Fault] = deque()
         self._lock = threading.Lock()
         self.log: list[Served] = []  # since the last `schedule`
+        self.bodies: list[dict] = []  # every request body received, for prompt assertions
         self._stopping = False
         self.port = _free_port()
         self._server = uvicorn.Server(
@@ -216,6 +217,7 @@ class FaultServer:
         @app.post("/v1/chat/completions")
         async def chat(request: Request) -> Any:
             body = await request.json()
+            self.bodies.append(body)
             served, number = self._next()
             fault = served.fault
             try:

@@ -43,21 +43,23 @@ def test_config_is_immutable():
         cfg.group_size = 3  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("task", ["math", "email", "rubric_if"])
+@pytest.mark.parametrize("task", ["math", "email", "rubric_if", "dataset"])
 def test_task_defaults_are_valid_and_overridable(task):
-    from scenarios import DEFAULTS, task_config
+    from rlvr import resolve_task, task_config
 
-    cfg = task_config(task, max_steps=3)
+    extra = {"data_path": "x.jsonl"} if task == "dataset" else {}
+    cfg = task_config(task, max_steps=3, **extra)
     assert cfg.task == task and cfg.max_steps == 3
-    for key, value in DEFAULTS[task].items():
-        assert str(getattr(cfg, key)) == value or float(getattr(cfg, key)) == float(value), key
+    for key, value in resolve_task(task).defaults.items():
+        assert getattr(cfg, key) == value, key
+    assert set(cfg.task_options) == set(resolve_task(task).options.model_fields)
 
 
 def test_task_config_rejects_unknown_tasks_and_keys():
+    from rlvr import PluginError, task_config
     from rlvr.config import ConfigError
-    from scenarios import UnknownTask, task_config
 
-    with pytest.raises(UnknownTask, match="known tasks"):
+    with pytest.raises(PluginError, match=r"unknown task 'chess'; installed tasks: .*math"):
         task_config("chess")
-    with pytest.raises(ConfigError, match="unknown key 'lr'"):
+    with pytest.raises(ConfigError, match=r"unknown key 'lr'.*math options: difficulty, num_items"):
         task_config("math", lr=1.0)

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError
 from rlvr.types import Scenario
+from scenarios.email import Options
 from scenarios.email.inbox import (
     MONTHS,
     NOT_IN_INBOX,
@@ -173,8 +174,7 @@ def test_search_is_scoped_to_one_inbox() -> None:
 
 @pytest.mark.parametrize("level", list(Level))
 def test_make_scenario_items(level: Level) -> None:
-    cfg = TrainConfig(task="email", difficulty=level.value, num_items=60, seed=3)
-    scenario = make_scenario(cfg, None)
+    scenario = make_scenario(Options(difficulty=level.value, num_items=60), seed=3)
     items = scenario.load()
     assert len(items) == 60
     assert len({item.id for item in items}) == 60
@@ -190,12 +190,12 @@ def test_make_scenario_items(level: Level) -> None:
     assert scenario.default_scorer == "ruler"
 
 
-def test_default_difficulty_is_medium() -> None:
-    scenario = make_scenario(TrainConfig(task="email", num_items=10), None)
-    assert scenario.level is Level.MEDIUM
+def test_default_difficulty_is_easy_and_medium_is_the_default_level() -> None:
+    assert make_scenario(Options(num_items=10)).level is Level.EASY
+    assert make_scenario(Options(difficulty="default", num_items=10)).level is Level.MEDIUM
 
 
 def test_bad_difficulty_is_one_line_error() -> None:
     with pytest.raises(ConfigError, match=r"difficulty='extreme'.*easy.*hard") as error:
-        make_scenario(TrainConfig(task="email", difficulty="extreme", num_items=10), None)
+        make_scenario(Options(difficulty="extreme", num_items=10))
     assert "\n" not in str(error.value)

@@ -25,8 +25,8 @@ from openai.types.chat.chat_completion_message_function_tool_call import (
     Function,
 )
 
-from rlvr.config import TrainConfig
 from rlvr.types import Item, Sampling
+from scenarios.email import Options
 from scenarios.email.actions import TOOLS
 from scenarios.email.scenario import (
     END_PREFIX,
@@ -84,8 +84,7 @@ class ScriptedPolicy:
 
 
 def scenario_for(difficulty: str = "medium", protocol: str = "auto") -> EmailScenario:
-    cfg = TrainConfig(task="email", difficulty=difficulty, tool_protocol=protocol, num_items=40)
-    return make_scenario(cfg, None)
+    return make_scenario(Options(difficulty=difficulty, tool_protocol=protocol, num_items=40))
 
 
 def first_item(scenario: EmailScenario, kind: str) -> Item:

@@ -79,7 +79,13 @@ def hacked_run(tmp_path_factory):
 
     run_dir = tmp_path_factory.mktemp("hack") / "math-length"
     # smaller still than the tiny run: one step, 20 items (16 train / 2 val / 2 test)
-    hack = {**TINY_RUN, "max_steps": 1, "num_items": 20, "max_val_items": 1, "scorer": "length"}
+    hack = {
+        **TINY_RUN,
+        "task_options": {"difficulty": "easy", "num_items": 20},
+        "max_steps": 1,
+        "max_val_items": 1,
+        "scorer": "length",
+    }
     cfg = TrainConfig(**hack, run_dir=run_dir)
     asyncio.run(run_training(cfg))
     return run_dir

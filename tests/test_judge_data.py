@@ -200,7 +200,7 @@ def test_healthbench_single_turn_with_points() -> None:
 
 
 def test_rubric_if_scenario_items(tmp_path: Path) -> None:
-    from scenarios import make_scenario
+    from scenarios.rubric_if import task
 
     path = _write(
         tmp_path,
@@ -212,8 +212,8 @@ def test_rubric_if_scenario_items(tmp_path: Path) -> None:
             ]
         ),
     )
-    cfg = TrainConfig(task="rubric_if", data_path=path, num_items=10)
-    scenario = make_scenario(cfg, judge=object())
+    cfg = TrainConfig(task="rubric_if", task_options={"data_path": str(path), "num_items": 10})
+    scenario = task.build(cfg, judge=object())
     items = scenario.load()
     assert len(items) == 10
     assert (
@@ -227,9 +227,9 @@ def test_rubric_if_scenario_items(tmp_path: Path) -> None:
 
 
 def test_rubric_if_defaults_to_healthbench_and_needs_a_judge() -> None:
-    from scenarios import make_scenario
+    from scenarios.rubric_if import task
 
-    scenario = make_scenario(TrainConfig(task="rubric_if"), judge=object())
+    scenario = task.build(TrainConfig(task="rubric_if", task_options={"num_items": 400}), object())
     assert len(scenario.load()) > 250
     with pytest.raises(ConfigError, match="needs a judge"):
-        make_scenario(TrainConfig(task="rubric_if"), judge=None)
+        task.build(TrainConfig(task="rubric_if"), judge=None)

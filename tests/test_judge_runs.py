@@ -71,7 +71,7 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
         "max_tokens": 8,
         "eval_every": 3,
         "max_val_items": 2,
-        "num_items": 20,  # a 2-item test split: the final test evaluation stays short
+        "task_options": {"num_items": 20},  # a 2-item test split: the test evaluation stays short
         "runs_root": tmp_path / "runs",
         "seed": 0,
     }
@@ -132,8 +132,8 @@ async def test_three_step_run_counts_every_fault(
 ) -> None:
     faults = FAULTS[scorer]
     server.schedule(faults)
-    data = {"data_path": recipe_file} if task == "rubric_if" else {}
-    cfg = run_config(server, tmp_path, task=task, scorer=scorer, **data)
+    options = {"num_items": 20} | ({"data_path": str(recipe_file)} if task == "rubric_if" else {})
+    cfg = run_config(server, tmp_path, task=task, scorer=scorer, task_options=options)
     result = await run_training(cfg)
 
     rows = metric_rows(result.run_dir)
@@ -190,8 +190,10 @@ async def test_spend_cap_ends_the_run_cleanly(
     server: FaultServer, tmp_path: Path, recipe_file: Path, scorer: str, task: str, cap: float
 ) -> None:
     server.schedule([])
-    data = {"data_path": recipe_file} if task == "rubric_if" else {}
-    cfg = run_config(server, tmp_path, task=task, scorer=scorer, judge_max_usd=cap, **data)
+    options = {"num_items": 20} | ({"data_path": str(recipe_file)} if task == "rubric_if" else {})
+    cfg = run_config(
+        server, tmp_path, task=task, scorer=scorer, judge_max_usd=cap, task_options=options
+    )
     result = await run_training(cfg)
 
     summary = json.loads((result.run_dir / "summary.json").read_text())
@@ -200,3 +202,30 @@ async def test_spend_cap_ends_the_run_cleanly(
     rows = metric_rows(result.run_dir)
     assert total(rows, "judge/cost_usd") <= cap * 3  # at most one round of requests past the cap
     assert total(rows, "judge/failures") == 0
+
+
+async def test_reference_guided_ruler_sees_training_labels_only(
+    server: FaultServer, tmp_path: Path
+) -> None:
+    """scorer=ruler_ref puts each item's label in the judge's prompt: asserted on the prompts
+    the judge received, every one is a training item's with its own label, and no validation
+    or test item (question or label) ever reaches the judge."""
+    from rlvr.plugins import resolve_task
+    from rlvr.split import split_items
+
+    server.schedule([])
+    server.bodies.clear()
+    cfg = run_config(server, tmp_path, scorer="ruler_ref", max_steps=2, eval_every=2)
+    result = await run_training(cfg)
+    assert result.steps == 2
+
+    items = resolve_task("math").build(cfg).load()
+    split = split_items(items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed)
+    prompts = [
+        "\n".join(str(m.get("content") or "") for m in body["messages"]) for body in server.bodies
+    ]
+    assert prompts
+    for prompt in prompts:
+        shown = [i for i in split.train if i.prompt in prompt]
+        assert any(f"The correct final answer to this task is: {i.answer}" in prompt for i in shown)
+        assert not any(i.prompt in prompt for i in [*split.val, *split.test])

@@ -19,11 +19,10 @@ pytestmark = pytest.mark.slow
 
 TINY = {
     "task": "math",
-    "difficulty": "easy",
+    "task_options": {"difficulty": "easy", "num_items": 40},
     "group_size": 4,
     "groups_per_batch": 2,
     "max_tokens": 12,
-    "num_items": 40,
     "eval_every": 1,
     "judge": "none",
 }
@@ -77,7 +76,8 @@ def test_finished_run_cannot_be_resumed(finished_run):
 
 def test_resume_after_a_killed_run(tmp_path):
     run_dir = tmp_path / "killed"
-    args = [f"{k}={v}" for k, v in TINY.items() if k != "task"] + ["max_steps=3", "eval_every=3", f"run_dir={run_dir}"]
+    flat = {k: v for k, v in TINY.items() if k not in ("task", "task_options")} | TINY["task_options"]
+    args = [f"{k}={v}" for k, v in flat.items()] + ["max_steps=3", "eval_every=3", f"run_dir={run_dir}"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cli = [sys.executable, "-m", "rlvr.cli", "train", "math", *args]
     proc = subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

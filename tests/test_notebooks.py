@@ -80,3 +80,17 @@ def test_quickstart_notebook_trains_and_looks(tmp_path, monkeypatch):
     assert f"stop: {summary['stop_reason']}" in text
     assert ri.trajectories(ri.load_run(run_dir))["prompt"][0] in text
     assert images(notebook) == 1
+
+
+@pytest.mark.slow
+def test_custom_task_notebook_trains_an_inline_task(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_RUNS_ROOT", str(tmp_path / "runs"))
+    notebook = execute("custom_task.ipynb")
+    [run_dir] = [p.parent for p in (tmp_path / "runs").glob("inline-adder-*/summary.json")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
+    assert summary["steps"] == 2
+    assert config["task"] == "inline-adder" and config["scorer"] == "brevity_bonus"
+    text = outputs(notebook)
+    assert f"stop: {summary['stop_reason']}" in text
+    assert "What is" in text  # the inline task's rollouts rendered

@@ -3,9 +3,11 @@ import pytest
 from rlvr.stopping import (
     AlarmName,
     EvalPoint,
+    StepPoint,
     Thresholds,
     best_index,
     divergence,
+    judge_disagrees,
     out_of_time,
     plateaued,
     trend,
@@ -111,3 +113,29 @@ def test_validation_noise_guards_the_hacking_alarm(val_items, expected):
     ]
     alarm = divergence(points, T)
     assert (alarm.name if alarm else None) == expected
+
+
+def _steps(pairs: list[tuple[float, float]], n: int = 16) -> list[StepPoint]:
+    return [StepPoint(step=i + 1, reward=r, truth=t, n=n) for i, (r, t) in enumerate(pairs)]
+
+
+@pytest.mark.parametrize(
+    ("pairs", "n", "fires"),
+    [
+        ([(0.97, 0.02)] * 3, 16, True),  # the 135M RULER judge on email, as measured
+        ([(0.1, 0.8)] * 3, 16, True),  # a judge stricter than the truth disagrees too
+        ([(0.55, 0.45)] * 3, 16, False),  # a small gap is partial credit, not disagreement
+        ([(0.97, 0.02)] * 2, 16, False),  # fewer steps than the window
+        ([(0.2, 0.0), (0.9, 0.1), (0.2, 0.0)], 16, False),  # one bad step is not sustained
+        ([(0.6, 0.2)] * 3, 2, False),  # 0.4 apart on 6 rollouts is within the noise
+        ([(0.6, 0.2)] * 3, 32, True),  # ... and beyond it on 96
+    ],
+)
+def test_judge_disagrees_is_sustained_and_noise_aware(
+    pairs: list[tuple[float, float]], n: int, fires: bool
+) -> None:
+    alarm = judge_disagrees(_steps(pairs, n), window=3, gap=0.3)
+    assert (alarm is not None) == fires
+    if alarm is not None:
+        assert alarm.name == AlarmName.JUDGE_DISAGREES and alarm.step == len(pairs)
+        assert "ground truth" in alarm.message and "scorer=verifier" in alarm.message

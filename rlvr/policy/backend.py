@@ -39,10 +39,12 @@ from art.types import LocalTrainResult, TrainSFTConfig
 from art.utils.get_model_step import get_step_from_dir
 from art.utils.output_dirs import get_model_dir
 
+from rlvr import atomic
 from rlvr.policy import engine as engine_module
 from rlvr.policy.engine import Engine, LoraSettings, OptimSettings
 from rlvr.policy.models import resolve_model
 from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
+from rlvr.redact import redact_data
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +84,8 @@ class TorchBackend:
         model.base_path = self._path
         output_dir = get_model_dir(model=model, art_path=self._path)
         os.makedirs(output_dir, exist_ok=True)
-        with open(f"{output_dir}/model.json", "w") as f:
-            json.dump(model.model_dump(), f)
+        info = redact_data(model.model_dump())  # its inference_api_key included
+        atomic.write_text(Path(output_dir) / "model.json", json.dumps(info))
 
     async def _prepare_backend_for_training(
         self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None

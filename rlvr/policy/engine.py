@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager, nullcontext
@@ -26,6 +25,8 @@ import torch
 from art.utils.get_model_step import get_step_from_dir
 from art.utils.output_dirs import get_step_checkpoint_dir
 from pydantic import BaseModel, ConfigDict
+
+from rlvr import atomic, faults
 
 logger = logging.getLogger(__name__)
 
@@ -265,15 +266,13 @@ class Engine:
             return self._save(step)
 
     def _save(self, step: int) -> Path:
-        """Write adapter + optimizer into a staging dir, then rename it to the step's checkpoint
-        (a crash never leaves a half checkpoint that a restart would resume from)."""
+        """Write adapter + optimizer into a temporary dir, fsync it and rename it to the step's
+        checkpoint: a kill never leaves a half checkpoint that a restart would resume from."""
         target = self.checkpoint_dir(step)
-        staging = target.parent / f".staging-{target.name}"
-        shutil.rmtree(staging, ignore_errors=True)
-        self.model.save_pretrained(staging, selected_adapters=[LIVE_ADAPTER])
-        torch.save(self.optimizer.state_dict(), staging / OPTIMIZER_FILE)
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        with atomic.writing_dir(target) as staging:
+            self.model.save_pretrained(staging, selected_adapters=[LIVE_ADAPTER])
+            faults.maybe_crash(faults.FaultPoint.CHECKPOINT, step)
+            torch.save(self.optimizer.state_dict(), staging / OPTIMIZER_FILE)
         self.live_step = step
         return target
 
@@ -515,6 +514,7 @@ class Engine:
             }
             if config.kl_penalty_coef > 0:
                 metrics[KL_REF] = totals["kl_ref"] / tokens
+            faults.maybe_crash(faults.FaultPoint.OPTIMIZER, step)
             self._save(step)
             return metrics
 

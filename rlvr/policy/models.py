@@ -21,6 +21,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from rlvr import atomic
+
 DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "RLVR_CACHE"
 
@@ -148,6 +150,7 @@ def _converted(source: GgufSource) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         convert_gguf(gguf, staging, source.default_system)
+        atomic.fsync_tree(staging)  # complete on disk before its name says it is
         try:
             staging.rename(target)
         except OSError:

@@ -334,7 +334,14 @@ class ServerThread:
 
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind((HOST, port))
+        try:
+            self._socket.bind((HOST, port))  # loopback only: the endpoint checks no key
+        except OSError as error:
+            self._socket.close()
+            raise RuntimeError(
+                f"policy server: cannot bind {HOST}:{port} ({error.strerror}); is a server from "
+                "an earlier run still up? port 0 picks a free port"
+            ) from None
         self.port = self._socket.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
         self._server = uvicorn.Server(config)

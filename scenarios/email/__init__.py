@@ -9,17 +9,45 @@ The generator, store and check import without ART; `make_scenario` loads the res
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.tasks import Task
 
 if TYPE_CHECKING:
     from rlvr.config import TrainConfig
     from scenarios.email.scenario import EmailScenario
 
 
-def make_scenario(cfg: TrainConfig, judge: object | None = None) -> EmailScenario:
-    from scenarios.email.scenario import make_scenario as make
+class Options(BaseModel):
+    """`rlvr train email key=value` options."""
 
-    return make(cfg, judge)
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    difficulty: str = Field("easy", description="easy, medium (= default) or hard")
+    tool_protocol: Literal["auto", "tools", "text"] = Field(
+        "text",
+        description="OpenAI tool calls, one-line text actions, or auto (tool calls when the "
+        "model emits them, else the text actions)",
+    )
+    num_items: int = Field(400, ge=10, description="questions generated before the split")
 
 
-__all__ = ["make_scenario"]
+def make(options: Options, cfg: TrainConfig) -> EmailScenario:
+    from scenarios.email.scenario import make_scenario
+
+    return make_scenario(options, cfg.seed)
+
+
+task = Task(
+    name="email",
+    make=make,
+    options=Options,
+    # A step (2 groups of 8 episodes, RULER on the local judge, train) takes about 2.5 min on
+    # 2 cores, so the budget holds about 8 steps and 4 evaluations.
+    defaults={"groups_per_batch": 2, "max_val_items": 16, "max_minutes": 27},
+    description="answer questions by searching a generated inbox with tools (ART·E style)",
+)
+
+__all__ = ["Options", "task"]

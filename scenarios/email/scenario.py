@@ -6,7 +6,7 @@ One episode: a system prompt naming the inbox's owner and the actions, the quest
 calls are answered with `tool` messages; text actions with a user-role observation. The episode
 ends at the first final answer or at the turn limit; nothing the model writes can raise.
 
-Difficulty levels (`TrainConfig.difficulty`):
+Difficulty levels (the task option `difficulty`):
 - easy: single-email and latest-state questions, the supporting emails (plus two unrelated ones)
   shown in the question, two turns: answer at once or check once.
 - medium (= default): every kind of question, nothing shown, six turns.
@@ -24,8 +24,9 @@ import openai
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError
 from rlvr.types import Item, Sampling
+from scenarios.email import Options
 from scenarios.email.actions import (
     TOOLS,
     Action,
@@ -391,7 +392,7 @@ def build_inboxes(seed: int, level: Level, num_items: int) -> list[Inbox]:
     return inboxes
 
 
-def make_scenario(cfg: TrainConfig, judge: object | None = None) -> EmailScenario:
-    level = parse_level(cfg.difficulty)
-    inboxes = build_inboxes(cfg.seed, level, cfg.num_items)
-    return EmailScenario(inboxes, level, cfg.tool_protocol, cfg.num_items)
+def make_scenario(options: Options, seed: int = 0) -> EmailScenario:
+    level = parse_level(options.difficulty)
+    inboxes = build_inboxes(seed, level, options.num_items)
+    return EmailScenario(inboxes, level, options.tool_protocol, options.num_items)

@@ -11,12 +11,14 @@ elsewhere), so a 135M model gets mixed groups to learn from. `difficulty` picks 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import art
+from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.rollouts import single_turn
+from rlvr.tasks import Task
 from rlvr.types import Item, Sampling, completion_text
 from rlvr.verifiers import contains_answer, numeric_match
 
@@ -90,5 +92,30 @@ class MathScenario:
         return contains_answer(completion_text(trajectory), item.answer or "")
 
 
-def make_scenario(cfg: TrainConfig, judge: object | None = None) -> MathScenario:
-    return MathScenario(cfg.difficulty, cfg.num_items, cfg.seed)
+class Options(BaseModel):
+    """`rlvr train math key=value` options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    difficulty: Literal["easy", "default", "hard"] = Field("easy", description="generator level")
+    num_items: int = Field(800, ge=10, description="items generated before the 80/10/10 split")
+
+
+def make(options: Options, cfg: TrainConfig) -> MathScenario:
+    return MathScenario(options.difficulty, options.num_items, cfg.seed)
+
+
+task = Task(
+    name="math",
+    make=make,
+    options=Options,
+    # Measured: 0.39 -> 0.69 validation, plateau stop at step 22, 15 min on 2 cores.
+    defaults={
+        "temperature": 0.8,
+        "max_tokens": 32,
+        "learning_rate": 3e-4,
+        "groups_per_batch": 8,
+        "max_minutes": 18,
+    },
+    description="arithmetic (reasoning-gym), exact final number; partial credit in training",
+)

@@ -9,18 +9,44 @@ pass rate from the configured judge.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.tasks import Task
 
 if TYPE_CHECKING:
     from judges.client import JudgeClient
-    from rlvr.config import TrainConfig
     from scenarios.rubric_if.scenario import RubricIfScenario
 
 
-def make_scenario(cfg: TrainConfig, judge: JudgeClient | None = None) -> RubricIfScenario:
-    from scenarios.rubric_if.scenario import make_scenario as make
+class Options(BaseModel):
+    """`rlvr train rubric_if key=value` options."""
 
-    return make(cfg, judge)
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    data_path: Path | None = Field(
+        None, description="a rubric file in the recipe's format (default: HealthBench)"
+    )
+    num_items: int = Field(60, ge=10, description="prompts used before the split")
+    skip_bad_rows: bool = Field(False, description="skip (and count) rows without prompt or criteria")
 
 
-__all__ = ["make_scenario"]
+def make(options: Options, judge: JudgeClient | None) -> RubricIfScenario:
+    from scenarios.rubric_if.scenario import make_scenario
+
+    return make_scenario(options, judge)
+
+
+task = Task(
+    name="rubric_if",
+    make=make,
+    options=Options,
+    # Every rollout costs one local-judge call over 8-17 criteria (~20-40 s on one core), so the
+    # default run is small: 60 prompts (6 val / 6 test), 2 groups of 4 per step.
+    defaults={"group_size": 4, "groups_per_batch": 2, "max_tokens": 64, "max_minutes": 25},
+    description="instruction following graded per rubric criterion by a judge (Tinker recipe)",
+)
+
+__all__ = ["Options", "task"]

@@ -16,7 +16,9 @@ from rlvr.config import ConfigError
 from rlvr.types import Item, Sampling
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from pathlib import Path
+
+    from scenarios.rubric_if import Options
 
 log = logging.getLogger("rlvr.scenarios.rubric_if")
 
@@ -88,10 +90,10 @@ class RubricIfScenario:
         return f"{DEFAULT_RUBRIC}\nTask-specific criteria for a good response:\n{criteria}\n"
 
 
-def load_data(cfg: TrainConfig) -> RubricData:
-    if cfg.data_path is None:
+def load_data(data_path: Path | None, skip_bad_rows: bool = False) -> RubricData:
+    if data_path is None:
         return load_healthbench()
-    data = load_recipe_file(cfg.data_path, skip_bad_rows=cfg.skip_bad_rows)
+    data = load_recipe_file(data_path, skip_bad_rows=skip_bad_rows)
     if data.skipped:
         log.warning(
             "%s: skipped %d bad row(s) (skip_bad_rows=true); first: %s",
@@ -102,7 +104,9 @@ def load_data(cfg: TrainConfig) -> RubricData:
     return data
 
 
-def make_scenario(cfg: TrainConfig, judge: JudgeClient | None = None) -> RubricIfScenario:
+def make_scenario(options: Options, judge: JudgeClient | None = None) -> RubricIfScenario:
     if judge is None:
         raise ConfigError("config: task rubric_if needs a judge; set judge=local or a model id")
-    return RubricIfScenario(load_data(cfg), judge, cfg.num_items)
+    return RubricIfScenario(
+        load_data(options.data_path, options.skip_bad_rows), judge, options.num_items
+    )

@@ -1,0 +1,104 @@
+"""Crash-safe writes: a file or directory appears complete under its final name, or not at all.
+
+Each write goes to a temporary name next to its target (`.NAME.tmp`), is flushed and fsynced,
+renamed over the target with `os.replace` (atomic on POSIX), and then the parent directory is
+fsynced so the rename itself survives a power cut. A SIGKILL at any instant leaves the old
+content or the new one, plus at worst a temporary that `remove_leftovers` clears on resume.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+TMP_SUFFIX = ".tmp"
+
+
+def temp_path(path: Path) -> Path:
+    """Where `path`'s next version is written (hidden, and never a checkpoint step's name)."""
+    return path.with_name(f".{path.name}{TMP_SUFFIX}")
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file, then every directory bottom-up (entries before the folders that hold them)."""
+    for folder, _dirs, files in os.walk(root, topdown=False):
+        for name in files:
+            fsync_file(Path(folder) / name)
+        fsync_dir(Path(folder))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    tmp = temp_path(path)
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[Path]:
+    """A temporary path for a library to write `path`'s new content to (parquet, png); on
+    success it is fsynced and renamed over `path`, on error removed."""
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        fsync_file(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+@contextmanager
+def writing_dir(path: Path) -> Iterator[Path]:
+    """An empty temporary directory to fill; on success its contents are fsynced and it takes
+    `path`'s place (an older `path` is removed first), on error it is removed."""
+    tmp = temp_path(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        shutil.rmtree(path)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def remove_leftovers(folder: Path) -> list[Path]:
+    """Remove the temporaries a killed writer left directly in `folder`; returns them."""
+    if not folder.is_dir():
+        return []
+    found = sorted(folder.glob(f".*{TMP_SUFFIX}"))
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    return found

@@ -1,0 +1,37 @@
+"""Test-only crash injection: `RLVR_FAULT=<point>:<step>` makes this process SIGKILL itself at
+that point of that step, as the OOM killer or a pulled plug would (no cleanup, no atexit, no
+finally). Unset (always, outside tests/test_crash_safety.py) every check is one dict lookup.
+
+`step` is the training step being done (1, 2, ...). For the two policy points it is the policy
+checkpoint step being written, which is the same number while every step trains.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from enum import StrEnum
+from typing import NoReturn
+
+FAULT_ENV = "RLVR_FAULT"
+
+
+class FaultPoint(StrEnum):
+    ROLLOUTS = "rollouts"  # the step's rollouts are back; nothing of the step is stored yet
+    OPTIMIZER = "optimizer"  # the optimizer updated the weights; their checkpoint is not written
+    CHECKPOINT = "checkpoint"  # halfway through the checkpoint: adapter written, optimizer not
+    METRICS = "metrics"  # halfway through the step's first metrics line: a torn last line
+
+
+def armed(point: FaultPoint, step: object) -> bool:
+    return os.environ.get(FAULT_ENV) == f"{point}:{step}"
+
+
+def crash() -> NoReturn:
+    os.kill(os.getpid(), signal.SIGKILL)
+    raise SystemExit(137)  # not reached: SIGKILL cannot be caught
+
+
+def maybe_crash(point: FaultPoint, step: object) -> None:
+    if armed(point, step):
+        crash()

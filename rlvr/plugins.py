@@ -1,0 +1,196 @@
+"""Resolution of task and scorer names: the one place where a name becomes an object.
+
+A name is one of
+- an entry point of an installed package: group `rlvr.scenarios` (tasks) or `rlvr.scorers`
+  (scorers) — rlvr's own tasks and scorers are registered this way, with no privileged path;
+- a file reference `path/to/file.py:attr` (the file's folder goes on sys.path, so it may import
+  its neighbours);
+- a module reference `package.module:attr`.
+Every failure (missing file or module, missing attribute, import error, wrong kind of object) is a
+PluginError whose message is one line naming the reference.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import sys
+from functools import cache
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import TrainConfig
+from rlvr.tasks import PluginError, Task, call_factory, config_for
+from rlvr.types import Scenario, Scorer
+
+SCENARIO_GROUP = "rlvr.scenarios"
+SCORER_GROUP = "rlvr.scorers"
+
+
+def is_reference(name: str) -> bool:
+    return ":" in name
+
+
+def _import_file(path: Path, ref: str) -> Any:
+    path = path.expanduser().resolve()
+    if not path.is_file():
+        raise PluginError(f"{ref}: no such file {path}")
+    # One module per file path, so a file named twice is loaded once.
+    module_name = f"rlvr_user_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"{ref}: {path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:
+        del sys.modules[module_name]
+        raise PluginError(f"{ref}: importing {path} failed: {type(error).__name__}: {error}") from error
+    return module
+
+
+def load_reference(ref: str) -> Any:
+    """The object named by `path/to/file.py:attr` or `package.module:attr`."""
+    target, _, attr = ref.rpartition(":")
+    if not target or not attr:
+        raise PluginError(f"{ref}: expected path/to/file.py:name or package.module:name")
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        module = _import_file(Path(target), ref)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as error:
+            raise PluginError(f"{ref}: no module named '{error.name}'") from error
+        except Exception as error:
+            raise PluginError(f"{ref}: importing {target} failed: {type(error).__name__}: {error}") from error
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise PluginError(f"{ref}: {target} has no attribute '{attr}'")
+        obj = getattr(obj, part)
+    return obj
+
+
+@cache
+def _entry_points(group: str) -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def _load_entry_point(group: str, name: str) -> Any:
+    ep = _entry_points(group)[name]
+    try:
+        return ep.load()
+    except Exception as error:
+        raise PluginError(
+            f"{name}: entry point {ep.value} ({group}) failed to load: {type(error).__name__}: {error}"
+        ) from error
+
+
+def as_task(obj: Any, ref: str) -> Task:
+    """A Task from what a reference names: a Task, a Scenario, or a factory returning one."""
+    if isinstance(obj, Task):
+        return obj
+    if isinstance(obj, Scenario) and not inspect.isclass(obj):
+        return Task(name=obj.name, make=lambda: obj)
+    if callable(obj):
+        name = Path(ref.rpartition(":")[0]).stem.rpartition(".")[2] or ref
+        return Task(name=name, make=obj)
+    raise PluginError(
+        f"{ref}: {type(obj).__name__} is not an rlvr.Task, a Scenario or a factory returning one"
+    )
+
+
+def task_names() -> list[str]:
+    """The installed tasks (entry-point group rlvr.scenarios)."""
+    return sorted(_entry_points(SCENARIO_GROUP))
+
+
+def resolve_task(name: str) -> Task:
+    """The Task for an installed task name or a file/module reference."""
+    if name in _entry_points(SCENARIO_GROUP):
+        return as_task(_load_entry_point(SCENARIO_GROUP, name), name)
+    if is_reference(name):
+        return as_task(load_reference(name), name)
+    raise PluginError(
+        f"unknown task '{name}'; installed tasks: {', '.join(task_names())}; or name your own as "
+        "path/to/file.py:factory or package.module:factory"
+    )
+
+
+def task_config(task: str | Task, /, **overrides: Any) -> TrainConfig:
+    """The config `rlvr train TASK key=value ...` runs with: the task's defaults, then `overrides`
+    (TrainConfig keys and the task's option keys, mixed; strings are parsed). The Python and
+    notebook equivalent of the CLI."""
+    spec = task if isinstance(task, Task) else resolve_task(task)
+    return config_for(spec, task if isinstance(task, str) else spec.name, overrides)
+
+
+# --- scorers ------------------------------------------------------------------------------------
+
+
+def scorer_names() -> list[str]:
+    return sorted(_entry_points(SCORER_GROUP))
+
+
+def _first_param(fn: Any) -> str | None:
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return params[0] if params else None
+
+
+def as_scorer(obj: Any, ref: str, **available: Any) -> Scorer:
+    """A Scorer from what a name resolves to:
+    - a Scorer object (`score`, `pop_metrics`, `name`);
+    - a function over a group, `fn(group, item) -> list[float] | TrajectoryGroup | None`;
+    - a per-trajectory reward, `fn(completion, ground_truth) -> float`;
+    - a factory (class or function) taking any of cfg, judge, scenario by name."""
+    from rlvr.scorers import group_scorer, reward_scorer
+
+    if isinstance(obj, Scorer) and not inspect.isclass(obj):
+        return obj
+    if inspect.isfunction(obj) or inspect.ismethod(obj):
+        first = _first_param(obj)
+        if first == "group":
+            return group_scorer(obj, name=ref)
+        if first == "completion":
+            return reward_scorer(obj, name=ref)
+    if not callable(obj):
+        raise PluginError(f"{ref}: {type(obj).__name__} is not a scorer or a scorer factory")
+    if available.get("judge") is None and "judge" in _required_params(obj):
+        raise PluginError(f"{ref}: this scorer needs a judge; set judge=local or a litellm model id")
+    built = call_factory(obj, ref, **available)
+    if isinstance(built, Scorer):
+        return built
+    raise PluginError(
+        f"{ref}: the factory returned {type(built).__name__}, not a Scorer (score, pop_metrics, name)"
+    )
+
+
+def _required_params(fn: Any) -> list[str]:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in params if p.default is p.empty]
+
+
+def resolve_scorer(name: str, **available: Any) -> Scorer:
+    """One scorer by installed name or reference; `available` holds cfg, judge and scenario."""
+    if name in _entry_points(SCORER_GROUP):
+        return as_scorer(_load_entry_point(SCORER_GROUP, name), name, **available)
+    if is_reference(name):
+        return as_scorer(load_reference(name), name, **available)
+    raise PluginError(
+        f"config: scorer: unknown scorer '{name}'; installed: {', '.join(scorer_names())}, or "
+        "path/to/file.py:name; combine as a+b, a*0.3+b*0.7 or a>b"
+    )

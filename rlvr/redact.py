@@ -1,0 +1,125 @@
+"""Keeping credentials out of everything a run writes or prints.
+
+A credential is:
+- the value of an environment variable named with a KEY / TOKEN / SECRET / PASSWORD component
+  (OPENAI_API_KEY, WANDB_API_KEY, TINKER_API_KEY, HF_TOKEN, ...; values under MIN_LENGTH are
+  left alone, they would blank out ordinary text);
+- the value of a mapping key named like one (api_key, auth_token, password, ...);
+- the password part of a URL (https://user:PASSWORD@host).
+Error and log text also loses key-shaped strings (sk-..., ghp_...), which may come from a
+provider's error message rather than from this machine.
+
+Every output boundary runs its data through these: config.json (`TrainConfig.public_dict`),
+metrics.jsonl, summary.json and parquet (`rlvr.store`), W&B (`rlvr.integrations`), error text
+(ConfigError, the judge client, the CLI) and log records (`install_log_redaction`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import traceback
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[redacted]"
+MIN_LENGTH = 8
+
+_SECRET_ENV = re.compile(
+    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(?:_|$)", re.I
+)
+# Field names: `max_tokens`, `prompt_tokens` (plural) are counts, not credentials.
+_SECRET_FIELD = re.compile(
+    r"(?:^|[_\-.])(?:api_?key|apikey|access_?key|secret_?key|private_?key|token|secret|"
+    r"password|passwd|credentials?)$",
+    re.I,
+)
+_URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+(@)")
+_KEY_SHAPES = re.compile(r"\b(?:sk|pk|rk|ghp|gsk|xai|key)[-_][A-Za-z0-9_\-]{8,}")
+
+
+def is_secret_env(name: str) -> bool:
+    return bool(_SECRET_ENV.search(name))
+
+
+def is_secret_field(name: str) -> bool:
+    return bool(_SECRET_FIELD.search(name))
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """Values of credential-named environment variables, longest first (so a key that contains
+    another is replaced whole)."""
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if is_secret_env(k) and len(v) >= MIN_LENGTH}
+    return tuple(sorted(values, key=len, reverse=True))
+
+
+def redact_text(text: str, secrets: tuple[str, ...] | None = None) -> str:
+    """`text` without credential values from the environment and without URL passwords."""
+    for value in secret_values() if secrets is None else secrets:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+
+
+def redact_error(text: str) -> str:
+    """Error and log text: `redact_text`, and key-shaped strings too."""
+    return _KEY_SHAPES.sub(REDACTED, redact_text(text))
+
+
+def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
+    """A JSON-like value with credentials removed: values under credential-named keys become
+    REDACTED (None and "" stay, they hide nothing), strings lose credential values."""
+    secrets = secret_values() if secrets is None else secrets
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED
+            if isinstance(k, str) and is_secret_field(k) and value[k] not in (None, "")
+            else redact_data(value[k], secrets)
+            for k in value
+        }
+    if isinstance(value, list | tuple):
+        return [redact_data(v, secrets) for v in value]
+    return value
+
+
+def redact_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Trajectory table rows (`rlvr.store.trajectory_rows`) with credentials removed from every
+    text cell; `logs`, which carries error text, also loses key-shaped strings."""
+    secrets = secret_values()
+
+    def clean(key: str, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        return redact_error(value) if key == "logs" else redact_text(value, secrets)
+
+    return [{k: clean(k, v) for k, v in row.items()} for row in rows]
+
+
+def _redacted_record(record: logging.LogRecord) -> logging.LogRecord:
+    try:
+        message = record.getMessage()
+    except Exception:  # a bad format string: logging reports it later, unchanged
+        return record
+    record.msg, record.args = redact_error(message), None
+    if record.exc_info and not record.exc_text:
+        text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
+        record.exc_text = redact_error(text)
+    return record
+
+
+_installed = False
+
+
+def install_log_redaction() -> None:
+    """From now on every log record of this process (any logger, any handler) is created with
+    credentials removed from its message and its traceback text. Idempotent."""
+    global _installed
+    if _installed:
+        return
+    make = logging.getLogRecordFactory()
+    logging.setLogRecordFactory(lambda *a, **k: _redacted_record(make(*a, **k)))
+    _installed = True

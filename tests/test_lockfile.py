@@ -1,0 +1,74 @@
+"""The hashed lock: it matches pyproject.toml, pins every package with hashes, and can never hold
+the compromised litellm release."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+from packaging.requirements import Requirement
+
+from rlvr import lockfile
+
+COMPROMISED_LITELLM = "1.107.0"
+PYPROJECT = lockfile.PYPROJECT.read_text()
+LOCK = lockfile.LOCK.read_text()
+PINNED = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)", re.MULTILINE)
+
+
+def test_the_committed_lock_matches_pyproject() -> None:
+    assert lockfile.problem(PYPROJECT, LOCK) is None
+
+
+def test_every_locked_package_is_pinned_with_a_hash() -> None:
+    entries = re.split(r"\n(?=[A-Za-z0-9_.-]+==)", LOCK)
+    packages = [e for e in entries if PINNED.match(e)]
+    assert len(packages) > 100
+    assert all("--hash=sha256:" in e for e in packages), [e for e in packages if "--hash" not in e]
+
+
+def test_the_compromised_litellm_can_neither_resolve_nor_be_locked() -> None:
+    deps = tomllib.loads(PYPROJECT)["project"]["dependencies"]
+    [litellm] = [Requirement(d) for d in deps if Requirement(d).name == "litellm"]
+    assert COMPROMISED_LITELLM not in litellm.specifier
+    assert not litellm.specifier.contains(COMPROMISED_LITELLM, prereleases=True)
+    locked = dict(PINNED.findall(LOCK))
+    assert locked["litellm"] in litellm.specifier and locked["litellm"] != COMPROMISED_LITELLM
+
+
+def test_fast_moving_dependencies_have_upper_bounds() -> None:
+    project = tomllib.loads(PYPROJECT)["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["dev"]
+    unbounded = [
+        d
+        for d in map(Requirement, deps)
+        if not any(s.operator in ("<", "<=", "==", "~=") for s in d.specifier)
+    ]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda p, lock: (p.replace('"pydantic>=2.7,<3"', '"pydantic>=2.8,<3"'), lock), "make lock"),
+        (lambda p, lock: (p, lock.partition("\n")[2]), "no '# pyproject-digest:' first line"),
+        (lambda p, lock: (p, None), "requirements.lock is missing"),
+        (lambda p, lock: (p.replace("line-length = 100", "line-length = 99"), lock), None),
+    ],
+    ids=["dependency-changed", "unstamped", "missing", "non-dependency-change"],
+)
+def test_a_lock_that_disagrees_is_refused_in_one_line(edit, message: str | None) -> None:
+    pyproject, lock = edit(PYPROJECT, LOCK)
+    found = lockfile.problem(pyproject, lock)
+    if message is None:
+        assert found is None
+    else:
+        assert found is not None and message in found and "\n" not in found
+
+
+def test_stamping_replaces_the_digest_line() -> None:
+    body = LOCK.partition("\n")[2]
+    once = lockfile.stamped(body, "abc")
+    assert once.startswith("# pyproject-digest: abc\n") and once.endswith(body)
+    assert lockfile.stamped(once, "def") == f"# pyproject-digest: def\n{body}"

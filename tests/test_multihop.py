@@ -1,0 +1,492 @@
+"""The multihop task: the generated corpus, BM25 retrieval, retrieval and answer scores, the
+action parser, scripted episodes (fault injection) and one real rollout.
+
+The scripted tests drive the rollout with `ScriptedPolicy` (the email tests' stand-in for
+`art.Model`); the slow test runs the real SmolLM2-135M through rlvr's TorchBackend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import art
+import pytest
+from openai.types.chat.chat_completion import Choice
+
+from rlvr.config import ConfigError
+from rlvr.plugins import resolve_task, task_config
+from rlvr.types import Item, Sampling
+from scenarios.email.scenario import END_PREFIX, EpisodeEnd
+from scenarios.multihop import Options
+from scenarios.multihop.actions import (
+    Answer,
+    Invalid,
+    Read,
+    Search,
+    parse_text_action,
+    parse_tool_call,
+    shown_ids,
+    turn_actions,
+)
+from scenarios.multihop.corpus import Corpus, Question, Relation, generate_corpus
+from scenarios.multihop.index import PassageIndex
+from scenarios.multihop.scenario import Metric, MultihopScenario, make_scenario
+from scenarios.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
+from tests.test_email_rollout import BAD_TURNS, ScriptedPolicy, Turn, choices
+
+SEEDS = (0, 1, 7)
+SAMPLING = Sampling(temperature=0.7, max_tokens=40, step=1)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> Corpus:
+    return generate_corpus(0, 80)
+
+
+@pytest.fixture(scope="module")
+def index(corpus: Corpus) -> PassageIndex:
+    return PassageIndex(corpus.passages)
+
+
+# --- The corpus -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_generator_is_deterministic_by_seed(seed: int) -> None:
+    assert generate_corpus(seed, 40) == generate_corpus(seed, 40)
+    assert generate_corpus(seed, 40).passages != generate_corpus(seed + 100, 40).passages
+
+
+# How a reader that knows only the passage templates reads each fact off a passage's text: the
+# check below does not trust the generator's own fact table.
+READERS: dict[Relation, re.Pattern[str]] = {
+    Relation.EMPLOYER: re.compile(r" at (.+?)\. "),
+    Relation.BIRTHPLACE: re.compile(r"was born in (.+?)(?: and joined|\.$)"),
+    Relation.HEADQUARTERS: re.compile(r"headquarters are in (.+?)\.$"),
+    Relation.FOUNDER: re.compile(r"founded by (.+?) in \d{4}\."),
+    Relation.COUNTRY: re.compile(r"is a city in (.+?), home"),
+}
+
+
+def derive(question: Question, corpus: Corpus) -> str:
+    """Answer `question` from its supporting passages alone, hop by hop."""
+    entity = question.hops[0].subject
+    assert entity in question.text
+    by_title = {p.title: p for p in corpus.passages}
+    for hop in question.hops:
+        passage = by_title[entity]
+        assert passage.id == hop.passage_id
+        found = READERS[hop.relation].search(passage.text)
+        assert found, f"{hop.relation} not stated in {passage.text!r}"
+        entity = found.group(1)
+    return entity
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_answer_is_derivable_from_its_supporting_passages(seed: int) -> None:
+    corpus = generate_corpus(seed, 60)
+    titles = [p.title for p in corpus.passages]
+    assert len(set(titles)) == len(titles)  # one page per entity: no ambiguous subject
+    assert {len(q.hops) for q in corpus.questions} == {2, 3}
+    for question in corpus.questions:
+        assert derive(question, corpus) == question.answer
+        assert len(set(question.supporting_ids)) == len(question.hops)
+        assert not set(question.distractor_ids) & set(question.supporting_ids)
+        for bridge in question.hops[1:]:  # bridge entities never appear in the question
+            assert bridge.subject not in question.text
+
+
+def test_distractors_are_hard_negatives(corpus: Corpus) -> None:
+    for question in corpus.questions:
+        answers = [h.answer for h in question.hops]
+        for pid in question.distractor_ids:
+            assert any(a in corpus.passage(pid).text for a in answers)
+
+
+def test_too_small_a_world_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="expected people >= 12"):
+        generate_corpus(0, 3)
+
+
+# --- Retrieval ------------------------------------------------------------------------------------
+
+
+def recall_at(index: PassageIndex, queries: list[tuple[str, str]], k: int) -> float:
+    return sum(pid in {h.id for h in index.search(q, k)} for q, pid in queries) / len(queries)
+
+
+@pytest.mark.parametrize(("k", "floor"), [(1, 0.95), (3, 0.98)])
+def test_sub_questions_retrieve_their_supporting_passage(
+    corpus: Corpus, index: PassageIndex, k: int, floor: float
+) -> None:
+    queries = [(h.question, h.passage_id) for q in corpus.questions for h in q.hops]
+    assert recall_at(index, queries, k) >= floor
+
+
+def test_last_hop_is_not_retrievable_from_the_question_alone(
+    corpus: Corpus, index: PassageIndex
+) -> None:
+    """The questions are really multi-hop: the first hop's passage is found from the question,
+    the last hop's passage almost never (it needs the bridge entity)."""
+    first = [(q.text, q.hops[0].passage_id) for q in corpus.questions]
+    last = [(q.text, q.hops[-1].passage_id) for q in corpus.questions]
+    assert recall_at(index, first, 3) >= 0.95
+    assert recall_at(index, last, 3) <= 0.2
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "'; DROP TABLE passages; --",
+        'x" OR 1=1 --',
+        "NEAR(a b) OR * title:x",
+        "^founded",
+        "\x00\x01 city",
+        "a" * 100_000,
+        "' UNION SELECT sql FROM sqlite_master --",
+    ],
+)
+def test_injection_in_search_and_read_is_harmless(index: PassageIndex, attack: str) -> None:
+    before = index.count()
+    for k in (1, 5):
+        assert len(index.search(attack + " city", k)) <= k
+    assert index.read(attack) is None
+    assert index.count() == before and index.integrity()
+
+
+def test_read_by_id_or_title(corpus: Corpus, index: PassageIndex) -> None:
+    passage = corpus.passages[5]
+    assert index.read(passage.id) == passage
+    assert index.read(passage.id.upper()) == passage
+    assert index.read(f" {passage.title.lower()} ") == passage
+    assert index.read("p999") is None
+
+
+# --- Scores ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retrieved", "supporting", "recall", "precision"),
+    [
+        (set(), {"p1", "p2"}, 0.0, 0.0),
+        ({"p1"}, {"p1", "p2"}, 0.5, 1.0),
+        ({"p1", "p2"}, {"p1", "p2"}, 1.0, 1.0),
+        ({"p1", "p2", "p3", "p4"}, {"p1", "p2"}, 1.0, 0.5),
+        ({"p3", "p4", "p5"}, {"p1", "p2", "p6"}, 0.0, 0.0),
+        ({"p1", "p3", "p4"}, {"p1", "p2", "p6"}, 1 / 3, 1 / 3),
+    ],
+)
+def test_retrieval_recall_and_precision(
+    retrieved: set[str], supporting: set[str], recall: float, precision: float
+) -> None:
+    scores = retrieval_scores(retrieved, supporting)
+    assert (scores.recall, scores.precision) == pytest.approx((recall, precision))
+
+
+FOUND, MISSED = Retrieval(recall=0.5, precision=0.5), Retrieval(recall=0.0, precision=0.0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "answer", "retrieval", "expected"),
+    [
+        (RewardKind.F1, "Port Kelly", MISSED, 1.0),
+        (RewardKind.F1, "the port kelly.", MISSED, 1.0),  # SQuAD normalisation
+        (RewardKind.F1, "Kelly", MISSED, 2 / 3),
+        (RewardKind.F1, "Port Kelly in Norway", MISSED, 2 / 3),
+        (RewardKind.F1, "Oslo", FOUND, 0.0),
+        (RewardKind.F1, None, FOUND, 0.0),
+        (RewardKind.EM, "Port Kelly", MISSED, 1.0),
+        (RewardKind.EM, "Kelly", FOUND, 0.0),
+        (RewardKind.GATED, "Port Kelly", FOUND, 1.0),
+        (RewardKind.GATED, "Kelly", FOUND, 2 / 3),
+        (RewardKind.GATED, "Port Kelly", MISSED, 0.0),  # right, but nothing supporting retrieved
+        (RewardKind.GATED, None, FOUND, 0.0),
+    ],
+)
+def test_answer_rewards(
+    kind: RewardKind, answer: str | None, retrieval: Retrieval, expected: float
+) -> None:
+    assert reward_score(kind, answer, "Port Kelly", retrieval) == pytest.approx(expected)
+
+
+# --- Actions --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("SEARCH: Acme Inc headquarters", Search(query="Acme Inc headquarters")),
+        ("**SEARCH:** Jane Doe", Search(query="Jane Doe")),
+        ("Let me look.\nREAD: [P012]", Read(ref="p012")),
+        ("read: Port Kelly.", Read(ref="Port Kelly")),
+        ("ANSWER: Norway", Answer(text="Norway")),
+        ("- answer： 'Port Kelly' | p012", Answer(text="Port Kelly")),
+        ("ANSWER:\n\nNorway", Answer(text="Norway")),
+        ("READ:", Invalid(error="READ: give a passage id, e.g. READ: p012")),
+        ("ANSWER:   ", Invalid(error="ANSWER: give the answer text, e.g. ANSWER: Oslo")),
+        ("The answer is Norway.", None),
+    ],
+)
+def test_text_actions(text: str, expected: object) -> None:
+    assert parse_text_action(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("The answer is Norway.", Answer(text="Norway.", implicit=True)),
+        ("I think\nPort Kelly", Answer(text="I think\nPort Kelly", implicit=True)),
+        ("My answer:\nPort Kelly", Answer(text="Port Kelly", implicit=True)),
+        ("  \n ", Invalid(error="Empty reply. Write one action line: SEARCH:, READ: or ANSWER:.")),
+    ],
+)
+def test_plain_replies_under_the_text_protocol(content: str, expected: object) -> None:
+    assert turn_actions(content, [], "text") == [(expected, None)]
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "expected"),
+    [
+        ("search", '{"query": ["Jane", "Doe"]}', Search(query="Jane Doe")),
+        ("read", '{"passage_id": 12}', Read(ref="12")),
+        ("answer", '{"answer": "Norway"}', Answer(text="Norway")),
+        ("answer", "{not json", Invalid(error="answer: arguments are not valid JSON")),
+        ("read", "[1, 2]", Invalid(error="read: arguments must be a JSON object")),
+        ("drop_table", "{}", Invalid(error="unknown tool 'drop_table'; the tools are search, read, answer")),
+        ("read", "{}", Invalid(error="read: passage_id: Field required")),
+    ],
+)  # fmt: skip
+def test_tool_calls(name: str, arguments: str, expected: object) -> None:
+    assert parse_tool_call(name, arguments) == expected
+
+
+def test_shown_ids_reads_tags_only() -> None:
+    assert shown_ids(["[p001] A: x", "READ: p002", "[p003] B\ny [P4]"]) == {"p001", "p003"}
+
+
+# --- Scripted episodes ----------------------------------------------------------------------------
+
+
+def scenario_for(
+    difficulty: str = "medium", protocol: str = "text", reward: str = "f1"
+) -> MultihopScenario:
+    return make_scenario(
+        Options(difficulty=difficulty, tool_protocol=protocol, reward=reward, num_items=40)
+    )
+
+
+def first_item(scenario: MultihopScenario, hops: int = 2) -> Item:
+    return next(item for item in scenario.load() if item.data["hops"] == hops)
+
+
+def _searches_and_reads(scenario: MultihopScenario, item: Item) -> list[Turn]:
+    question = scenario.questions[item.data["question_id"]]
+    return [
+        turn
+        for hop in question.hops
+        for turn in (f"SEARCH: {hop.question}", f"READ: {hop.passage_id}")
+    ]
+
+
+@pytest.mark.parametrize("hops", [2, 3])
+async def test_text_episode_searches_reads_and_answers(hops: int) -> None:
+    scenario = scenario_for("hard")
+    item = first_item(scenario, hops)
+    policy = ScriptedPolicy([*_searches_and_reads(scenario, item), f"ANSWER: {item.answer}"])
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+
+    request = policy.requests[0]
+    assert request["model"] == "policy@1" and request["logprobs"] is True
+    assert "tools" not in request and trajectory.tools is None
+    assert "SEARCH:" in request["messages"][0]["content"]
+    assert "[p" not in request["messages"][1]["content"]  # nothing shown at this level
+    assert len(choices(trajectory)) == 2 * hops + 1
+    metrics = trajectory.metrics
+    assert metrics[Metric.SEARCHES] == metrics[Metric.READS] == hops
+    assert metrics[Metric.INVALID_ACTIONS] == 0 and metrics[Metric.TEXT_ACTIONS] == 2 * hops + 1
+    assert metrics[Metric.RECALL] == 1.0 and 0.0 < metrics[Metric.PRECISION] <= 1.0
+    assert metrics[Metric.EXACT_MATCH] == metrics[Metric.F1] == 1.0
+    assert metrics[END_PREFIX + EpisodeEnd.ANSWERED] == 1.0
+    assert await scenario.check(item, trajectory) == scenario.reward(item, trajectory) == 1.0
+    art.TrajectoryGroup([trajectory])  # a valid ART trajectory
+
+
+async def test_tools_episode() -> None:
+    scenario = scenario_for("medium", protocol="tools")
+    item = first_item(scenario)
+    hop = scenario.questions[item.data["question_id"]].hops[0]
+    policy = ScriptedPolicy(
+        [
+            [("search", json.dumps({"query": hop.question}))],
+            [("read", json.dumps({"passage_id": hop.passage_id}))],
+            [("answer", json.dumps({"answer": item.answer}))],
+        ]
+    )
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    assert trajectory.tools == scenario.tools == policy.requests[0]["tools"]
+    tool_messages = [m for m in trajectory.messages_and_choices if isinstance(m, dict)][2:]
+    assert [m["role"] for m in tool_messages] == ["tool", "tool"]
+    assert tool_messages[0]["tool_call_id"] == "call1-0"
+    assert f"[{hop.passage_id}]" in tool_messages[1]["content"]
+    expected = retrieval_scores(
+        shown_ids(m["content"] for m in tool_messages), item.data["supporting_ids"]
+    )
+    assert expected.recall >= 0.5  # the first hop's passage, maybe more among the hits
+    assert trajectory.metrics[Metric.RECALL] == expected.recall
+    assert trajectory.metrics[Metric.PRECISION] == expected.precision
+    assert trajectory.metrics[Metric.TEXT_ACTIONS] == 0
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+@pytest.mark.parametrize("turn", BAD_TURNS, ids=range(len(BAD_TURNS)))
+async def test_garbled_actions_are_invalid_observations(turn: Turn) -> None:
+    """The email tests' malformed turns (bad JSON, unknown tools, injections, empty verbs)."""
+    scenario = scenario_for("medium", protocol="auto")
+    item = first_item(scenario)
+    before = scenario.index.count()
+    trajectory = await scenario.rollout(ScriptedPolicy([turn, "ANSWER: no idea"]), item, SAMPLING)
+    observation = trajectory.messages_and_choices[3]
+    assert isinstance(observation, dict) and observation["content"].startswith("Error:")
+    assert len(choices(trajectory)) == 2  # the episode went on to the answer
+    assert trajectory.metrics[Metric.INVALID_ACTIONS] >= 1
+    assert trajectory.metrics[Metric.ANSWERED] == 1.0
+    assert scenario.index.count() == before and scenario.index.integrity()
+
+
+@pytest.mark.parametrize(
+    "turn",
+    ["SEARCH: ?!", "SEARCH: the of and", "READ: p9999", "READ: nobody at all", "ANSWER:", "  "],
+)
+async def test_garbled_text_actions_count_as_invalid(turn: str) -> None:
+    scenario = scenario_for("medium")
+    item = first_item(scenario)
+    trajectory = await scenario.rollout(ScriptedPolicy([turn] * 9), item, SAMPLING)
+    assert trajectory.metrics[Metric.INVALID_ACTIONS] == scenario.spec.max_turns
+    assert trajectory.metrics[Metric.TOOL_CALLS] == 0
+    assert trajectory.metrics[END_PREFIX + EpisodeEnd.TURN_LIMIT] == 1.0
+    assert all(m["content"].startswith("Error:") for m in observations(trajectory))
+    assert await scenario.check(item, trajectory) == scenario.reward(item, trajectory) == 0.0
+
+
+def observations(trajectory: art.Trajectory) -> list[dict]:
+    return [m for m in trajectory.messages()[2:] if m["role"] in ("user", "tool")]
+
+
+async def test_turn_limit_nudges_then_ends() -> None:
+    scenario = scenario_for("medium")
+    item = first_item(scenario)
+    policy = ScriptedPolicy(["SEARCH: company"] * 20)
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics[Metric.TURNS]
+    assert "One turn left" in policy.requests[-1]["messages"][-1]["content"]
+    assert trajectory.metrics[END_PREFIX + EpisodeEnd.TURN_LIMIT] == 1.0
+    assert trajectory.metrics[Metric.ANSWERED] == 0.0
+
+
+@pytest.mark.parametrize(("reward", "expected"), [("f1", 1.0), ("em", 1.0), ("gated", 0.0)])
+async def test_gated_reward_needs_retrieval(reward: str, expected: float) -> None:
+    """A right answer with no passage retrieved: f1 and em pay, gated does not; the check is EM."""
+    scenario = scenario_for("medium", reward=reward)
+    item = first_item(scenario)
+    trajectory = await scenario.rollout(ScriptedPolicy([f"ANSWER: {item.answer}"]), item, SAMPLING)
+    assert trajectory.metrics[Metric.RECALL] == trajectory.metrics[Metric.PRECISION] == 0.0
+    assert scenario.reward(item, trajectory) == expected
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+async def test_easy_level_shows_evidence_and_distractors() -> None:
+    scenario = scenario_for("easy")
+    item = first_item(scenario)
+    question = scenario.questions[item.data["question_id"]]
+    policy = ScriptedPolicy([f"The answer is {item.answer}."])
+    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    prompt = policy.requests[0]["messages"][1]["content"]
+    shown = shown_ids([prompt])
+    assert set(question.supporting_ids) <= shown
+    assert shown - set(question.supporting_ids) == set(
+        question.distractor_ids[: scenario.distractors]
+    )
+    assert prompt.rstrip().endswith("ANSWER: your answer")
+    assert scenario.spec.max_turns == 2 and len(policy.requests) == 1
+    metrics = trajectory.metrics
+    assert metrics[Metric.IMPLICIT_ANSWER] == 1.0 and metrics[Metric.RECALL] == 1.0
+    assert metrics[Metric.PRECISION] == pytest.approx(2 / len(shown))
+    assert await scenario.check(item, trajectory) == 1.0
+
+
+async def test_stored_trajectories_rescore_the_same() -> None:
+    """Reward and check read the trajectory's messages, so a stored (dict-only) copy scores the
+    same as the live one."""
+    scenario = scenario_for("medium", protocol="auto", reward="gated")
+    item = first_item(scenario)
+    hop = scenario.questions[item.data["question_id"]].hops[0]
+    policy = ScriptedPolicy(
+        [f"SEARCH: {hop.question}", [("answer", json.dumps({"answer": item.answer}))]]
+    )
+    live = await scenario.rollout(policy, item, SAMPLING)
+    stored = art.Trajectory(messages_and_choices=live.messages(), metadata=live.metadata)
+    assert scenario.reward(item, stored) == scenario.reward(item, live) == 1.0
+    assert await scenario.check(item, stored) == await scenario.check(item, live) == 1.0
+
+
+# --- The task -------------------------------------------------------------------------------------
+
+
+def test_task_is_registered_with_defaults_and_options() -> None:
+    cfg = task_config("multihop", difficulty="hard", top_k="5", reward="gated")
+    assert cfg.task_options["difficulty"] == "hard" and cfg.task_options["top_k"] == 5
+    assert cfg.groups_per_batch == resolve_task("multihop").defaults["groups_per_batch"]
+    scenario = resolve_task("multihop").build(cfg)
+    assert scenario.default_scorer == "verifier" and scenario.reward_kind is RewardKind.GATED
+    items = scenario.load()
+    assert len(items) == 300 and {i.data["hops"] for i in items} == {2, 3}
+    assert len({i.id for i in items}) == len(items)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("difficulty", "insane"), ("reward", "bleu"), ("top_k", "0")]
+)
+def test_bad_options_are_one_line_errors(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"option {key}") as raised:
+        task_config("multihop", **{key: value})
+    assert "\n" not in str(raised.value)
+
+
+# --- The real model -------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_rollout_on_real_model(tmp_path: Path) -> None:
+    """SmolLM2-135M served by rlvr's TorchBackend plays one real medium episode: the trajectory
+    holds trainable Choices with logprobs, its observations and the retrieval metrics."""
+    from rlvr.policy.backend import TorchBackend
+    from rlvr.policy.models import resolve_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    scenario = scenario_for("medium")
+    item = first_item(scenario)
+    model = art.TrainableModel(
+        name="multihop-test",
+        project="rlvr-tests",
+        base_model=str(resolve_model("smollm2-135m")),
+        base_path=str(tmp_path),
+    )
+    backend = TorchBackend(path=str(tmp_path))
+    try:
+        await model.register(backend)
+        trajectory = await scenario.rollout(model, item, Sampling(temperature=1.0, max_tokens=24))
+    finally:
+        await backend.close()
+    sampled = choices(trajectory)
+    assert sampled and all(isinstance(c, Choice) and c.logprobs is not None for c in sampled)
+    assert trajectory.messages()[0]["role"] == "system"
+    metrics = trajectory.metrics
+    assert metrics[Metric.TURNS] == len(sampled) <= scenario.spec.max_turns
+    assert 0.0 <= metrics[Metric.RECALL] <= 1.0 and 0.0 <= metrics[Metric.PRECISION] <= 1.0
+    assert sum(metrics[END_PREFIX + e] for e in EpisodeEnd) == 1.0
+    assert 0.0 <= await scenario.check(item, trajectory) <= 1.0
+    assert 0.0 <= scenario.reward(item, trajectory) <= 1.0
+    art.TrajectoryGroup([trajectory])
