@@ -13,7 +13,6 @@ Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Ru
 from __future__ import annotations
 
 import asyncio
-import resource
 import statistics
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 import art
 import torch
 
+from rlvr.metrics import peak_rss_gb
 from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.engine import Engine
 
@@ -44,8 +44,6 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
 
 
 def _prompts(requests: int) -> list[str]:

@@ -92,6 +92,13 @@ class TrainConfig(BaseModel):
     kl_penalty_coef: float = Field(0.0, ge=0)
     num_substeps: int = Field(1, ge=1, description="optimizer steps per batch of groups")
 
+    # Warm start: supervised fine-tuning on the scenario's demonstrations of training items
+    # (`scenario.demonstrate(item)`) before RL; validation is measured before and after it, so
+    # the RL gain is reported from the warmed-up baseline.
+    sft_steps: int = Field(0, ge=0, description="warm-start optimizer steps (0 = no warm start)")
+    sft_batch_size: int = Field(16, ge=1, description="demonstrations per warm-start step")
+    sft_learning_rate: float = Field(1e-3, gt=0, description="warm-start learning rate")
+
     # Data split and determinism.
     train_ratio: float = Field(0.8, gt=0, lt=1)
     val_ratio: float = Field(0.1, gt=0, lt=1)

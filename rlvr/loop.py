@@ -39,6 +39,7 @@ from rlvr.metrics import (
     agreement,
     group_stats,
     has_signal,
+    peak_rss_gb,
     trajectory_metric_means,
 )
 from rlvr.plugins import resolve_task
@@ -60,6 +61,7 @@ from rlvr.stopping import (
 )
 from rlvr.tasks import Task
 from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer
+from rlvr.warmstart import WarmMetric, check_can_demonstrate, warm_start
 
 RolloutFn = Callable[[art.Model, Item, Sampling], Awaitable[art.Trajectory]]
 CheckFn = Callable[[Item, art.Trajectory], Awaitable[float]]
@@ -305,6 +307,7 @@ async def train_step(
         **timing.metrics(gathered),
         M.TRAIN_SECONDS: train_s,
         M.STEP_SECONDS: time.monotonic() - started,
+        M.PEAK_RSS: peak_rss_gb(),
         **scorer.pop_metrics(),
         **trajectory_metric_means(scored_groups),
     }
@@ -344,6 +347,31 @@ def _restore_state(rows: list[dict[str, Any]]) -> _State:
                 )
         state.wall_s = max(state.wall_s, float(row.get("time/wall_s", 0.0)))
     return state
+
+
+async def _warm(
+    cfg: TrainConfig,
+    scenario: Scenario,
+    policy: Policy,
+    train: list[Item],
+    val_items: list[Item],
+    emit: Callable[[dict[str, Any]], None],
+    limit: asyncio.Semaphore,
+    rollout: RolloutFn,
+) -> None:
+    """Validation before the warm start (its own gain), then the warm start; one row."""
+    sampling = Sampling(temperature=cfg.val_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    before, _, _ = await evaluate(
+        rollout, scenario.check, policy, val_items, sampling, limit, "validate before warm start"
+    )
+    row = await warm_start(cfg, scenario, policy.model, train)
+    emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row})
+    console.print(
+        f"[green]warm start[/]: {row[WarmMetric.DEMONSTRATIONS]:.0f} demonstrations, loss "
+        f"{row[WarmMetric.LOSS_FIRST]:.3f} -> {row[WarmMetric.LOSS_LAST]:.3f}; validation before "
+        f"it {before:.3f} ({row[WarmMetric.SECONDS]:.0f}s)",
+        highlight=False,
+    )
 
 
 def _judge_alarm(
@@ -461,6 +489,7 @@ async def run_training(
             scorer = make_scorer(cfg, scenario, judge)
         elif resume is None:  # config.json names the scorer object that was used
             cfg = cfg.model_copy(update={"scorer": scorer.name})
+        check_can_demonstrate(cfg, scenario)
         items = scenario.load()
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=scenario.name)
         if resume is None and (run_dir / store.METRICS).exists():
@@ -470,6 +499,8 @@ async def run_training(
         rows = store.recover(run_dir) if resume is not None else store.read_metrics(run_dir)
         if resume is not None:
             rewind_policy(cfg, run_dir, _last_policy_step(rows))
+            if hasattr(judge, "spent_usd"):  # the spend cap spans the killed run and this one
+                judge.spent_usd = sum(float(r.get(M.JUDGE_COST) or 0.0) for r in rows)
         state = _restore_state(rows)
         started = time.monotonic() - state.wall_s
         split = split_items(
@@ -553,6 +584,8 @@ async def run_training(
 
         stop: StopReason | None = None
         try:
+            if cfg.sft_steps > 0 and not any(WarmMetric.SECONDS in r for r in rows):
+                await _warm(cfg, scenario, policy, split.train, val_items, emit, limit, rollout)
             if not state.evals:
                 await validate(0)
             elif state.evals[-1].step < state.step and _eval_due(cfg, state.step):
@@ -610,6 +643,9 @@ async def run_training(
         wall_s=time.monotonic() - started,
     )
     summary = {**result.model_dump(mode="json"), "gain": result.best_val - result.baseline_val}
+    warm = next((r for r in rows if WarmMetric.SECONDS in r), None)
+    if warm is not None:  # the warm start's own gain, apart from RL's
+        summary["warm_start"] = {k.removeprefix("warm/"): v for k, v in warm.items() if k != M.STEP}
     plot_report(rows, summary, run_dir / store.REPORT)
     store.write_summary(run_dir, summary)  # last: a run with summary.json is complete
     console.print(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import resource
 from enum import StrEnum
 
 import art
@@ -44,6 +45,7 @@ class M(StrEnum):
     SCORE_SECONDS = "time/score_s"  # scoring (truth + reward) summed over the step's groups
     SCORE_HIDDEN = "time/score_hidden"  # share of the scoring span that overlapped rollouts
     TRAIN_SECONDS = "time/train_s"
+    PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
 
 
@@ -145,3 +147,8 @@ def trajectory_metric_means(groups: list[art.TrajectoryGroup]) -> dict[str, floa
                 if math.isfinite(value):
                     values.setdefault(key if "/" in key else ROLLOUT_PREFIX + key, []).append(value)
     return {key: sum(v) / len(v) for key, v in sorted(values.items())}
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory so far, in GB (the policy trains in-process)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux

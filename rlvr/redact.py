@@ -99,15 +99,40 @@ def redact_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: clean(k, v) for k, v in row.items()} for row in rows]
 
 
+def _redacted_args(args: tuple) -> tuple:
+    return tuple(
+        a
+        if isinstance(a, int | float) or a is None or redact_error(str(a)) == str(a)
+        else redact_error(str(a))
+        for a in args
+    )
+
+
 def _redacted_record(record: logging.LogRecord) -> logging.LogRecord:
+    """The record with credentials removed. A clean record is left as it is; otherwise the
+    arguments are redacted one by one (formatters such as uvicorn's unpack them), and if the
+    message still shows a credential it becomes the redacted text without arguments."""
     try:
         message = record.getMessage()
     except Exception:  # a bad format string: logging reports it later, unchanged
         return record
-    record.msg, record.args = redact_error(message), None
+    if redact_error(message) != message:
+        if isinstance(record.msg, str):
+            record.msg = redact_error(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = _redacted_args(record.args)
+        try:
+            message = record.getMessage()
+        except Exception:
+            message = ""
+        if not message or redact_error(message) != message:
+            record.msg, record.args = redact_error(message or str(record.msg)), None
     if record.exc_info and not record.exc_text:
         text = "".join(traceback.format_exception(*record.exc_info)).rstrip("\n")
-        record.exc_text = redact_error(text)
+        if redact_error(text) != text:
+            record.exc_text = redact_error(text)
+    if record.stack_info:
+        record.stack_info = redact_error(record.stack_info)
     return record
 
 

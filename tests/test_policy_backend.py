@@ -281,6 +281,64 @@ async def test_train_step_changes_the_served_adapter(backend, policy) -> None:
         await ask(policy, question, step=0, max_tokens=2)
 
 
+async def test_trained_positions_logprobs_equal_the_full_vocabulary_forward(
+    backend, policy
+) -> None:
+    """The training forward runs the LM head on the trained positions only (memory); its
+    log-probabilities equal those of the full forward there, and nothing elsewhere."""
+    from art.loss import shift_tensor
+
+    from rlvr.policy.backend import pack_groups
+    from rlvr.policy.engine import _trained_positions, _trimmed, group_attention_mask
+
+    group = await rollout_group(policy, "Name a planet.", [1, 2, 3, 4], lambda s, _: float(s % 2))
+    engine = backend._engines[policy.name]
+    tensors = _trimmed(pack_groups(engine.tokenizer, [group]), engine.device)
+    row = {key: value[:1] for key, value in tensors.items()}
+    with torch.no_grad():
+        _, fast = engine._forward_logprobs(row)
+        logits = engine.model(
+            input_ids=row["tokens"],
+            attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
+            position_ids=row["input_pos"],
+        ).logits
+    full = torch.log_softmax(logits.float(), -1).gather(
+        -1, shift_tensor(row["tokens"], 0)[..., None]
+    )[..., 0]
+    trained = _trained_positions(row, 0)
+    assert trained.sum() > 0
+    assert torch.allclose(fast[0, trained], full[0, trained], atol=1e-4)
+    assert bool((fast[0, ~trained] == 0).all())
+
+
+async def test_supervised_warm_start_lowers_the_demonstration_loss(backend) -> None:
+    """ART's model.train_sft on this backend: cross-entropy on dict assistant turns, one update
+    per batch, the result saved as the next step and served."""
+    from art.types import TrainSFTConfig
+
+    model = await registered(backend, "sft")
+    demos = [
+        art.Trajectory(
+            messages_and_choices=[
+                {"role": "user", "content": f"What is {a} + {b}?"},
+                {"role": "assistant", "content": f"answer: {a + b}"},
+            ],
+            reward=1.0,
+        )
+        for a, b in [(2, 3), (4, 1), (6, 2), (3, 3)]
+    ]
+    config = TrainSFTConfig(learning_rate=2e-3, batch_size=4)
+    losses = [
+        m["loss"]
+        async for m in backend._train_sft(model, demos * 4, config, {})  # 4 batches, 1 epoch each
+    ]
+    assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
+    assert losses[-1] < 0.7 * losses[0]
+    assert await model.get_step() == 1
+    reply = (await ask(model, "What is 4 + 1?", temperature=0, max_tokens=6)).choices[0]
+    assert reply.message.content.startswith("answer:")
+
+
 def starts_with_the(text: str | None) -> float:
     return float((text or "").strip().startswith("The"))
 

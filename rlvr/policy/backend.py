@@ -34,7 +34,8 @@ from art._backend_training import build_rl_train_configs
 from art.local.checkpoints import delete_checkpoints
 from art.metrics_taxonomy import build_training_summary_metrics, summarize_trajectory_groups
 from art.preprocessing.pack import packed_tensors_from_tokenized_results
-from art.preprocessing.tokenize import tokenize_trajectory_groups
+from art.preprocessing.tokenize import tokenize_trajectory, tokenize_trajectory_groups
+from art.trajectories import History
 from art.types import LocalTrainResult, TrainSFTConfig
 from art.utils.get_model_step import get_step_from_dir
 from art.utils.output_dirs import get_model_dir
@@ -180,7 +181,7 @@ class TorchBackend:
             step=step, metrics=metrics, checkpoint_path=str(engine.checkpoint_dir(step))
         )
 
-    def _train_sft(
+    async def _train_sft(
         self,
         model: art.TrainableModel,
         trajectories: Iterable[art.Trajectory],
@@ -188,10 +189,25 @@ class TorchBackend:
         dev_config: dev.TrainSFTConfig,
         verbose: bool = False,
     ) -> AsyncIterator[dict[str, float]]:
-        raise NotImplementedError(
-            "TorchBackend does not implement supervised fine-tuning (model.train_sft); "
-            "train with backend.train on trajectory groups"
-        )
+        """Supervised fine-tuning (ART's `model.train_sft`): cross-entropy on the assistant turns
+        of `trajectories` (plain dict messages, no logprobs needed), tokenised by ART, one AdamW
+        step per batch; the result is saved as the next checkpoint and served from then on.
+        Yields each batch's metrics (loss measured before that batch's update)."""
+        engine = await self._engine(model)
+        demos = list(trajectories)
+        size = len(demos) if config.batch_size == "auto" else max(1, int(config.batch_size))
+        batches = [demos[i : i + size] for i in range(0, len(demos), size)]
+        rates = config.learning_rate
+        for number, batch in enumerate(batches):
+            rate = rates[min(number, len(rates) - 1)] if isinstance(rates, list) else rates
+            packed = await asyncio.to_thread(pack_demonstrations, engine.tokenizer, batch)
+            if packed is None:
+                continue
+            metrics = await asyncio.to_thread(engine.sft_batch, packed, rate)
+            if verbose:
+                logger.info("sft batch %d/%d: %s", number + 1, len(batches), metrics)
+            yield metrics
+        await asyncio.to_thread(engine.save_step, engine.live_step + 1)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -251,6 +267,36 @@ class TorchBackend:
             )
             names += [name, *(f"{name}@{s}" for s in steps)]
         return names
+
+
+def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> dict | None:
+    """ART's tokenisation of demonstrations (assistant turns as dict messages), each its own
+    sequence (no shared prompt), packed into rows; None when no turn is trainable."""
+    results = [
+        result
+        for t in trajectories
+        if (
+            result := tokenize_trajectory(
+                tokenizer,
+                None,
+                History(messages_and_choices=t.messages_and_choices, tools=t.tools),
+                1.0,
+                True,  # allow_training_without_logprobs: demonstrations have none
+                t,
+            )
+        )
+        is not None
+    ]
+    if not results:
+        return None
+    longest = max(len(r.token_ids) for r in results)
+    return packed_tensors_from_tokenized_results(
+        results,
+        max(PACK_LENGTH, math.ceil(longest / PACK_ALIGN) * PACK_ALIGN),
+        pad_token_id=tokenizer.eos_token_id,
+        truncate_long_results=False,
+        verbosity=0,
+    )
 
 
 def pack_groups(

@@ -518,19 +518,52 @@ class Engine:
             self._save(step)
             return metrics
 
+    def sft_batch(self, packed: dict, learning_rate: float) -> dict[str, float]:
+        """One supervised update on packed demonstrations: cross-entropy on the assistant
+        tokens only (ART's assistant mask), one AdamW step. Not saved: `save_step` once the
+        whole warm start is done. Returns the mean loss per trained token before the update."""
+        from art.loss import shift_tensor
+
+        with self.lock:
+            tensors = _trimmed(packed, self.device)
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate
+            tokens = float(shift_tensor(tensors["assistant_mask"], False).sum())
+            total = 0.0
+            for row in range(len(tensors["tokens"])):
+                inputs = {key: value[row : row + 1] for key, value in tensors.items()}
+                _, logprobs = self._forward_logprobs(inputs)
+                loss = -logprobs.sum() / max(tokens, 1.0)  # zero off the trained positions
+                loss.backward()
+                total += float(loss.detach()) * max(tokens, 1.0)
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.trainable_parameters(), self.optim.max_grad_norm
+            )
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            return {LOSS: total / max(tokens, 1.0), GRAD_NORM: float(norm), NUM_TOKENS: tokens}
+
     def _forward_logprobs(
         self, inputs: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and log p(next token) for one packed row under ART's group attention mask."""
+        """Log p(next token) for one packed row under ART's group attention mask, as ART's loss
+        wants it ([1, S]), and the logits of the trained positions ([K, V]). Only those K
+        positions go through the LM head: full-vocabulary logits for every packed position
+        were most of a step's memory (S x 49k floats, twice more in backward)."""
         from art.loss import shift_tensor
 
+        positions = _trained_positions(inputs, 0).nonzero()[:, 0]
         with self.autocast_context():
             logits = self.model(
                 input_ids=inputs["tokens"],
                 attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
                 position_ids=inputs["input_pos"],
-            ).logits
-        return logits, token_logprobs(logits, shift_tensor(inputs["tokens"], 0))
+                logits_to_keep=positions,
+            ).logits[0]
+        targets = shift_tensor(inputs["tokens"], 0)[0, positions]
+        kept = token_logprobs(logits, targets)
+        full = torch.zeros(inputs["tokens"].shape, dtype=kept.dtype, device=kept.device)
+        return logits, full.index_put((torch.zeros_like(positions), positions), kept)
 
     def _train_row(
         self, inputs: dict[str, torch.Tensor], dev_config: dict, kl_coef: float, chunk_tokens: float
@@ -551,7 +584,7 @@ class Engine:
             sampled = trained & ~torch.isnan(old)
             # k3 estimate of KL(sampler || trainer) over the sampled tokens.
             delta = (new_logprobs.detach() - old)[sampled]
-            log_probs = torch.log_softmax(logits.detach()[trained].float(), -1)
+            log_probs = torch.log_softmax(logits.detach().float(), -1)  # trained positions
             n_tokens = float(trained.sum())
             return {
                 "loss": float(loss.policy_loss),
