@@ -70,11 +70,12 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
-# over $(WORKERS) processes; the model conversion is done once before the workers start.
+# over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
+# cores); the model conversion is done once before the workers start.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')"
-	$(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup
 
 # The fast tier for development.
 test-fast: $(STAMP)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -200,7 +201,9 @@ def tasks() -> None:
             continue
         typer.echo(f"{name}\t{task.description}")
         for key, info in task.options.model_fields.items():
-            default = "(required)" if info.is_required() else repr(info.get_default(call_default_factory=True))
+            value = info.get_default(call_default_factory=True)
+            shown = repr(value.value if isinstance(value, Enum) else value)
+            default = "(required)" if info.is_required() else shown
             about = f"  {info.description}" if info.description else ""
             typer.echo(f"    {key}={default}{about}")
         if task.defaults:

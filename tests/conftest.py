@@ -50,3 +50,14 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     run_dir = tmp_path_factory.mktemp("tiny") / "math-tiny"
     result = asyncio.run(run_training(TrainConfig(**TINY_RUN, run_dir=run_dir)))
     return TinyRun(run_dir=run_dir, result=result)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), a module's tests stay on
+    one worker (its module-scoped model, backend or server is built once), and every test that
+    reads the shared `tiny_run` joins one group, so that real run is trained once."""
+    for item in items:
+        group = (
+            "tiny_run" if "tiny_run" in getattr(item, "fixturenames", ()) else item.module.__name__
+        )
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -263,6 +263,42 @@ def _text_action(verb: TextVerb, rest: str) -> Action:
     return Answer(answer=answer, source_ids=_EMAIL_ID.findall(ids.lower()) if bar else ())
 
 
+# --- Writing actions (the inverse of parsing: scripted agents, demonstrations) -----------------
+
+
+def text_action(action: Search | Read | Answer) -> str:
+    """The one-line text action that `parse_text_action` reads back as `action`. Filter values
+    must be single words (dates, ids), as the parser reads them."""
+    if isinstance(action, Search):
+        filters = zip(
+            ("from", "to", "after", "before"),
+            (action.sender, action.to, action.after, action.before),
+            strict=True,
+        )
+        words = [action.keywords, *(f"{key}:{value}" for key, value in filters if value)]
+        return f"{TextVerb.SEARCH}: {' '.join(w for w in words if w)}"
+    if isinstance(action, Read):
+        return f"{TextVerb.READ}: {action.id}"
+    return f"{TextVerb.ANSWER}: {action.answer} | {', '.join(action.source_ids)}".rstrip()
+
+
+def tool_call(action: Search | Read | Answer, call_id: str) -> dict[str, Any]:
+    """The OpenAI tool call that `parse_tool_call` reads back as `action`, shaped like a sampled
+    call in `art.Trajectory.messages()`."""
+    name, arguments = (
+        (ToolName.SEARCH, action.model_dump(by_alias=True, exclude_none=True))
+        if isinstance(action, Search)
+        else (ToolName.READ, action.model_dump())
+        if isinstance(action, Read)
+        else (ToolName.ANSWER, action.model_dump(include={"answer", "source_ids"}))
+    )
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": name.value, "arguments": json.dumps(arguments)},
+    }
+
+
 # --- Observations ---------------------------------------------------------------------------------
 
 

@@ -5,6 +5,8 @@ One episode: a system prompt naming the inbox's owner and the actions, the quest
 `logprobs=True` and its `Choice` is kept as is, so ART trains on the exact sampled tokens. Tool
 calls are answered with `tool` messages; text actions with a user-role observation. The episode
 ends at the first final answer or at the turn limit; nothing the model writes can raise.
+`demonstrate` plays the same episode with the scripted oracle's (scenarios.email.oracle) action
+messages in place of sampled turns: demonstrations for a supervised warm-start.
 
 Difficulty levels (the task option `difficulty`):
 - easy: single-email and latest-state questions, the supporting emails (plus two unrelated ones)
@@ -16,6 +18,7 @@ Difficulty levels (the task option `difficulty`):
 from __future__ import annotations
 
 import random
+from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -26,7 +29,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import ConfigError
 from rlvr.types import Item, Sampling
-from scenarios.email import Options
+from scenarios.email import Options, oracle
 from scenarios.email.actions import (
     TOOLS,
     Action,
@@ -196,8 +199,46 @@ class EmailScenario:
         return items[: self.num_items]
 
     async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+        client = model.openai_client()
+
+        async def sample(messages: list[Any], turn: int) -> Choice:
+            request: dict[str, Any] = {
+                "model": model.get_inference_name(sampling.step),
+                "messages": messages,
+                "logprobs": True,
+                "max_tokens": sampling.max_tokens,
+                "temperature": sampling.temperature,
+                "top_p": sampling.top_p,
+            }
+            if self.protocol != "text":
+                request["tools"] = TOOLS
+            completion = await client.chat.completions.create(**request)
+            return completion.choices[0]
+
+        return await self._play(item, sample)
+
+    async def demonstrate(self, item: Item) -> art.Trajectory:
+        """The oracle's episode on `item` (scenarios.email.oracle): the rollout's episode with
+        the oracle's action messages in place of sampled turns, for supervised warm-starts. Its
+        reward is the check's score; metadata `policy` says it was not sampled."""
         inbox = self.inboxes[item.data["inbox"]]
-        use_tools = self.protocol != "text"
+        spec = self.spec
+        actions = oracle.plan(item, inbox, self.store, spec.evidence_in_prompt, spec.max_turns)
+        # auto shows the text actions in the prompt (system_prompt), so it gets text demonstrations
+        protocol: Protocol = "tools" if self.protocol == "tools" else "text"
+
+        async def recite(messages: list[Any], turn: int) -> dict[str, Any]:
+            return oracle.message(actions[turn], protocol, turn)
+
+        trajectory = await self._play(item, recite)
+        trajectory.metadata["policy"] = "oracle"
+        trajectory.reward = self.reward(item, trajectory)
+        return trajectory
+
+    async def _play(self, item: Item, policy: PolicyTurn) -> art.Trajectory:
+        """One episode: the prompt, then `policy` turns, each acted on and observed, until a final
+        answer or the turn limit. A refused later turn (openai.BadRequestError) ends it."""
+        inbox = self.inboxes[item.data["inbox"]]
         trajectory = art.Trajectory(
             messages_and_choices=[
                 {
@@ -207,7 +248,7 @@ class EmailScenario:
                 {"role": "user", "content": question_prompt(item, inbox, self.spec, self.protocol)},
             ],
             # ART renders `tools` into the training prompt; it must be what the policy saw.
-            tools=TOOLS if use_tools else None,
+            tools=TOOLS if self.protocol != "text" else None,
             metadata={
                 "inbox": inbox.id,
                 "question_id": item.data["question_id"],
@@ -219,31 +260,20 @@ class EmailScenario:
         episode = _Episode(supporting=frozenset(item.data["supporting_ids"]))
         if self.spec.evidence_in_prompt:
             episode.seen.update(episode.supporting)
-        client = model.openai_client()
         end = EpisodeEnd.TURN_LIMIT
         for turn in range(self.spec.max_turns):
-            request: dict[str, Any] = {
-                "model": model.get_inference_name(sampling.step),
-                "messages": trajectory.messages(),
-                "logprobs": True,
-                "max_tokens": sampling.max_tokens,
-                "temperature": sampling.temperature,
-                "top_p": sampling.top_p,
-            }
-            if use_tools:
-                request["tools"] = TOOLS
             try:
-                completion = await client.chat.completions.create(**request)
+                reply = await policy(trajectory.messages(), turn)
             except openai.BadRequestError:
                 if turn == 0:  # the first request failing is a setup problem, not the model's
                     raise
                 end = EpisodeEnd.POLICY_ERROR
                 break
-            choice = completion.choices[0]
-            trajectory.messages_and_choices.append(choice)
+            trajectory.messages_and_choices.append(reply)
             episode.turns += 1
             one_left = turn == self.spec.max_turns - 2
-            if self._act(inbox, choice, episode, trajectory, one_left):
+            # The turn as ART renders it, which is also what `final_answer` reads back.
+            if self._act(inbox, trajectory.messages()[-1], episode, trajectory, one_left):
                 end = EpisodeEnd.ANSWERED
                 break
         return self._finish(item, trajectory, episode, end)
@@ -251,21 +281,13 @@ class EmailScenario:
     def _act(
         self,
         inbox: Inbox,
-        choice: Choice,
+        message: dict[str, Any],
         episode: _Episode,
         trajectory: art.Trajectory,
         one_left: bool,
     ) -> bool:
         """Execute the turn's actions and append their observations; True when it answered."""
-        calls = [
-            (
-                getattr(getattr(call, "function", None), "name", None),
-                getattr(getattr(call, "function", None), "arguments", None),
-                call.id,
-            )
-            for call in choice.message.tool_calls or []
-        ]
-        for action, call_id in turn_actions(choice.message.content, calls, self.protocol):
+        for action, call_id in message_actions(message, self.protocol):
             if call_id is None and not isinstance(action, Invalid):
                 episode.text_actions += 1
             if isinstance(action, Answer):
@@ -346,6 +368,11 @@ class EmailScenario:
         )
 
 
+PolicyTurn = Callable[[list[Any], int], Awaitable[Choice | dict[str, Any]]]
+"""One assistant turn, given the messages so far and the turn's number: a sampled `Choice`
+(rollout; ART trains on its tokens) or a plain assistant message (demonstrate)."""
+
+
 class _Episode:
     """Mutable bookkeeping of one episode (never leaves the rollout)."""
 
@@ -361,23 +388,35 @@ def _nudge(observation: str, one_left: bool) -> str:
     return observation + ("\n\nOne turn left: give your final answer now." if one_left else "")
 
 
+def message_actions(
+    message: Mapping[str, Any], protocol: Protocol
+) -> list[tuple[Action, str | None]]:
+    """The actions of one assistant message (as `art.Trajectory.messages()` renders a turn), each
+    with its tool call's id (None for a text action), by `turn_actions`' rules."""
+    calls = [
+        (
+            (call.get("function") or {}).get("name"),
+            (call.get("function") or {}).get("arguments"),
+            str(call.get("id") or ""),
+        )
+        for call in message.get("tool_calls") or []
+    ]
+    content = message.get("content")
+    return turn_actions(content if isinstance(content, str) else None, calls, protocol)
+
+
 def final_answer(trajectory: art.Trajectory) -> Answer | None:
     """The episode's final answer, read back from its messages by the rollout's own rules
-    (`turn_actions`), so stored trajectories can be re-checked."""
+    (`message_actions`), so stored trajectories can be re-checked."""
     protocol = trajectory.metadata.get("protocol", "auto")
-    for message in trajectory.messages():
-        if message.get("role") != "assistant":
-            continue
-        calls = [
-            ((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"), "")
-            for c in message.get("tool_calls") or []
-        ]
-        content = message.get("content")
-        text = content if isinstance(content, str) else None
-        for action, _ in turn_actions(text, calls, protocol):
-            if isinstance(action, Answer):
-                return action
-    return None
+    answers = (
+        action
+        for message in trajectory.messages()
+        if message.get("role") == "assistant"
+        for action, _ in message_actions(message, protocol)
+        if isinstance(action, Answer)
+    )
+    return next(answers, None)
 
 
 def build_inboxes(seed: int, level: Level, num_items: int) -> list[Inbox]:
