@@ -365,7 +365,8 @@ async def _warm(
         rollout, scenario.check, policy, val_items, sampling, limit, "validate before warm start"
     )
     row = await warm_start(cfg, scenario, policy.model, train)
-    emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row})
+    saved = await policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
+    emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved})
     console.print(
         f"[green]warm start[/]: {row[WarmMetric.DEMONSTRATIONS]:.0f} demonstrations, loss "
         f"{row[WarmMetric.LOSS_FIRST]:.3f} -> {row[WarmMetric.LOSS_LAST]:.3f}; validation before "

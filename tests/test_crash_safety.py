@@ -157,20 +157,6 @@ def test_recover_removes_temporaries_and_trajectories_of_unrecorded_steps(tmp_pa
     assert not list(tmp_path.rglob("*.tmp"))
 
 
-@pytest.mark.slow  # a subprocess that imports the framework
-def test_the_metrics_fault_tears_the_line_then_kills(tmp_path: Path) -> None:
-    code = (
-        "import sys; from pathlib import Path; from rlvr import store\n"
-        "store.append_metrics(Path(sys.argv[1]), {'step': 1, 'train/reward_mean': 0.5})\n"
-        "store.append_metrics(Path(sys.argv[1]), {'step': 2, 'train/reward_mean': 0.5})\n"
-    )
-    env = {**os.environ, faults.FAULT_ENV: "metrics:2"}
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, timeout=300)
-    assert done.returncode == -signal.SIGKILL
-    rows, torn = store.parse_metrics((tmp_path / store.METRICS).read_text())
-    assert [r["step"] for r in rows] == [1] and torn == 2
-
-
 @pytest.mark.parametrize(
     ("spec", "point", "step", "hit"),
     [

@@ -13,6 +13,7 @@ Callers run both off the event loop (`asyncio.to_thread`). Checkpoints are PEFT 
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import threading
@@ -109,6 +110,27 @@ class Sampled(BaseModel):
     top_logprobs: list[list[tuple[int, float]]]
     text: str
     finish_reason: FinishReason
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return None
+
+
+_LIBC = _libc()
+M_ARENA_MAX = -8
+if _LIBC is not None:
+    # Generation, training and the HTTP server run on different threads; glibc gives each its own
+    # heap arena and keeps what they freed, so resident memory only ever grows. Two arenas.
+    _LIBC.mallopt(M_ARENA_MAX, 2)
+
+
+def release_memory() -> None:
+    """Hand memory freed by the last update back to the OS (glibc keeps it otherwise)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
 
 
 def choose_device(device: str | None) -> torch.device:
@@ -516,6 +538,7 @@ class Engine:
                 metrics[KL_REF] = totals["kl_ref"] / tokens
             faults.maybe_crash(faults.FaultPoint.OPTIMIZER, step)
             self._save(step)
+            release_memory()
             return metrics
 
     def sft_batch(self, packed: dict, learning_rate: float) -> dict[str, float]:
@@ -541,6 +564,7 @@ class Engine:
             )
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            release_memory()
             return {LOSS: total / max(tokens, 1.0), GRAD_NORM: float(norm), NUM_TOKENS: tokens}
 
     def _forward_logprobs(
