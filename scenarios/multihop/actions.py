@@ -199,6 +199,21 @@ def turn_actions(
     return [(action, None)]
 
 
+def message_actions(message: dict[str, Any], protocol: Protocol) -> list[tuple[Action, str | None]]:
+    """The actions of an assistant message as `art.Trajectory.messages()` renders it (sampled
+    turns, stored trajectories and the oracle's demonstrations alike)."""
+    content = message.get("content")
+    calls = [
+        (
+            (c.get("function") or {}).get("name"),
+            (c.get("function") or {}).get("arguments"),
+            str(c.get("id") or ""),
+        )
+        for c in message.get("tool_calls") or []
+    ]
+    return turn_actions(content if isinstance(content, str) else None, calls, protocol)
+
+
 # --- Observations ---------------------------------------------------------------------------------
 
 

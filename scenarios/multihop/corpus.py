@@ -17,6 +17,7 @@ from the passages. Same (seed, people) -> same corpus; no wall-clock time enters
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable
 from enum import StrEnum
 
@@ -66,6 +67,24 @@ SUB_QUESTIONS: dict[Relation, str] = {
     Relation.FOUNDER: "Who founded {}?",
     Relation.COUNTRY: "In which country is {}?",
 }
+
+
+# How each fact reads in its subject's passage (the templates in `_world`): a reader that knows
+# only these can walk a question's chain through the passage texts, which is how the tests prove
+# every answer derivable and how the oracle answers without looking at the label.
+FACT_PATTERNS: dict[Relation, re.Pattern[str]] = {
+    Relation.EMPLOYER: re.compile(r" works as an? .+? at (.+?)\. "),
+    Relation.BIRTHPLACE: re.compile(r" was born in (.+?)(?: and joined .+)?\.$"),
+    Relation.HEADQUARTERS: re.compile(r"Its headquarters are in (.+?)\.$"),
+    Relation.FOUNDER: re.compile(r" company founded by (.+?) in \d{4}\."),
+    Relation.COUNTRY: re.compile(r" is a city in (.+?), home to "),
+}
+
+
+def read_fact(relation: Relation, text: str) -> str | None:
+    """The object of `relation` as `text` states it, or None when it does not."""
+    found = FACT_PATTERNS[relation].search(text)
+    return found.group(1) if found else None
 
 
 class QuestionKind(StrEnum):

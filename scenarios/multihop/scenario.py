@@ -12,6 +12,9 @@ Difficulty levels (the task option `difficulty`):
 - medium: 2-hop questions, nothing shown: search, read, answer in five turns.
 - hard: 2- and 3-hop questions, nothing shown, seven turns.
 
+`demonstrate(item)` plays the same episode with the oracle's action messages in place of sampled
+turns (scenarios.multihop.oracle), for supervised warm starts (`sft_steps=`).
+
 The reward and the check are re-derived from the trajectory's messages (the final answer by the
 rollout's own parsing rules, the retrieved passages from the `[pNNN]` tags of observations), so a
 stored trajectory can be re-scored; the rollout puts the same numbers in `trajectory.metrics`.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -33,19 +37,18 @@ from rlvr.rollouts import chat_turn
 from rlvr.types import Item, Sampling
 from scenarios.email.scenario import END_PREFIX, EpisodeEnd
 from scenarios.email.store import ToolInputError
-from scenarios.multihop import Options
+from scenarios.multihop import Options, oracle
 from scenarios.multihop.actions import (
-    Action,
     Answer,
     Invalid,
     Protocol,
     Read,
     Search,
+    message_actions,
     show_hits,
     show_passage,
     shown_ids,
     tool_schemas,
-    turn_actions,
 )
 from scenarios.multihop.corpus import Corpus, Question, generate_corpus
 from scenarios.multihop.index import PassageIndex
@@ -78,6 +81,10 @@ LEVELS: dict[Level, LevelSpec] = {
     Level.HARD: LevelSpec(hops=(2, 3), evidence_in_prompt=False, max_turns=7),
 }
 RETRIEVAL_PREFIX = "retrieval/"
+
+# One assistant turn given the messages so far and the turn number: a sampled Choice (rollout)
+# or a plain assistant message (the oracle's demonstrations).
+PolicyTurn = Callable[[list[dict[str, Any]], int], Awaitable[Choice | dict[str, Any]]]
 
 
 class Metric(StrEnum):
@@ -154,33 +161,13 @@ def shown_passages(question: Question, spec: LevelSpec, distractors: int) -> tup
 # --- Reading a trajectory back --------------------------------------------------------------------
 
 
-def _tool_calls(message: Any) -> list[tuple[str | None, str | None, str]]:
-    """(name, arguments, id) of a message's tool calls, from a sampled Choice's message or from
-    a stored dict message."""
-    if isinstance(message, dict):
-        return [
-            ((c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"), "")
-            for c in message.get("tool_calls") or []
-        ]
-    return [
-        (
-            getattr(getattr(c, "function", None), "name", None),
-            getattr(getattr(c, "function", None), "arguments", None),
-            c.id,
-        )
-        for c in getattr(message, "tool_calls", None) or []
-    ]
-
-
 def final_answer(trajectory: art.Trajectory) -> Answer | None:
     """The episode's first final answer, by the rollout's own rules (`turn_actions`)."""
     protocol = trajectory.metadata.get("protocol", "auto")
     for message in trajectory.messages():
         if message.get("role") != "assistant":
             continue
-        content = message.get("content")
-        text = content if isinstance(content, str) else None
-        for action, _ in turn_actions(text, _tool_calls(message), protocol):
+        for action, _ in message_actions(message, protocol):
             if isinstance(action, Answer):
                 return action
     return None
@@ -194,6 +181,13 @@ def retrieved_ids(trajectory: art.Trajectory) -> set[str]:
         for m in trajectory.messages()
         if m.get("role") in ("user", "tool") and isinstance(m.get("content"), str)
     )
+
+
+def episode_scores(
+    trajectory: art.Trajectory, supporting: Sequence[str]
+) -> tuple[Answer | None, Retrieval]:
+    """What the reward, the check and the metrics are computed from."""
+    return final_answer(trajectory), retrieval_scores(retrieved_ids(trajectory), supporting)
 
 
 # --- The scenario ---------------------------------------------------------------------------------
@@ -242,7 +236,33 @@ class MultihopScenario:
         ]
 
     async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+        extra = {"tools": self.tools} if self.tools else {}
+
+        async def sample(messages: list[dict[str, Any]], turn: int) -> Choice:
+            return await chat_turn(model, messages, sampling, **extra)
+
+        return await self._play(self.questions[item.data["question_id"]], sample)
+
+    async def demonstrate(self, item: Item) -> art.Trajectory:
+        """The oracle's episode on `item` (scenarios.multihop.oracle): the rollout's episode with
+        the oracle's action messages in place of sampled turns, for supervised warm starts. Its
+        reward is the check's score; metadata `policy` says it was not sampled."""
         question = self.questions[item.data["question_id"]]
+        actions = oracle.plan(question, self.corpus, self.spec.evidence_in_prompt)
+        # auto shows the text actions in the prompt (system_prompt), so it gets text demonstrations
+        protocol: Protocol = "tools" if self.protocol == "tools" else "text"
+
+        async def recite(messages: list[dict[str, Any]], turn: int) -> dict[str, Any]:
+            return oracle.message(actions[min(turn, len(actions) - 1)], protocol, turn)
+
+        trajectory = await self._play(question, recite)
+        trajectory.metadata["policy"] = "oracle"
+        trajectory.reward = await self.check(item, trajectory)
+        return trajectory
+
+    async def _play(self, question: Question, policy: PolicyTurn) -> art.Trajectory:
+        """One episode: the prompt, then `policy` turns, each acted on and observed, until a final
+        answer or the turn limit. A refused later turn (openai.BadRequestError) ends it."""
         shown = shown_passages(question, self.spec, self.distractors)
         trajectory = art.Trajectory(
             messages_and_choices=[
@@ -264,31 +284,34 @@ class MultihopScenario:
                 "protocol": self.protocol,
             },
         )
-        extra = {"tools": self.tools} if self.tools else {}
         counts: Counter[Metric] = Counter()
         end = EpisodeEnd.TURN_LIMIT
         for turn in range(self.spec.max_turns):
             try:
-                choice = await chat_turn(model, trajectory.messages(), sampling, **extra)
+                reply = await policy(trajectory.messages(), turn)
             except openai.BadRequestError:
                 if turn == 0:  # the first request failing is a setup problem, not the model's
                     raise
                 end = EpisodeEnd.POLICY_ERROR
                 break
-            trajectory.messages_and_choices.append(choice)
+            trajectory.messages_and_choices.append(reply)
             counts[Metric.TURNS] += 1
-            if self._act(choice, trajectory, counts, one_left=turn == self.spec.max_turns - 2):
+            # The turn as ART renders it, which is also what `final_answer` reads back.
+            last = trajectory.messages()[-1]
+            if self._act(last, trajectory, counts, one_left=turn == self.spec.max_turns - 2):
                 end = EpisodeEnd.ANSWERED
                 break
         return self._finish(question, trajectory, counts, end)
 
     def _act(
-        self, choice: Choice, trajectory: art.Trajectory, counts: Counter[Metric], one_left: bool
+        self,
+        message: dict[str, Any],
+        trajectory: art.Trajectory,
+        counts: Counter[Metric],
+        one_left: bool,
     ) -> bool:
         """Execute the turn's actions and append their observations; True when it answered."""
-        for action, call_id in turn_actions(
-            choice.message.content, _tool_calls(choice.message), self.protocol
-        ):
+        for action, call_id in message_actions(message, self.protocol):
             if call_id is None and not isinstance(action, Invalid):
                 counts[Metric.TEXT_ACTIONS] += 1
             if isinstance(action, Answer):
@@ -304,8 +327,11 @@ class MultihopScenario:
             )
         return False
 
-    def _observe(self, action: Action, counts: Counter[Metric]) -> str:
+    def _observe(self, action: Search | Read | Invalid, counts: Counter[Metric]) -> str:
         """Run a search or read (never raises); errors come back as text and count as invalid."""
+        if isinstance(action, Invalid):
+            counts[Metric.INVALID_ACTIONS] += 1
+            return f"Error: {action.error}"
         if isinstance(action, Search):
             try:
                 hits = self.index.search(action.query, self.top_k)
@@ -315,20 +341,16 @@ class MultihopScenario:
             counts[Metric.SEARCHES] += 1
             counts[Metric.TOOL_CALLS] += 1
             return show_hits(hits)
-        if isinstance(action, Read):
-            passage = self.index.read(action.ref)
-            if passage is None:
-                counts[Metric.INVALID_ACTIONS] += 1
-                return f"Error: no passage {action.ref[:40]!r}; read an id from the search results, e.g. p012."
-            counts[Metric.READS] += 1
-            counts[Metric.TOOL_CALLS] += 1
-            return show_passage(passage)
-        counts[Metric.INVALID_ACTIONS] += 1
-        return (
-            f"Error: {action.error}"
-            if isinstance(action, Invalid)
-            else "Error: unsupported action."
-        )
+        passage = self.index.read(action.ref)
+        if passage is None:
+            counts[Metric.INVALID_ACTIONS] += 1
+            return (
+                f"Error: no passage {action.ref[:40]!r}; "
+                "read an id from the search results, e.g. p012."
+            )
+        counts[Metric.READS] += 1
+        counts[Metric.TOOL_CALLS] += 1
+        return show_passage(passage)
 
     def _finish(
         self,
@@ -337,9 +359,8 @@ class MultihopScenario:
         counts: Counter[Metric],
         end: EpisodeEnd,
     ) -> art.Trajectory:
-        answer = final_answer(trajectory)
+        answer, retrieval = episode_scores(trajectory, question.supporting_ids)
         text = answer.text if answer else None
-        retrieval = retrieval_scores(retrieved_ids(trajectory), question.supporting_ids)
         trajectory.metrics.update(
             {
                 **{m: float(counts[m]) for m in COUNTED},
@@ -355,23 +376,19 @@ class MultihopScenario:
         trajectory.metadata["final_answer"] = text
         return trajectory.finish()
 
-    def _scores(self, item: Item, trajectory: art.Trajectory) -> tuple[str | None, Retrieval]:
-        answer = final_answer(trajectory)
-        retrieval = retrieval_scores(retrieved_ids(trajectory), item.data["supporting_ids"])
-        return (answer.text if answer else None), retrieval
-
     async def check(self, item: Item, trajectory: art.Trajectory) -> float:
-        answer, _ = self._scores(item, trajectory)
-        return check_score(answer, item.answer or "")
+        answer, _ = episode_scores(trajectory, item.data["supporting_ids"])
+        return check_score(answer.text if answer else None, item.answer or "")
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float:
-        answer, retrieval = self._scores(item, trajectory)
-        return reward_score(self.reward_kind, answer, item.answer or "", retrieval)
+        answer, retrieval = episode_scores(trajectory, item.data["supporting_ids"])
+        text = answer.text if answer else None
+        return reward_score(self.reward_kind, text, item.answer or "", retrieval)
 
 
 def people_for(num_items: int) -> int:
-    """A world with at least `num_items` questions of every level: each non-founder person starts
-    two 2-hop and one 3-hop question, so as many people as items is plenty."""
+    """A world with at least `num_items` questions at every level: most persons start three 2-hop
+    questions and one 3-hop one, so as many persons as items is plenty."""
     return max(40, num_items)
 
 
