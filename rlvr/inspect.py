@@ -102,13 +102,10 @@ def load_run(run_dir: str | Path) -> Run:
     if not (run_dir / store.CONFIG).is_file():
         raise InspectError(f"{run_dir}: not a run directory (no {store.CONFIG})")
     summary_path = run_dir / store.SUMMARY
-    metrics = store.read_metrics(run_dir)
-    for line, row in enumerate(metrics, start=1):
-        if not isinstance(row, dict):
-            raise InspectError(
-                f"{run_dir / store.METRICS}: row {line}: expected a JSON object, got "
-                f"{type(row).__name__}"
-            )
+    try:
+        metrics = store.read_metrics(run_dir)
+    except store.MetricsError as error:
+        raise InspectError(str(error)) from None
     return Run(
         run_dir=run_dir,
         config=_read_json(run_dir / store.CONFIG),

@@ -113,10 +113,12 @@ def parse_metrics(text: str, source: Path | str = METRICS) -> tuple[list[dict[st
                 f"{source}:{number}: unparsable metrics line ({error.msg} at column "
                 f"{error.colno}); fix or delete that line to read the run"
             ) from None
-        if not isinstance(row, dict):
-            if last:
-                return rows, number
-            raise MetricsError(f"{source}:{number}: a metrics line must be a JSON object")
+        if row is None:  # unterminated: cut off by a kill
+            return rows, number
+        if not isinstance(row, dict):  # complete but wrong: not something a kill leaves
+            raise MetricsError(
+                f"{source}:{number}: expected a JSON object, got {type(row).__name__}"
+            )
         rows.append(row)
     return rows, 0
 

@@ -112,9 +112,8 @@ ROW2 = '{"step": 2, "train/reward_mean": 0.25}'
         (f'{ROW1}\n{{"step": 2, "train/rew', [1], 2),  # killed mid-line
         (f"{ROW1}\n{ROW2}", [1], 2),  # complete JSON but no newline: not yet a row
         (f"{ROW1}\n{{garbage}}\n", [1], 2),  # an unparsable last line
-        ("[1, 2]\n", [], 1),  # not an object
     ],
-    ids=["whole", "one", "empty", "blank", "torn", "unterminated", "garbage", "not-object"],
+    ids=["whole", "one", "empty", "blank", "torn", "unterminated", "garbage"],
 )
 def test_parse_metrics_finds_a_torn_last_line(text: str, steps: list[int], torn: int) -> None:
     rows, found = store.parse_metrics(text)
@@ -127,6 +126,15 @@ def test_a_bad_line_before_the_last_is_an_error_naming_file_and_line(
 ) -> None:
     (tmp_path / store.METRICS).write_text(f"{ROW1}\n{bad}\n{ROW2}\n")
     with pytest.raises(store.MetricsError, match=r"metrics\.jsonl:2: "):
+        store.read_metrics(tmp_path)
+
+
+def test_a_complete_last_line_that_is_not_an_object_is_an_error(tmp_path: Path) -> None:
+    """A kill leaves an unterminated line; a terminated non-object is corruption, not a kill."""
+    (tmp_path / store.METRICS).write_text(f"{ROW1}\n[1, 2]\n")
+    with pytest.raises(
+        store.MetricsError, match=r"metrics\.jsonl:2: expected a JSON object, got list"
+    ):
         store.read_metrics(tmp_path)
 
 

@@ -161,7 +161,7 @@ def test_a_metrics_row_that_is_not_an_object_is_named(run_dir):
     with (run_dir / "metrics.jsonl").open("a") as f:
         f.write("[1, 2]\n")
     with pytest.raises(
-        ri.InspectError, match=r"metrics\.jsonl: row 6: expected a JSON object, got list"
+        ri.InspectError, match=r"metrics\.jsonl:6: expected a JSON object, got list"
     ):
         ri.load_run(run_dir)
 

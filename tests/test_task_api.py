@@ -266,7 +266,7 @@ async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("nonsense", r"unknown scorer 'nonsense'; installed: length, rubric, ruler, verifier"),
+        ("nonsense", r"unknown scorer 'nonsense'; installed: length, rubric, ruler, ruler_ref, verifier"),
         ("ruler", r"ruler: this scorer needs a judge"),
         ("{file}:NOT_CALLABLE", r"int is not a scorer or a scorer factory"),
         ("{file}:make", r"the factory returned FunctionScenario, not a Scorer"),
