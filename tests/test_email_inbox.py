@@ -187,7 +187,7 @@ def test_make_scenario_items(level: Level) -> None:
         assert item.data["difficulty"] == level.value
     assert scenario.load() == items
     assert isinstance(scenario, Scenario) and scenario.name == "email"
-    assert scenario.default_scorer == "ruler"
+    assert scenario.default_scorer == "verifier"
 
 
 def test_default_difficulty_is_easy_and_medium_is_the_default_level() -> None:

@@ -44,9 +44,21 @@ task = Task(
     name="email",
     make=make,
     options=Options,
-    # A step (2 groups of 8 episodes, RULER on the local judge, train) takes about 2.5 min on
-    # 2 cores, so the budget holds about 8 steps and 4 evaluations.
-    defaults={"groups_per_batch": 2, "max_val_items": 16, "max_minutes": 27},
+    # Measured on 2 cores: the untrained 135M policy scores 0.13 and answers 0 % correctly; 6
+    # warm-start steps on 48 oracle demonstrations lift it to ~0.31 (loss 1.96 -> 0.26), so RL
+    # starts from groups that sometimes succeed. Training samples at 0.7 (at 1.0 the sampled
+    # answers were far worse than greedy). The scorer is the ground-truth verifier: the local
+    # 135M judge cannot judge this task (RULER agreement +0.08; reference-guided RULER scored
+    # 0.75 where the truth gave 0.01, with no signal) — use scorer=ruler_ref with a real judge.
+    defaults={
+        "sft_steps": 6,
+        "sft_batch_size": 8,
+        "temperature": 0.7,
+        "learning_rate": 2e-4,
+        "groups_per_batch": 2,
+        "max_val_items": 40,
+        "max_minutes": 27,
+    },
     description="answer questions by searching a generated inbox with tools (ART·E style)",
 )
 

@@ -167,7 +167,7 @@ class EmailScenario:
     """Items, episodes and the check for the email task (see the module docstring)."""
 
     name = "email"
-    default_scorer = "ruler"
+    default_scorer = "verifier"  # the local 135M judge cannot judge it (email/__init__.py)
     ruler_rubric = RUBRIC  # picked up by judges.ruler.RulerScorer
 
     def __init__(self, inboxes: list[Inbox], level: Level, protocol: Protocol, num_items: int):
