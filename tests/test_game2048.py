@@ -159,7 +159,7 @@ def test_spawn_lands_on_empty_cells_with_the_2048_odds() -> None:
 
 
 def test_render() -> None:
-    assert render(((2, 0), (16, 128))) == "  2   .\n 16 128"
+    assert render(((2, 0), (16, 128))) == "2 .\n16 128"
 
 
 # --- Move parsing ---------------------------------------------------------------------------------
@@ -311,7 +311,7 @@ def choices(trajectory: art.Trajectory) -> list[Choice]:
 
 
 async def test_rollout_metrics_match_the_replay() -> None:
-    scenario = scenario_for()
+    scenario = scenario_for(target=32, max_turns=8)  # no early win: every reply is played
     item = scenario.load()[0]
     policy = ScriptedPolicy(["left", "gibberish", "up", "Right!", "down", "left", "up"] * 3)
     trajectory = await scenario.rollout(policy, item, SAMPLING)
@@ -319,15 +319,16 @@ async def test_rollout_metrics_match_the_replay() -> None:
     request = policy.requests[0]
     assert request["model"] == "policy@2" and request["logprobs"] is True
     assert request["max_tokens"] == 8
-    assert (
-        "2048" in request["messages"][0]["content"]
-        and item.prompt in request["messages"][1]["content"]
-    )
+    system, example, example_reply, board = request["messages"]
+    assert "2048" in system["content"] and "the 32 tile within 8 moves" in system["content"]
+    assert example["role"] == "user" and example_reply == {"role": "assistant", "content": "left"}
+    assert board["content"].startswith(item.prompt) and "Choose one:" in board["content"]
     kinds = [
         "choice" if isinstance(m, Choice) else m["role"] for m in trajectory.messages_and_choices
     ]
-    assert kinds[:4] == ["system", "user", "choice", "user"] and kinds[-1] == "choice"
-    assert "'gibberish' is not a move" in trajectory.messages_and_choices[5]["content"]
+    assert kinds[:6] == ["system", "user", "assistant", "user", "choice", "user"]
+    assert kinds[-1] == "choice"
+    assert "'gibberish' is not a move" in trajectory.messages_and_choices[7]["content"]
 
     episode = scenario.replay(item, trajectory)
     metrics = trajectory.metrics
@@ -350,7 +351,7 @@ async def test_noop_reply_is_named_in_feedback() -> None:
     item = next(i for i in scenario.load() if len(legal_moves(boards[i.id])) < 4)
     noop = next(d for d in Direction if d not in legal_moves(boards[item.id]))
     trajectory = await scenario.rollout(ScriptedPolicy([noop.value]), item, SAMPLING)
-    assert f"{noop} does not change the board" in trajectory.messages_and_choices[3]["content"]
+    assert f"{noop} changes nothing" in trajectory.messages_and_choices[5]["content"]
     assert trajectory.metrics[Metric.NOOP_MOVES] >= 1
 
 
@@ -361,7 +362,7 @@ async def test_invalid_move_end_mode_stops_after_one_turn() -> None:
     assert len(choices(trajectory)) == 1
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.INVALID_MOVE] == 1.0
     assert scenario.reward(item, trajectory) == pytest.approx(
-        max(progress(start(int(item.id), scenario.rules).game.max_tile, 16) - 0.05, 0.0)
+        max(progress(start(int(item.id), scenario.rules).game.max_tile, 8) - 0.05, 0.0)
     )
     assert await scenario.check(item, trajectory) == 0.0
 
@@ -424,8 +425,8 @@ def test_bad_options_are_one_line_errors(options: dict[str, Any], message: str) 
 def test_defaults_and_options() -> None:
     assert Options().model_dump() == {
         "size": 3,
-        "target": 16,
-        "max_turns": 12,
+        "target": 8,
+        "max_turns": 6,
         "invalid_move": "penalize",
         "invalid_penalty": 0.05,
         "num_items": 400,
@@ -444,7 +445,7 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     from rlvr.policy.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    scenario = scenario_for(max_turns=4)
+    scenario = scenario_for(max_turns=4, target=64)  # four turns unless the board locks up
     item: Item = scenario.load()[0]
     model = art.TrainableModel(
         name="game2048-test",
@@ -461,7 +462,8 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     sampled = choices(trajectory)
     assert 1 <= len(sampled) <= 4 and all(c.logprobs is not None for c in sampled)
     roles = [m["role"] for m in trajectory.messages()]
-    assert roles[:2] == ["system", "user"] and roles[2::2] == ["assistant"] * len(sampled)
+    assert roles[:4] == ["system", "user", "assistant", "user"]
+    assert roles[4::2] == ["assistant"] * len(sampled) and roles[-1] == "assistant"
     episode = scenario.replay(item, trajectory)
     assert trajectory.metrics[Metric.TURNS] == episode.turns == len(sampled)
     assert trajectory.metrics[Metric.MOVES] + trajectory.metrics[Metric.INVALID_MOVES] == len(

@@ -18,7 +18,17 @@ from rlvr.config import TrainConfig
 from rlvr.types import Item, Sampling
 from scenarios.ifeval import Options, task
 from scenarios.ifeval.checkers import Instruction, evaluate, follows, known_ids, sentences
-from scenarios.ifeval.scenario import EASY, IFEvalScenario, Level, Metric, load_items, rows
+from scenarios.ifeval.scenario import (
+    LEVELS,
+    NEVER_FOLLOWED,
+    SHORT,
+    IFEvalScenario,
+    Level,
+    Metric,
+    in_level,
+    load_items,
+    rows,
+)
 
 ENGLISH = "the quick brown fox jumps over the lazy dog and then runs far away into the green forest"
 GERMAN = "Das ist ein schöner Tag und ich gehe heute mit meinem Hund im Park spazieren."
@@ -67,7 +77,7 @@ def test_every_instruction_in_the_data_has_a_checker_and_a_case() -> None:
     used = {i for row in rows() for i in row["instruction_id_list"]}
     assert used <= known_ids()
     assert used == {c[0] for c in CASES}
-    assert set(EASY) <= used
+    assert set(SHORT) <= used and NEVER_FOLLOWED.issubset(SHORT)
 
 
 @pytest.mark.parametrize(
@@ -87,6 +97,15 @@ def test_number_sentences_without_punkt(
         kwargs={"relation": relation, "num_sentences": threshold},
     )
     assert follows(instruction, text) is expected
+
+
+def test_language_verdicts_are_deterministic() -> None:
+    mixed = "Hallo mein friend, wie geht es you today"  # langdetect samples unless seeded
+    for instruction in (
+        Instruction(id="language:response_language", kwargs={"language": "de"}),
+        Instruction(id="change_case:english_lowercase"),
+    ):
+        assert len({follows(instruction, mixed.lower()) for _ in range(20)}) == 1
 
 
 def test_sentences_split_like_punkt() -> None:
@@ -163,12 +182,38 @@ def test_garbage_replies_never_raise(reply: str) -> None:
 
 def test_levels() -> None:
     assert len(rows()) == 541
-    easy, every = load_items(Level.EASY, None), load_items(Level.ALL, None)
-    assert len(easy) == 236 and len(every) == 541
+    sizes = {level: len(load_items(level, None)) for level in Level}
+    assert sizes == {Level.EASY: 148, Level.MEDIUM: 216, Level.ALL: 541}
+    every = load_items(Level.ALL, None)
     assert len({i.id for i in every}) == 541
     assert all(i.data["instructions"] and i.prompt for i in every)
-    assert all(ins["id"] in EASY for i in easy for ins in i.data["instructions"])
+    easy = load_items(Level.EASY, None)
+    assert all(ins["id"] in LEVELS[Level.EASY] for i in easy for ins in i.data["instructions"])
+    assert not any(ins["id"] in NEVER_FOLLOWED for i in easy for ins in i.data["instructions"])
     assert len(load_items(Level.EASY, 20)) == 20
+
+
+@pytest.mark.parametrize(
+    ("instruction_id", "kwargs", "levels"),
+    [
+        ("length_constraints:number_sentences", {"relation": "less than", "num_sentences": 3}, "em"),
+        ("length_constraints:number_sentences", {"relation": "less than", "num_sentences": 10}, ""),
+        ("length_constraints:number_sentences", {"relation": "at least", "num_sentences": 2}, "em"),
+        ("length_constraints:number_sentences", {"relation": "at least", "num_sentences": 20}, ""),
+        ("length_constraints:number_words", {"relation": "at least", "num_words": 300}, ""),
+        ("keywords:letter_frequency", {"letter": "z", "let_frequency": 5, "let_relation": "less than"}, "em"),
+        ("change_case:english_lowercase", {}, "m"),  # never followed by the 135M model
+        ("language:response_language", {"language": "de"}, ""),
+        ("detectable_format:json_format", {}, ""),
+    ],
+)  # fmt: skip
+def test_levels_keep_what_a_short_reply_can_follow_or_fail(
+    instruction_id: str, kwargs: dict[str, Any], levels: str
+) -> None:
+    instructions = [Instruction(id=instruction_id, kwargs=kwargs)]
+    assert in_level(instructions, Level.EASY) is ("e" in levels)
+    assert in_level(instructions, Level.MEDIUM) is ("m" in levels)
+    assert in_level(instructions, Level.ALL)
 
 
 def test_options_and_defaults() -> None:
@@ -217,7 +262,7 @@ def _item_with(*ids: str) -> Item:
 
 
 async def test_rollout_records_strict_and_loose_metrics() -> None:
-    scenario = IFEvalScenario(Level.EASY, None)
+    scenario = IFEvalScenario(Level.MEDIUM, None)
     item = _item_with("punctuation:no_comma", "change_case:english_lowercase")
     sampling = Sampling(max_tokens=96, temperature=1.0)
     trajectory = await scenario.rollout(ScriptedPolicy("Hello there, friend"), item, sampling)

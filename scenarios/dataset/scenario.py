@@ -54,7 +54,9 @@ def read_rows(path: Path) -> list[Any]:
     try:
         frame = pl.read_csv(path, infer_schema=False) if suffix == ".csv" else pl.read_parquet(path)
     except Exception as error:  # polars raises several kinds; the message says which
-        raise DataError(f"{path}: cannot read as {suffix[1:]}: {str(error).splitlines()[0]}") from None
+        raise DataError(
+            f"{path}: cannot read as {suffix[1:]}: {str(error).splitlines()[0]}"
+        ) from None
     return frame.to_dicts()
 
 
@@ -118,7 +120,9 @@ def load_items(rows: list[Any], path: Path, options: Options) -> tuple[list[Item
                 raise ValueError(f"field 'id': {item.id!r} appears more than once")
         except ValueError as error:
             if not options.skip_bad_rows:
-                raise DataError(f"{path}: row {number}: {error} (skip_bad_rows=true skips such rows)") from None
+                raise DataError(
+                    f"{path}: row {number}: {error} (skip_bad_rows=true skips such rows)"
+                ) from None
             skipped.append(f"row {number}: {error}")
             continue
         seen.add(item.id)
@@ -162,7 +166,9 @@ def make_scenario(options: Options, judge: Any = None) -> Scenario:
         from scenarios.rubric_if.scenario import RubricIfScenario
 
         if judge is None:
-            raise DataError(f"{options.data_path}: a rubric file needs a judge; set judge=local or a model id")
+            raise DataError(
+                f"{options.data_path}: a rubric file needs a judge; set judge=local or a model id"
+            )
         data = rows_from_records(rows, str(options.data_path), options.skip_bad_rows)
         return RubricIfScenario(data, judge, options.num_items or len(data.rows))
     items, skipped = load_items(rows, options.data_path, options)

