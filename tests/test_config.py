@@ -11,8 +11,16 @@ def test_defaults_are_valid_and_json_safe():
 
 
 def test_overrides_parse_types():
-    cfg = parse_overrides(["group_size=4", "learning_rate=3e-5", "weave=true", "judge_max_usd=", "task=email"])
-    assert (cfg.group_size, cfg.learning_rate, cfg.weave, cfg.judge_max_usd, cfg.task) == (4, 3e-5, True, None, "email")
+    cfg = parse_overrides(
+        ["group_size=4", "learning_rate=3e-5", "weave=true", "judge_max_usd=", "task=email"]
+    )
+    assert (cfg.group_size, cfg.learning_rate, cfg.weave, cfg.judge_max_usd, cfg.task) == (
+        4,
+        3e-5,
+        True,
+        None,
+        "email",
+    )
 
 
 @pytest.mark.parametrize(

@@ -126,7 +126,9 @@ def tiny_args(runs: Path) -> list[str]:
     return [f"{k}={v}" for k, v in TINY.items()] + [f"runs_root={runs}"]
 
 
-def test_a_file_reference_trains_with_the_users_scorer_alone(user_dir: Path, tmp_path: Path) -> None:
+def test_a_file_reference_trains_with_the_users_scorer_alone(
+    user_dir: Path, tmp_path: Path
+) -> None:
     ref = f"{user_dir}/__init__.py"
     runs = tmp_path / "runs"
     cli("train", f"{ref}:make", f"scorer={ref}:brevity", *tiny_args(runs))
@@ -185,7 +187,14 @@ def test_the_scaffold_trains_and_its_own_test_passes(tmp_path: Path) -> None:
 
 def test_the_dataset_task_trains_from_a_file(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    cli("train", "dataset", f"data_path={EXAMPLE}", "verifier=numeric", "num_items=40", *tiny_args(runs))
+    cli(
+        "train",
+        "dataset",
+        f"data_path={EXAMPLE}",
+        "verifier=numeric",
+        "num_items=40",
+        *tiny_args(runs),
+    )
     run_dir = only_run(runs)
     assert run_dir.name.startswith("dataset-")
     assert_complete(run_dir)

@@ -38,7 +38,10 @@ def build(path: Path, **options) -> DatasetScenario:
 
 def answered(text: str) -> art.Trajectory:
     return art.Trajectory(
-        messages_and_choices=[{"role": "user", "content": "q"}, {"role": "assistant", "content": text}],
+        messages_and_choices=[
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": text},
+        ],
         reward=0.0,
     )
 
@@ -73,7 +76,10 @@ def test_rows_load_from_every_format(tmp_path: Path, suffix: str) -> None:
         ({"prompt": "Q?", "answer": True}, r"row 2: field 'answer': got True"),
         (["Q?", "4"], r"row 2: expected an object with fields, got list"),
         ('{"prompt": "Q?", "answer": ', r"row 2: not valid JSON"),
-        ({"id": "data-1", "prompt": "Q?", "answer": "1"}, r"row 2: field 'id': 'data-1' appears more than once"),
+        (
+            {"id": "data-1", "prompt": "Q?", "answer": "1"},
+            r"row 2: field 'id': 'data-1' appears more than once",
+        ),
     ],
 )
 def test_a_bad_row_names_file_row_and_field(tmp_path: Path, row: object, message: str) -> None:
@@ -127,7 +133,10 @@ async def test_the_verifier_checks_and_partial_credit_rewards(
 
 
 def test_a_rubric_file_trains_with_the_rubric_judge(tmp_path: Path) -> None:
-    rows = [{"task_id": f"t{i}", "prompt": f"p{i}", "rubric - 1. criterion": "Is polite."} for i in range(12)]
+    rows = [
+        {"task_id": f"t{i}", "prompt": f"p{i}", "rubric - 1. criterion": "Is polite."}
+        for i in range(12)
+    ]
     path = write_jsonl(tmp_path, rows)
     scenario = make_scenario(Options(data_path=path), judge=object())
     assert scenario.default_scorer == "rubric" and len(scenario.load()) == 12

@@ -9,21 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import art
 import httpx
 import openai
 import pytest
-from openai.types.chat.chat_completion import ChatCompletion, Choice
-from openai.types.chat.chat_completion_message import ChatCompletionMessage
-from openai.types.chat.chat_completion_message_function_tool_call import (
-    ChatCompletionMessageFunctionToolCall,
-    Function,
-)
+from openai.types.chat.chat_completion import Choice
 
 from rlvr.types import Item, Sampling
 from scenarios.email import Options
@@ -35,52 +27,7 @@ from scenarios.email.scenario import (
     Metric,
     make_scenario,
 )
-
-Turn = str | list[tuple[str, str]] | Exception
-
-
-class ScriptedPolicy:
-    """Stands in for `art.Model` (fault injection only): each request gets the next scripted
-    reply as a real openai `ChatCompletion`, and every request is recorded."""
-
-    def __init__(self, turns: list[Turn]) -> None:
-        self.turns: Iterator[Turn] = iter(turns)
-        self.requests: list[dict[str, Any]] = []
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
-
-    def openai_client(self) -> ScriptedPolicy:
-        return self
-
-    def get_inference_name(self, step: int | None = None) -> str:
-        return f"policy@{step}"
-
-    async def _create(self, **request: Any) -> ChatCompletion:
-        self.requests.append(request)
-        turn = next(self.turns, "...")
-        if isinstance(turn, Exception):
-            raise turn
-        calls = (
-            [
-                ChatCompletionMessageFunctionToolCall(
-                    id=f"call{len(self.requests)}-{i}",
-                    type="function",
-                    function=Function(name=name, arguments=args),
-                )
-                for i, (name, args) in enumerate(turn)
-            ]
-            if isinstance(turn, list)
-            else None
-        )
-        message = ChatCompletionMessage(
-            role="assistant", content=turn if isinstance(turn, str) else None, tool_calls=calls
-        )
-        return ChatCompletion(
-            id="x",
-            object="chat.completion",
-            created=0,
-            model=request["model"],
-            choices=[Choice(index=0, finish_reason="stop", message=message)],
-        )
+from tests.scripted import ScriptedPolicy, Turn
 
 
 def scenario_for(difficulty: str = "medium", protocol: str = "auto") -> EmailScenario:

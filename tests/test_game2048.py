@@ -7,15 +7,13 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import art
 import httpx
 import openai
 import pytest
-from openai.types.chat.chat_completion import ChatCompletion, Choice
-from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
 
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.types import Item, Sampling
@@ -47,6 +45,7 @@ from scenarios.game2048.scenario import (
     start,
     step,
 )
+from tests.scripted import ScriptedPolicy
 
 L, R, U, D = Direction.LEFT, Direction.RIGHT, Direction.UP, Direction.DOWN
 
@@ -270,33 +269,9 @@ def test_reward_subtracts_invalid_moves_and_floors_at_zero() -> None:
 # --- The rollout with scripted replies ------------------------------------------------------------
 
 
-class ScriptedPolicy:
-    """Stands in for `art.Model`: each request gets the next scripted reply (or raises it)."""
-
-    def __init__(self, replies: list[str | Exception]) -> None:
-        self.replies = iter(replies)
-        self.requests: list[dict[str, Any]] = []
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
-
-    def openai_client(self) -> ScriptedPolicy:
-        return self
-
-    def get_inference_name(self, step: int | None = None) -> str:
-        return f"policy@{step}"
-
-    async def _create(self, **request: Any) -> ChatCompletion:
-        self.requests.append(request)
-        reply = next(self.replies, "up")
-        if isinstance(reply, Exception):
-            raise reply
-        message = ChatCompletionMessage(role="assistant", content=reply)
-        return ChatCompletion(
-            id="x",
-            object="chat.completion",
-            created=0,
-            model=request["model"],
-            choices=[Choice(index=0, finish_reason="stop", message=message)],
-        )
+def playing(replies: list) -> ScriptedPolicy:
+    """Scripted moves, then "up" for every later turn."""
+    return ScriptedPolicy(replies, then="up")
 
 
 SAMPLING = Sampling(temperature=1.0, max_tokens=8, step=2)
@@ -313,7 +288,7 @@ def choices(trajectory: art.Trajectory) -> list[Choice]:
 async def test_rollout_metrics_match_the_replay() -> None:
     scenario = scenario_for(target=32, max_turns=8)  # no early win: every reply is played
     item = scenario.load()[0]
-    policy = ScriptedPolicy(["left", "gibberish", "up", "Right!", "down", "left", "up"] * 3)
+    policy = playing(["left", "gibberish", "up", "Right!", "down", "left", "up"] * 3)
     trajectory = await scenario.rollout(policy, item, SAMPLING)
 
     request = policy.requests[0]
@@ -350,7 +325,7 @@ async def test_noop_reply_is_named_in_feedback() -> None:
     boards = {i.id: start(int(i.id), scenario.rules).game.board for i in scenario.load()}
     item = next(i for i in scenario.load() if len(legal_moves(boards[i.id])) < 4)
     noop = next(d for d in Direction if d not in legal_moves(boards[item.id]))
-    trajectory = await scenario.rollout(ScriptedPolicy([noop.value]), item, SAMPLING)
+    trajectory = await scenario.rollout(playing([noop.value]), item, SAMPLING)
     assert f"{noop} changes nothing" in trajectory.messages_and_choices[5]["content"]
     assert trajectory.metrics[Metric.NOOP_MOVES] >= 1
 
@@ -358,7 +333,7 @@ async def test_noop_reply_is_named_in_feedback() -> None:
 async def test_invalid_move_end_mode_stops_after_one_turn() -> None:
     scenario = scenario_for(invalid_move="end")
     item = scenario.load()[0]
-    trajectory = await scenario.rollout(ScriptedPolicy(["", "up"]), item, SAMPLING)
+    trajectory = await scenario.rollout(playing(["", "up"]), item, SAMPLING)
     assert len(choices(trajectory)) == 1
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.INVALID_MOVE] == 1.0
     assert scenario.reward(item, trajectory) == pytest.approx(
@@ -371,7 +346,7 @@ async def test_winning_episode_checks_one() -> None:
     scenario = scenario_for(target=8)
     item = scenario.load()[1]
     moves = _sequence_to(int(item.id), scenario.rules, depth=5)
-    trajectory = await scenario.rollout(ScriptedPolicy([m.value for m in moves]), item, SAMPLING)
+    trajectory = await scenario.rollout(playing([m.value for m in moves]), item, SAMPLING)
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.TARGET] == 1.0
     assert await scenario.check(item, trajectory) == 1.0 == scenario.reward(item, trajectory)
 
@@ -386,13 +361,11 @@ async def test_refused_later_turn_ends_cleanly_but_first_turn_raises() -> None:
     scenario = scenario_for()
     item = scenario.load()[0]
     legal = legal_moves(start(int(item.id), scenario.rules).game.board)[0]
-    trajectory = await scenario.rollout(
-        ScriptedPolicy([legal.value, _bad_request()]), item, SAMPLING
-    )
+    trajectory = await scenario.rollout(playing([legal.value, _bad_request()]), item, SAMPLING)
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.POLICY_ERROR] == 1.0
     assert len(choices(trajectory)) == 1
     with pytest.raises(openai.BadRequestError):
-        await scenario.rollout(ScriptedPolicy([_bad_request()]), item, SAMPLING)
+        await scenario.rollout(playing([_bad_request()]), item, SAMPLING)
 
 
 # --- Items and options ----------------------------------------------------------------------------

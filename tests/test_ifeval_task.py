@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import art
 import pytest
-from openai.types.chat.chat_completion import ChatCompletion, Choice
-from openai.types.chat.chat_completion_message import ChatCompletionMessage
+from openai.types.chat.chat_completion import Choice
 
 from rlvr.config import TrainConfig
 from rlvr.types import Item, Sampling
@@ -29,6 +27,7 @@ from scenarios.ifeval.scenario import (
     load_items,
     rows,
 )
+from tests.scripted import ScriptedPolicy
 
 ENGLISH = "the quick brown fox jumps over the lazy dog and then runs far away into the green forest"
 GERMAN = "Das ist ein schöner Tag und ich gehe heute mit meinem Hund im Park spazieren."
@@ -227,30 +226,9 @@ def test_options_and_defaults() -> None:
 # --- The rollout ----------------------------------------------------------------------------------
 
 
-class ScriptedPolicy:
-    """Stands in for `art.Model`: every request gets the same scripted reply."""
-
-    def __init__(self, reply: str | None) -> None:
-        self.reply = reply
-        self.requests: list[dict[str, Any]] = []
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
-
-    def openai_client(self) -> ScriptedPolicy:
-        return self
-
-    def get_inference_name(self, step: int | None = None) -> str:
-        return f"policy@{step}"
-
-    async def _create(self, **request: Any) -> ChatCompletion:
-        self.requests.append(request)
-        message = ChatCompletionMessage(role="assistant", content=self.reply)
-        return ChatCompletion(
-            id="x",
-            object="chat.completion",
-            created=0,
-            model=request["model"],
-            choices=[Choice(index=0, finish_reason="length", message=message)],
-        )
+def replying(reply: str | None) -> ScriptedPolicy:
+    """The same reply to every request, cut at max_tokens (as a 96-token reply usually is)."""
+    return ScriptedPolicy([], then=reply, finish_reason="length")
 
 
 def _item_with(*ids: str) -> Item:
@@ -265,14 +243,14 @@ async def test_rollout_records_strict_and_loose_metrics() -> None:
     scenario = IFEvalScenario(Level.MEDIUM, None)
     item = _item_with("punctuation:no_comma", "change_case:english_lowercase")
     sampling = Sampling(max_tokens=96, temperature=1.0)
-    trajectory = await scenario.rollout(ScriptedPolicy("Hello there, friend"), item, sampling)
+    trajectory = await scenario.rollout(replying("Hello there, friend"), item, sampling)
     metrics = trajectory.metrics
     assert metrics[Metric.INSTRUCTION_FRACTION] == 0.0 == scenario.reward(item, trajectory)
     assert metrics[Metric.ALL_FOLLOWED] == 0.0 == await scenario.check(item, trajectory)
     assert metrics[Metric.INSTRUCTIONS] == 2 and metrics[Metric.CHECKER_ERRORS] == 0.0
     assert metrics["truncated"] is True
 
-    trajectory = await scenario.rollout(ScriptedPolicy(f"{ENGLISH}, yes"), item, sampling)
+    trajectory = await scenario.rollout(replying(f"{ENGLISH}, yes"), item, sampling)
     assert (
         scenario.reward(item, trajectory) == 0.5 == trajectory.metrics[Metric.INSTRUCTION_FRACTION]
     )
@@ -281,12 +259,12 @@ async def test_rollout_records_strict_and_loose_metrics() -> None:
 
     quoted = _item_with("punctuation:no_comma", "startend:quotation")
     reply = f'Sure here it is:\n"{ENGLISH}"'
-    trajectory = await scenario.rollout(ScriptedPolicy(reply), quoted, sampling)
+    trajectory = await scenario.rollout(replying(reply), quoted, sampling)
     assert trajectory.metrics[Metric.INSTRUCTION_FRACTION] == 0.5  # the preamble breaks the quote
     assert trajectory.metrics[Metric.INSTRUCTION_FRACTION_LOOSE] == 1.0  # loose drops line 1
     assert trajectory.metrics[Metric.ALL_FOLLOWED_LOOSE] == 1.0
 
-    policy = ScriptedPolicy(ENGLISH)
+    policy = replying(ENGLISH)
     trajectory = await scenario.rollout(policy, item, sampling)
     assert scenario.reward(item, trajectory) == 1.0 == await scenario.check(item, trajectory)
     assert policy.requests[0]["messages"][1]["content"] == item.prompt
@@ -298,7 +276,7 @@ async def test_rollout_records_strict_and_loose_metrics() -> None:
 async def test_empty_reply_scores_zero(reply: str | None) -> None:
     scenario = IFEvalScenario(Level.EASY, None)
     item = _item_with("punctuation:no_comma")
-    trajectory = await scenario.rollout(ScriptedPolicy(reply), item, Sampling())
+    trajectory = await scenario.rollout(replying(reply), item, Sampling())
     assert scenario.reward(item, trajectory) == 0.0
     assert trajectory.metrics[Metric.EMPTY_REPLY] == 1.0
 

@@ -51,7 +51,10 @@ def test_fast_moving_dependencies_have_upper_bounds() -> None:
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (lambda p, lock: (p.replace('"pydantic>=2.7,<3"', '"pydantic>=2.8,<3"'), lock), "make lock"),
+        (
+            lambda p, lock: (p.replace('"pydantic>=2.7,<3"', '"pydantic>=2.8,<3"'), lock),
+            "make lock",
+        ),
         (lambda p, lock: (p, lock.partition("\n")[2]), "no '# pyproject-digest:' first line"),
         (lambda p, lock: (p, None), "requirements.lock is missing"),
         (lambda p, lock: (p.replace("line-length = 100", "line-length = 99"), lock), None),

@@ -40,7 +40,16 @@ def test_run_directory_contract(finished_run):
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.png"):
         assert (run_dir / name).is_file(), name
     summary = json.loads((run_dir / "summary.json").read_text())
-    for key in ("stop_reason", "best_step", "baseline_val", "best_val", "test_accuracy", "alarms", "steps", "wall_s"):
+    for key in (
+        "stop_reason",
+        "best_step",
+        "baseline_val",
+        "best_val",
+        "test_accuracy",
+        "alarms",
+        "steps",
+        "wall_s",
+    ):
         assert key in summary, key
     assert summary["steps"] == result.steps == 2
     assert 0.0 <= summary["test_accuracy"] <= 1.0
@@ -49,7 +58,15 @@ def test_run_directory_contract(finished_run):
     evals = [r for r in rows if M.VAL_ACCURACY in r]
     assert [r[M.STEP] for r in steps] == [1, 2]
     assert [r[M.STEP] for r in evals] == [0, 1, 2]  # baseline, then every step
-    for key in (M.REWARD_STD, M.NO_SIGNAL_RATE, M.ALL_ZERO, M.ALL_ONE, M.TRUNCATED_RATE, M.SKIPPED, M.KL):
+    for key in (
+        M.REWARD_STD,
+        M.NO_SIGNAL_RATE,
+        M.ALL_ZERO,
+        M.ALL_ONE,
+        M.TRUNCATED_RATE,
+        M.SKIPPED,
+        M.KL,
+    ):
         assert key in steps[0], key
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
     assert frame.height == 8 and set(frame["split"]) == {"train"}
@@ -76,11 +93,19 @@ def test_finished_run_cannot_be_resumed(finished_run):
 
 def test_resume_after_a_killed_run(tmp_path):
     run_dir = tmp_path / "killed"
-    flat = {k: v for k, v in TINY.items() if k not in ("task", "task_options")} | TINY["task_options"]
-    args = [f"{k}={v}" for k, v in flat.items()] + ["max_steps=3", "eval_every=3", f"run_dir={run_dir}"]
+    flat = {k: v for k, v in TINY.items() if k not in ("task", "task_options")} | TINY[
+        "task_options"
+    ]
+    args = [f"{k}={v}" for k, v in flat.items()] + [
+        "max_steps=3",
+        "eval_every=3",
+        f"run_dir={run_dir}",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cli = [sys.executable, "-m", "rlvr.cli", "train", "math", *args]
-    proc = subprocess.Popen(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
         if any(M.REWARD_MEAN in r for r in store.read_metrics(run_dir)):
@@ -92,7 +117,13 @@ def test_resume_after_a_killed_run(tmp_path):
     done_before = max(r[M.STEP] for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r)
     assert not (run_dir / "summary.json").exists()
 
-    resumed = subprocess.run([sys.executable, "-m", "rlvr.cli", "train", "--resume", str(run_dir)], env=env, capture_output=True, text=True, timeout=900)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlvr.cli", "train", "--resume", str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     rows = store.read_metrics(run_dir)
     train_steps = [r[M.STEP] for r in rows if M.REWARD_MEAN in r]
@@ -103,8 +134,18 @@ def test_resume_after_a_killed_run(tmp_path):
 
 def test_cli_rejects_bad_config_without_writing(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "train", "math", "group_size=abc", f"runs_root={tmp_path}"],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "rlvr.cli",
+            "train",
+            "math",
+            "group_size=abc",
+            f"runs_root={tmp_path}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 2
     assert "group_size" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -35,7 +35,8 @@ from scenarios.multihop.corpus import Corpus, Question, generate_corpus, read_fa
 from scenarios.multihop.index import PassageIndex
 from scenarios.multihop.scenario import Metric, MultihopScenario, make_scenario
 from scenarios.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
-from tests.test_email_rollout import BAD_TURNS, ScriptedPolicy, Turn, choices
+from tests.scripted import ScriptedPolicy, Turn
+from tests.test_email_rollout import BAD_TURNS, choices
 
 SEEDS = (0, 1, 7)
 SAMPLING = Sampling(temperature=0.7, max_tokens=40, step=1)

@@ -15,7 +15,10 @@ ITEM = Item(id="q1", prompt="Calculate 7 + 5.", answer="12")
 def group(*replies: str) -> art.TrajectoryGroup:
     return art.TrajectoryGroup(
         art.Trajectory(
-            messages_and_choices=[{"role": "user", "content": ITEM.prompt}, {"role": "assistant", "content": r}],
+            messages_and_choices=[
+                {"role": "user", "content": ITEM.prompt},
+                {"role": "assistant", "content": r},
+            ],
             reward=0.0,
         )
         for r in replies
@@ -77,20 +80,36 @@ class _Failing:
 
 
 async def test_composites_skip_when_a_part_cannot_score():
-    assert await WeightedScorer([(verifier(), 1.0), (_Failing(), 1.0)]).score(group("12", "1"), ITEM) is None
+    assert (
+        await WeightedScorer([(verifier(), 1.0), (_Failing(), 1.0)]).score(group("12", "1"), ITEM)
+        is None
+    )
     assert await GatedScorer(verifier(), _Failing()).score(group("12", "1"), ITEM) is None
 
 
 @pytest.mark.parametrize(
     ("spec", "name"),
-    [("verifier", "verifier"), ("length", "length"), ("verifier+length", "verifier+length"),
-     ("verifier*0.3+length*0.7", "verifier+length"), ("verifier>length", "verifier>length"), ("default", "verifier")],
+    [
+        ("verifier", "verifier"),
+        ("length", "length"),
+        ("verifier+length", "verifier+length"),
+        ("verifier*0.3+length*0.7", "verifier+length"),
+        ("verifier>length", "verifier>length"),
+        ("default", "verifier"),
+    ],
 )
 def test_scorer_specs(spec, name):
     assert make_scorer(TrainConfig(scorer=spec), MathScenario("easy", 10, 0)).name == name
 
 
-@pytest.mark.parametrize(("spec", "message"), [("vibes", "unknown scorer 'vibes'"), ("ruler", "needs a judge"), ("verifier*x", "not a number")])
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("vibes", "unknown scorer 'vibes'"),
+        ("ruler", "needs a judge"),
+        ("verifier*x", "not a number"),
+    ],
+)
 def test_bad_scorer_specs(spec, message):
     with pytest.raises(ConfigError, match=message):
         make_scorer(TrainConfig(scorer=spec), MathScenario("easy", 10, 0), judge=None)
@@ -98,7 +117,9 @@ def test_bad_scorer_specs(spec, message):
 
 def test_group_stats_no_signal_breakdown():
     def g(*rewards):
-        return art.TrajectoryGroup(art.Trajectory(messages_and_choices=[], reward=r) for r in rewards)
+        return art.TrajectoryGroup(
+            art.Trajectory(messages_and_choices=[], reward=r) for r in rewards
+        )
 
     stats = group_stats([g(0, 0, 0), g(1, 1), g(0, 1), g(0.5, 0.5)])
     assert (stats.groups, stats.no_signal, stats.all_zero, stats.all_one) == (4, 3, 1, 1)
@@ -108,7 +129,12 @@ def test_group_stats_no_signal_breakdown():
 
 @pytest.mark.parametrize(
     ("judge", "truth", "expected"),
-    [([0.1, 0.5, 0.9], [0, 0.5, 1], 1.0), ([0.9, 0.5, 0.1], [0, 0.5, 1], -1.0), ([1, 1, 1], [0, 1, 0], None), ([0.1, 0.2], [0, 1], None)],
+    [
+        ([0.1, 0.5, 0.9], [0, 0.5, 1], 1.0),
+        ([0.9, 0.5, 0.1], [0, 0.5, 1], -1.0),
+        ([1, 1, 1], [0, 1, 0], None),
+        ([0.1, 0.2], [0, 1], None),
+    ],
 )
 def test_agreement(judge, truth, expected):
     assert agreement(judge, truth) == (pytest.approx(expected) if expected is not None else None)

@@ -32,7 +32,10 @@ def test_trajectories_parquet_schema(tmp_path):
         art.TrajectoryGroup(
             [
                 art.Trajectory(
-                    messages_and_choices=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+                    messages_and_choices=[
+                        {"role": "user", "content": "q"},
+                        {"role": "assistant", "content": "a"},
+                    ],
                     reward=1.0,
                     metrics={"independent_reward": 0.0},
                     metadata={"item_id": "i1"},
@@ -41,9 +44,24 @@ def test_trajectories_parquet_schema(tmp_path):
             ]
         )
     ]
-    path = store.write_trajectories(tmp_path, "step-0001", store.trajectory_rows(groups, ["i1"], step=1, split="train"))
+    path = store.write_trajectories(
+        tmp_path, "step-0001", store.trajectory_rows(groups, ["i1"], step=1, split="train")
+    )
     frame = pl.read_parquet(path)
-    assert frame.columns == ["step", "split", "item_id", "group", "index", "reward", "independent_reward", "messages", "tools", "metrics", "metadata", "logs"]
+    assert frame.columns == [
+        "step",
+        "split",
+        "item_id",
+        "group",
+        "index",
+        "reward",
+        "independent_reward",
+        "messages",
+        "tools",
+        "metrics",
+        "metadata",
+        "logs",
+    ]
     assert frame["reward"].to_list() == [1.0, 0.0]
     assert frame["independent_reward"].to_list() == [0.0, None]
     assert json.loads(frame["messages"][0])[1] == {"role": "assistant", "content": "a"}
@@ -56,7 +74,17 @@ def test_report_png_is_written(tmp_path):
         *({M.STEP: s, M.REWARD_MEAN: 0.1 * s, M.REWARD_STD: 0.1} for s in range(1, 5)),
         {M.STEP: 4, M.VAL_ACCURACY: 0.2, "alarm/reward_hacking": "reward up, val down"},
     ]
-    path = plot_report(rows, {"stop_reason": "reward_hacking", "best_step": 0, "best_val": 0.3, "test_accuracy": 0.25, "task": "math"}, tmp_path / "report.png")
+    path = plot_report(
+        rows,
+        {
+            "stop_reason": "reward_hacking",
+            "best_step": 0,
+            "best_val": 0.3,
+            "test_accuracy": 0.25,
+            "task": "math",
+        },
+        tmp_path / "report.png",
+    )
     assert path.stat().st_size > 10_000
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -72,7 +100,10 @@ def test_report_png_is_written(tmp_path):
         ({M.GROUPS: 8, M.SKIPPED: 2}, "judge failed"),
         ({M.GROUPS: 8, M.JUDGE_AGREEMENT: 0.02}, "judge may be too weak"),
         # the email run with the 135M local judge: RULER 0.85, ground truth 0.01
-        ({M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01}, "rewards wrong answers"),
+        (
+            {M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01},
+            "rewards wrong answers",
+        ),
     ],
 )
 def test_decision_hints(metrics, expected):
@@ -81,11 +112,22 @@ def test_decision_hints(metrics, expected):
 
 
 def test_hints_tolerate_a_step_without_training():
-    assert decision_hints({M.GROUPS: 2, M.ALL_ZERO: 0, M.KL: None, M.JUDGE_AGREEMENT: None}, TrainConfig()) == []
+    assert (
+        decision_hints(
+            {M.GROUPS: 2, M.ALL_ZERO: 0, M.KL: None, M.JUDGE_AGREEMENT: None}, TrainConfig()
+        )
+        == []
+    )
 
 
 def test_no_hints_on_a_healthy_step():
-    assert decision_hints({M.GROUPS: 8, M.ALL_ZERO: 1, M.ALL_ONE: 1, M.KL: 0.01, M.TRUNCATED_RATE: 0.05}, TrainConfig()) == []
+    assert (
+        decision_hints(
+            {M.GROUPS: 8, M.ALL_ZERO: 1, M.ALL_ONE: 1, M.KL: 0.01, M.TRUNCATED_RATE: 0.05},
+            TrainConfig(),
+        )
+        == []
+    )
 
 
 def test_a_lenient_scorer_is_not_called_converged():

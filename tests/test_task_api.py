@@ -21,7 +21,7 @@ from rlvr.scaffold import ScaffoldError, write_task
 from rlvr.scoring import make_scorer
 from rlvr.tasks import PluginError, Task, as_items
 
-TASK_FILE = '''
+TASK_FILE = """
 import rlvr
 
 def load():
@@ -56,7 +56,7 @@ def starts_right(completion, ground_truth):
     return float(completion.startswith(ground_truth))
 
 NOT_CALLABLE = 3
-'''
+"""
 
 
 @pytest.fixture
@@ -84,9 +84,7 @@ def group_of(*texts: str) -> art.TrajectoryGroup:
 # --- references and tasks ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("attr", "name"), [("make", "echo"), ("make_with_cfg", "echo-0")]
-)
+@pytest.mark.parametrize(("attr", "name"), [("make", "echo"), ("make_with_cfg", "echo-0")])
 def test_a_file_reference_builds_the_users_scenario(user_file: Path, attr: str, name: str) -> None:
     task = plugins.resolve_task(f"{user_file}:{attr}")
     scenario = task.build(TrainConfig(task=f"{user_file}:{attr}"), judge=None)
@@ -182,7 +180,10 @@ def test_task_options_are_split_from_train_config_keys() -> None:
     [
         ({"difficulty": "galactic"}, r"task math: option difficulty='galactic': Input should be"),
         ({"num_items": "3"}, r"task math: option num_items='3': .*greater than or equal to 10"),
-        ({"num_itmes": "30"}, r"unknown key 'num_itmes' \(did you mean 'num_items'\?\).*math options: difficulty, num_items; TrainConfig keys: task, model"),
+        (
+            {"num_itmes": "30"},
+            r"unknown key 'num_itmes' \(did you mean 'num_items'\?\).*math options: difficulty, num_items; TrainConfig keys: task, model",
+        ),
         ({"group_size": "one"}, r"config: group_size='one'"),
     ],
 )
@@ -209,7 +210,10 @@ def test_a_task_object_gives_its_config_directly() -> None:
     [
         ([{"id": "a"}], r"row 1: field 'prompt': Field required"),
         ([{"prompt": "p"}, "text"], r"row 2: expected an rlvr\.Item or a dict, got str"),
-        ([{"id": "a", "prompt": "p"}, {"id": "a", "prompt": "q"}], r"item id 'a' appears more than once"),
+        (
+            [{"id": "a", "prompt": "p"}, {"id": "a", "prompt": "q"}],
+            r"item id 'a' appears more than once",
+        ),
     ],
 )
 def test_loaded_rows_are_validated(rows: list, message: str) -> None:
@@ -237,7 +241,9 @@ async def test_function_scenario_check_and_reward_may_be_async() -> None:
     scenario = rlvr.scenario(name="t", load=list, rollout=rollout, check=check)
     item = rlvr.Item(id="i", prompt="p")
     assert await scenario.check(item, answered("x")) == 1.0
-    scored = await make_scorer(TrainConfig(scorer="verifier"), scenario).score(group_of("a", "b"), item)
+    scored = await make_scorer(TrainConfig(scorer="verifier"), scenario).score(
+        group_of("a", "b"), item
+    )
     assert [t.reward for t in scored.trajectories] == [1.0, 1.0]
 
 
@@ -266,7 +272,10 @@ async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("nonsense", r"unknown scorer 'nonsense'; installed: length, rubric, ruler, ruler_ref, verifier"),
+        (
+            "nonsense",
+            r"unknown scorer 'nonsense'; installed: length, rubric, ruler, ruler_ref, verifier",
+        ),
         ("ruler", r"ruler: this scorer needs a judge"),
         ("{file}:NOT_CALLABLE", r"int is not a scorer or a scorer factory"),
         ("{file}:make", r"the factory returned FunctionScenario, not a Scorer"),
@@ -356,7 +365,12 @@ def test_rlvr_new_writes_a_task_that_resolves(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["new", "adder", "--dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     folder = tmp_path / "adder"
-    assert {p.name for p in folder.iterdir()} == {"task.py", "test_task.py", "README.md", "items.jsonl"}
+    assert {p.name for p in folder.iterdir()} == {
+        "task.py",
+        "test_task.py",
+        "README.md",
+        "items.jsonl",
+    }
     rows = [json.loads(line) for line in (folder / "items.jsonl").read_text().splitlines()]
     assert len(rows) == 200 and {"id", "prompt", "answer"} <= set(rows[0])
     task = plugins.resolve_task(f"{folder}/task.py:task")

@@ -76,7 +76,11 @@ def test_contains_answer_partial_credit(completion, truth, expected):
 
 @pytest.mark.parametrize(
     ("completion", "truth", "expected"),
-    [("Answer: $\\frac{1}{2}$", "0.5", 1.0), ("Answer: 2/4", "1/2", 1.0), ("Answer: 3", "1/2", 0.0)],
+    [
+        ("Answer: $\\frac{1}{2}$", "0.5", 1.0),
+        ("Answer: 2/4", "1/2", 1.0),
+        ("Answer: 3", "1/2", 0.0),
+    ],
 )
 def test_math_equivalent(completion, truth, expected):
     assert math_equivalent(completion, truth) == expected
@@ -87,7 +91,19 @@ def test_final_answer_takes_text_after_last_mark():
     assert final_answer("line one\n\nline two\n") == "line two"
 
 
-GARBAGE = [None, 12, 3.5, float("nan"), "\x00\x01", "∞" * 1000, "1e999", "-" * 50, "Answer:", b"bytes", [1, 2]]
+GARBAGE = [
+    None,
+    12,
+    3.5,
+    float("nan"),
+    "\x00\x01",
+    "∞" * 1000,
+    "1e999",
+    "-" * 50,
+    "Answer:",
+    b"bytes",
+    [1, 2],
+]
 
 
 @pytest.mark.parametrize("name", sorted(VERIFIERS))
@@ -116,5 +132,7 @@ def test_safe_reward_enforces_the_contract(fn, expected):
 
 def test_verifiers_are_deterministic():
     for fn in VERIFIERS.values():
-        assert [fn("Answer: 12 or 13", "12") for _ in range(3)] == [fn("Answer: 12 or 13", "12")] * 3
+        assert [fn("Answer: 12 or 13", "12") for _ in range(3)] == [
+            fn("Answer: 12 or 13", "12")
+        ] * 3
     assert not math.isnan(token_f1("a b", "b c"))
