@@ -45,6 +45,7 @@ from scenarios.game2048.scenario import (
     start,
     step,
 )
+from tests.real_policy import real_rollout
 from tests.scripted import ScriptedPolicy
 
 L, R, U, D = Direction.LEFT, Direction.RIGHT, Direction.UP, Direction.DOWN
@@ -414,24 +415,13 @@ def test_defaults_and_options() -> None:
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
     """SmolLM2-135M served by rlvr's TorchBackend plays one short game: a well-formed multi-turn
     trajectory (Choices with logprobs, a board after each move) whose replay matches."""
-    from rlvr.policy.backend import TorchBackend
-    from rlvr.policy.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     scenario = scenario_for(max_turns=4, target=64)  # four turns unless the board locks up
     item: Item = scenario.load()[0]
-    model = art.TrainableModel(
-        name="game2048-test",
-        project="rlvr-tests",
-        base_model=str(resolve_model("smollm2-135m")),
-        base_path=str(tmp_path),
+    trajectory = await real_rollout(
+        scenario, item, Sampling(temperature=1.0, max_tokens=8), tmp_path, "game2048-test"
     )
-    backend = TorchBackend(path=str(tmp_path))
-    try:
-        await model.register(backend)
-        trajectory = await scenario.rollout(model, item, Sampling(temperature=1.0, max_tokens=8))
-    finally:
-        await backend.close()
     sampled = choices(trajectory)
     assert 1 <= len(sampled) <= 4 and all(c.logprobs is not None for c in sampled)
     roles = [m["role"] for m in trajectory.messages()]

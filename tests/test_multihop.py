@@ -35,6 +35,7 @@ from scenarios.multihop.corpus import Corpus, Question, generate_corpus, read_fa
 from scenarios.multihop.index import PassageIndex
 from scenarios.multihop.scenario import Metric, MultihopScenario, make_scenario
 from scenarios.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
+from tests.real_policy import real_rollout
 from tests.scripted import ScriptedPolicy, Turn
 from tests.test_email_rollout import BAD_TURNS, choices
 
@@ -494,24 +495,13 @@ def test_bad_options_are_one_line_errors(key: str, value: str) -> None:
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
     """SmolLM2-135M served by rlvr's TorchBackend plays one real medium episode: the trajectory
     holds trainable Choices with logprobs, its observations and the retrieval metrics."""
-    from rlvr.policy.backend import TorchBackend
-    from rlvr.policy.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     scenario = scenario_for("medium")
     item = first_item(scenario)
-    model = art.TrainableModel(
-        name="multihop-test",
-        project="rlvr-tests",
-        base_model=str(resolve_model("smollm2-135m")),
-        base_path=str(tmp_path),
+    trajectory = await real_rollout(
+        scenario, item, Sampling(temperature=1.0, max_tokens=24), tmp_path, "multihop-test"
     )
-    backend = TorchBackend(path=str(tmp_path))
-    try:
-        await model.register(backend)
-        trajectory = await scenario.rollout(model, item, Sampling(temperature=1.0, max_tokens=24))
-    finally:
-        await backend.close()
     sampled = choices(trajectory)
     assert sampled and all(isinstance(c, Choice) and c.logprobs is not None for c in sampled)
     assert trajectory.messages()[0]["role"] == "system"

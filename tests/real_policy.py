@@ -1,0 +1,31 @@
+"""One real rollout of a scenario with the real SmolLM2-135M policy on a fresh TorchBackend (for
+the slow tier's "a real episode is well-formed" tests)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import art
+
+from rlvr.policy.backend import TorchBackend
+from rlvr.policy.models import resolve_model
+from rlvr.types import Item, Sampling, Scenario
+
+
+async def real_rollout(
+    scenario: Scenario, item: Item, sampling: Sampling, tmp_path: Path, name: str
+) -> art.Trajectory:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    model = art.TrainableModel(
+        name=name,
+        project="rlvr-tests",
+        base_model=str(resolve_model("smollm2-135m")),
+        base_path=str(tmp_path),
+    )
+    backend = TorchBackend(path=str(tmp_path))
+    try:
+        await model.register(backend)
+        return await scenario.rollout(model, item, sampling)
+    finally:
+        await backend.close()
