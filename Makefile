@@ -83,6 +83,7 @@ test-fast: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/rlvr bench serve
+	$(BIN)/rlvr bench turns
 	$(BIN)/rlvr bench train
 	$(BIN)/rlvr bench judge
 	$(BIN)/rlvr bench hack

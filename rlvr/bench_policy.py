@@ -3,6 +3,8 @@
 - serve: completion tokens/s of N concurrent requests through the OpenAI endpoint (logprobs on, as
   rollouts ask) / a bare batched `model.generate` of the same N prompts in the same process; also
   the figure for the same requests sent one at a time (the batching gain).
+- turns: multi-turn chats (system prompt, question, one observation per turn) with the prefix
+  cache / the same engine with it off: what reusing earlier turns' keys/values saves.
 - train: wall time of `backend.train` on real sampled groups / a bare forward + backward + AdamW
   over the same packed tokens (plain causal attention, cross-entropy on the trained tokens).
 
@@ -17,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import art
@@ -42,8 +45,6 @@ BENCH_PROMPTS = [
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
 
 
 def _prompts(requests: int) -> list[str]:
@@ -268,6 +269,101 @@ async def run_train_bench(
         "trained_tokens": int(metrics.get("num_tokens", 0)),
         "bare_step_s": round(bare, 3),
         "backend_step_s": round(ours, 3),
+        PEAK_RSS: round(peak_rss_gb(), 2),
+        RATIO: round(ours / bare, 3),
+    }
+
+
+# A multi-turn agent's shape: a long system prompt (instructions, tools), a question, then one
+# tool observation per turn; every turn sends the whole chat again.
+TURNS_SYSTEM = (
+    "You are an assistant that answers questions by searching a mailbox. Tools, one per line: "
+    "search(keywords) returns up to five message ids with subjects and dates; read(id) returns "
+    "a message with its sender, date and body; answer(text) ends the episode with your answer. "
+    "Reply with exactly one tool call per turn and nothing else. Prefer precise keywords; read a "
+    "message before you answer from it; answer briefly with the name, date or amount asked for. "
+    + " ".join(BENCH_PROMPTS)
+)
+
+
+def _observation(turn: int) -> str:
+    return "\n".join(
+        f"message {turn}-{i}: from person{i}@example.com on 2024-0{i + 1}-1{turn}, "
+        f"subject: {BENCH_PROMPTS[(turn + i) % len(BENCH_PROMPTS)]}"
+        for i in range(4)
+    )
+
+
+def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) -> float:
+    """Seconds to play `conversations` chats for `turns` turns, each turn one batched greedy
+    `sample` call of every chat (greedy, so both modes do the same decoding work)."""
+    from rlvr.policy.engine import SampleRow
+
+    chats = [
+        [{"role": "system", "content": TURNS_SYSTEM}, {"role": "user", "content": p}]
+        for p in _prompts(conversations)
+    ]
+    started = time.perf_counter()
+    for turn in range(turns):
+        rows = [
+            SampleRow(
+                prompt_ids=engine.tokenizer.apply_chat_template(
+                    chat, add_generation_prompt=True, tokenize=True, return_dict=False
+                ),
+                max_tokens=max_tokens,
+                temperature=0.0,
+            )
+            for chat in chats
+        ]
+        for chat, sampled in zip(chats, engine.sample(rows), strict=True):
+            chat += [
+                {"role": "assistant", "content": sampled.text},
+                {"role": "user", "content": _observation(turn)},
+            ]
+    return time.perf_counter() - started
+
+
+def run_turns_bench(
+    model_name: str = "smollm2-135m",
+    conversations: int = 8,
+    turns: int = 4,
+    max_tokens: int = 24,
+    repeats: int = 3,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Multi-turn chats with the prefix cache / the same engine with the cache off (bare)."""
+    from rlvr.policy.models import resolve_model
+
+    if threads:
+        torch.set_num_threads(threads)
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
+        engine = Engine(resolve_model(model_name), Path(path))
+        cache = engine.prefixes
+        budget = cache.max_bytes
+        play_turns(engine, 1, 1, 4)  # warm-up
+        bare_times, ours_times, shares = [], [], []
+        for r in range(repeats):
+            cache.clear()
+            cache.max_bytes = 0
+            bare_times.append(play_turns(engine, conversations, turns, max_tokens))
+            cache.max_bytes = budget
+            cache.clear()
+            prompt, reused = cache.prompt_tokens, cache.reused_tokens
+            ours_times.append(play_turns(engine, conversations, turns, max_tokens))
+            shares.append((cache.reused_tokens - reused) / max(cache.prompt_tokens - prompt, 1))
+            _log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
+    bare, ours = statistics.median(bare_times), statistics.median(ours_times)
+    return {
+        "bench": "turns",
+        "device": str(engine.device),
+        "threads": torch.get_num_threads(),
+        "conversations": conversations,
+        "turns": turns,
+        "max_tokens": max_tokens,
+        "bare_s": round(bare, 2),
+        "prefix_cache_s": round(ours, 2),
+        "prompt_tokens_reused": round(statistics.median(shares), 3),
+        "speedup": round(bare / ours, 2),
         PEAK_RSS: round(peak_rss_gb(), 2),
         RATIO: round(ours / bare, 3),
     }

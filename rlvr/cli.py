@@ -339,6 +339,25 @@ def bench_serve(
     _policy_bench(run_serve_bench(model, requests, max_tokens, repeats, threads))
 
 
+@bench_app.command("turns")
+def bench_turns(
+    model: ModelOption = "smollm2-135m",
+    conversations: Annotated[int, typer.Option(help="chats played together", min=1)] = 8,
+    turns: Annotated[int, typer.Option(help="turns per chat", min=1)] = 4,
+    max_tokens: Annotated[int, typer.Option(help="completion tokens per turn", min=1)] = 24,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
+    threads: ThreadsOption = None,
+) -> None:
+    """Multi-turn chats with the policy's prefix cache ÷ the same engine with it off
+    (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
+    from rlvr.bench_policy import run_turns_bench
+
+    async def run() -> dict:
+        return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
+
+    _policy_bench(run())
+
+
 @bench_app.command("train")
 def bench_train(
     model: ModelOption = "smollm2-135m",

@@ -142,7 +142,11 @@ def trajectory_metric_means(groups: list[art.TrajectoryGroup]) -> dict[str, floa
     for group in groups:
         for trajectory in group.trajectories:
             for key, value in trajectory.metrics.items():
-                if key in _SUMMARISED or isinstance(value, bool) or not isinstance(value, int | float):
+                if (
+                    key in _SUMMARISED
+                    or isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                ):
                     continue
                 if math.isfinite(value):
                     values.setdefault(key if "/" in key else ROLLOUT_PREFIX + key, []).append(value)

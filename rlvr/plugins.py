@@ -53,7 +53,9 @@ def _import_file(path: Path, ref: str) -> Any:
         spec.loader.exec_module(module)
     except Exception as error:
         del sys.modules[module_name]
-        raise PluginError(f"{ref}: importing {path} failed: {type(error).__name__}: {error}") from error
+        raise PluginError(
+            f"{ref}: importing {path} failed: {type(error).__name__}: {error}"
+        ) from error
     return module
 
 
@@ -70,7 +72,9 @@ def load_reference(ref: str) -> Any:
         except ModuleNotFoundError as error:
             raise PluginError(f"{ref}: no module named '{error.name}'") from error
         except Exception as error:
-            raise PluginError(f"{ref}: importing {target} failed: {type(error).__name__}: {error}") from error
+            raise PluginError(
+                f"{ref}: importing {target} failed: {type(error).__name__}: {error}"
+            ) from error
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -167,7 +171,9 @@ def as_scorer(obj: Any, ref: str, **available: Any) -> Scorer:
     if not callable(obj):
         raise PluginError(f"{ref}: {type(obj).__name__} is not a scorer or a scorer factory")
     if available.get("judge") is None and "judge" in _required_params(obj):
-        raise PluginError(f"{ref}: this scorer needs a judge; set judge=local or a litellm model id")
+        raise PluginError(
+            f"{ref}: this scorer needs a judge; set judge=local or a litellm model id"
+        )
     built = call_factory(obj, ref, **available)
     if isinstance(built, Scorer):
         return built

@@ -129,7 +129,9 @@ def example_items(count: int = 200, seed: int = 0) -> list[dict[str, str]]:
 def write_task(name: str, directory: Path) -> Path:
     """Write the folder `directory/name`; refuses to touch an existing one."""
     if not NAME.match(name):
-        raise ScaffoldError(f"'{name}': a task name is letters, digits, '_' or '-', not starting with a digit")
+        raise ScaffoldError(
+            f"'{name}': a task name is letters, digits, '_' or '-', not starting with a digit"
+        )
     folder = directory / name
     if folder.exists():
         raise ScaffoldError(f"{folder}: already exists; choose another name or --dir")

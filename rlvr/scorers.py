@@ -44,7 +44,9 @@ def rescored(
     )
 
 
-async def _guarded(reward: ItemReward, item: Item, trajectory: art.Trajectory) -> tuple[float, bool]:
+async def _guarded(
+    reward: ItemReward, item: Item, trajectory: art.Trajectory
+) -> tuple[float, bool]:
     """`guarded` for a reward that may be async."""
     try:
         value = reward(item, trajectory)
@@ -187,7 +189,9 @@ class GroupFunctionScorer:
                 return await self._once(group, item)
             except Exception as error:
                 self._counts[M.REWARD_ERRORS] += 1
-                log.warning("scorer %s failed on %s (try %d): %s", self.name, item.id, attempt + 1, error)
+                log.warning(
+                    "scorer %s failed on %s (try %d): %s", self.name, item.id, attempt + 1, error
+                )
         return None
 
     def pop_metrics(self) -> dict[str, float]:

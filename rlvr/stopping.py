@@ -146,8 +146,9 @@ def judge_disagrees(points: list[StepPoint], window: int, gap: float) -> Alarm |
     if abs(reward - truth) <= 2 / math.sqrt(n):
         return None
     direction = (
-        "rewards answers the ground truth fails" if reward > truth else "fails answers the "
-        "ground truth accepts"
+        "rewards answers the ground truth fails"
+        if reward > truth
+        else "fails answers the ground truth accepts"
     )
     return Alarm(
         name=AlarmName.JUDGE_DISAGREES,

@@ -107,7 +107,9 @@ class Task(BaseModel):
         """The run's Scenario: options from `cfg.task_options`, then the factory."""
         options = self.parse_options(cfg.task_options)
         try:
-            built = call_factory(self.make, f"task {self.name}", options=options, cfg=cfg, judge=judge)
+            built = call_factory(
+                self.make, f"task {self.name}", options=options, cfg=cfg, judge=judge
+            )
         except ConfigError:
             raise
         except Exception as error:
@@ -140,7 +142,9 @@ def as_items(rows: Iterable[Item | Mapping[str, Any]], source: str) -> list[Item
             items.append(row)
             continue
         if not isinstance(row, Mapping):
-            raise ConfigError(f"{source}: row {number}: expected an rlvr.Item or a dict, got {type(row).__name__}")
+            raise ConfigError(
+                f"{source}: row {number}: expected an rlvr.Item or a dict, got {type(row).__name__}"
+            )
         values = {"id": f"{source}-{number}", **row}
         if values.get("answer") is not None and not isinstance(values["answer"], str):
             values["answer"] = str(values["answer"])
@@ -214,7 +218,9 @@ def scenario(
     if not inspect.iscoroutinefunction(rollout) and not inspect.iscoroutinefunction(
         getattr(rollout, "__call__", None)  # noqa: B004  (async callable objects)
     ):
-        raise PluginError(f"task {name}: rollout must be an async function (async def rollout(model, item, sampling))")
+        raise PluginError(
+            f"task {name}: rollout must be an async function (async def rollout(model, item, sampling))"
+        )
     return FunctionScenario(name, load, rollout, check, reward, default_scorer, judged_check)
 
 
@@ -251,8 +257,9 @@ def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> TrainConfig:
     from rlvr.config import accepts_none, build_config
 
     config, options = split_values(task, {**task.defaults, **values})
-    config = {k: None if v in ("", "none", "None", "null") and accepts_none(k) else v for k, v in config.items()}
+    config = {
+        k: None if v in ("", "none", "None", "null") and accepts_none(k) else v
+        for k, v in config.items()
+    }
     parsed = task.parse_options(options)
-    return build_config(
-        {**config, "task": ref, "task_options": parsed.model_dump(mode="json")}
-    )
+    return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})

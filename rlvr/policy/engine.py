@@ -17,7 +17,8 @@ import ctypes
 import logging
 import os
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
+from collections.abc import Hashable
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Literal
@@ -28,6 +29,7 @@ from art.utils.output_dirs import get_step_checkpoint_dir
 from pydantic import BaseModel, ConfigDict
 
 from rlvr import atomic, faults
+from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,10 @@ LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32" or "bf16" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 OLD_ADAPTERS_KEPT = 2
+# Packed rows at least this long recompute each layer in backward instead of keeping its
+# activations: under the group attention mask every layer keeps heads x S x S attention weights,
+# which made a 1,088-token email row peak near 5 GB; recomputing costs one more forward.
+CHECKPOINT_FROM_TOKENS = 384
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -254,6 +260,10 @@ class Engine:
             )
             self.model = get_peft_model(base, config, adapter_name=LIVE_ADAPTER)
         self.model.eval()  # no dropout anywhere; gradients still flow in train()
+        # Active only in train mode, which `_recomputing` switches on for long rows (dropout is 0).
+        self.model.gradient_checkpointing_enable(
+            gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
         self.optimizer = torch.optim.AdamW(
             self.trainable_parameters(),
             lr=1e-5,  # set per call from ART's TrainConfig
@@ -268,6 +278,8 @@ class Engine:
         self._old_adapters: OrderedDict[Path, str] = OrderedDict()
         self._token_bytes: dict[int, bytes] = {}
         self.passes = 0  # batched sampling passes run (how well requests were batched)
+        self.prefixes = PrefixCache()
+        self._weights_version = 0
         if adapter_dir is None:
             self._save(self.live_step)
 
@@ -328,6 +340,7 @@ class Engine:
             for name in self._old_adapters.values():
                 self.model.delete_adapter(name)
             self._old_adapters.clear()
+            self._weights_changed()
 
     # ----------------------------------------------------------------------------- sampling
 
@@ -354,21 +367,42 @@ class Engine:
             return []
         with self.lock, torch.inference_mode(), self.autocast_context(), self._adapter(step):
             self.passes += 1
-            return self._sample(rows)
+            return self._sample(rows, self._prefix_tag(step))
 
-    def _sample(self, rows: list[SampleRow]) -> list[Sampled]:
+    def _sample(self, rows: list[SampleRow], tag: Hashable) -> list[Sampled]:
         from transformers import DynamicCache
 
         states = [_Decoding(row, self._generator(row.seed)) for row in rows]
         inputs = [row.prompt_ids + row.forced_ids for row in rows]
-        width = max(len(ids) for ids in inputs)
+        if self.prefixes.enabled:
+            self._prefill_shared(rows, tag)
+        # Reuse what an earlier call of the same conversation computed; at least one prompt token
+        # is fed again, for the logits of the first sampled (or forced) token.
+        prefixes = [
+            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1)
+            if self.prefixes.enabled
+            else None
+            for row, ids in zip(rows, inputs, strict=True)
+        ]
+        reused = [p.length if p is not None else 0 for p in prefixes]
+        cached = max(reused)
+        suffixes = [ids[r:] for ids, r in zip(inputs, reused, strict=True)]
+        width = max(len(ids) for ids in suffixes)
         pad = self.tokenizer.pad_token_id or 0
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in inputs])
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in inputs])
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        # Row layout: [pad | reused prefix | pad | new tokens]; the mask hides both pads.
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in suffixes])
+        mask = torch.tensor(
+            [
+                [0] * (cached - r) + [1] * r + [0] * (width - len(ids)) + [1] * len(ids)
+                for ids, r in zip(suffixes, reused, strict=True)
+            ]
+        )
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
         input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
         forced_width = max(len(row.forced_ids) for row in rows)
-        cache = DynamicCache(config=self.model.config)
+        cache = (
+            self._cache_from(prefixes, cached) if cached else DynamicCache(config=self.model.config)
+        )
         logits = self.model(
             input_ids=input_ids,
             attention_mask=mask,
@@ -386,6 +420,10 @@ class Engine:
         last_position = positions[:, -1]
         while True:
             live_now = [i for i in live if states[i].finish is None]
+            if len(live_now) < len(live):  # keep the finished rows' keys/values, then drop them
+                for b, i in enumerate(live):
+                    if states[i].finish is not None:
+                        self._keep_prefix(tag, inputs[i], states[i], cache, mask, b)
             if not live_now:
                 break
             if len(live_now) < len(live):  # drop finished rows from the batch and the cache
@@ -419,6 +457,106 @@ class Engine:
             )
             for s in states
         ]
+
+    def _prefix_tag(self, step: int | None) -> Hashable:
+        """Which weights computed a cache entry: the live adapter (its version changes with every
+        update) or an older step's checkpoint."""
+        if step is None or step == self.live_step:
+            return ("live", self._weights_version)
+        return ("step", step)
+
+    def _weights_changed(self) -> None:
+        self._weights_version += 1
+        self.prefixes.clear()
+
+    def _cache_from(self, prefixes: list[Prefix | None], length: int):
+        """A batched KV cache holding each row's reused prefix, right-aligned in `length`."""
+        from transformers import DynamicCache
+
+        first = next(p for p in prefixes if p is not None)
+        layers = []
+        for layer in range(len(first.keys)):
+            shape = (
+                len(prefixes),
+                *first.keys[layer].shape[:-2],
+                length,
+                first.keys[layer].shape[-1],
+            )
+            keys = first.keys[layer].new_zeros(shape)
+            values = first.values[layer].new_zeros(shape)
+            for b, prefix in enumerate(prefixes):
+                if prefix is not None:
+                    keys[b, :, length - prefix.length :] = prefix.keys[layer]
+                    values[b, :, length - prefix.length :] = prefix.values[layer]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers, config=self.model.config)
+
+    def _prefill_shared(self, rows: list[SampleRow], tag: Hashable) -> None:
+        """Prefill once each uncached prompt that several rows share (a group's first turn) and
+        keep it, so those rows reuse it instead of each computing the same keys/values."""
+        from transformers import DynamicCache
+
+        counts = Counter(tuple(row.prompt_ids) for row in rows)
+        shared = [
+            list(ids[:-1])  # the last prompt token is fed with the row, for its logits
+            for ids, n in counts.items()
+            if n > 1
+            and len(ids) > MIN_REUSE
+            and self.prefixes.lookup(tag, list(ids), len(ids) - 1, count=False) is None
+        ]
+        if not shared:
+            return
+        width = max(len(ids) for ids in shared)
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in shared])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in shared])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
+        cache = DynamicCache(config=self.model.config)
+        self.model(
+            input_ids=input_ids,
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        for b, ids in enumerate(shared):
+            self._store_row(tag, ids, cache, mask, b)
+
+    def _keep_prefix(
+        self, tag: Hashable, ids: list[int], state: _Decoding, cache, mask: torch.Tensor, b: int
+    ) -> None:
+        """Store row `b`'s keys/values (its real positions only) for the conversation's next turn."""
+        if not self.prefixes.enabled:
+            return
+        fed = ids + state.ids[len(state.row.forced_ids) :]
+        self._store_row(tag, fed, cache, mask, b)
+
+    def _store_row(self, tag: Hashable, fed: list[int], cache, mask: torch.Tensor, b: int) -> None:
+        """Keep row `b` of a batched cache: the keys/values of its real positions, which hold
+        the first tokens of `fed` (a token chosen but never fed has none)."""
+        if not self._plain_layers(cache):
+            return
+        real = mask[b].bool()
+        if int(real.sum()) > len(fed):
+            return
+        fed = fed[: int(real.sum())]
+        self.prefixes.store(
+            tag,
+            fed,
+            Prefix(
+                length=len(fed),
+                keys=tuple(layer.keys[b][:, real].clone() for layer in cache.layers),
+                values=tuple(layer.values[b][:, real].clone() for layer in cache.layers),
+            ),
+        )
+
+    @staticmethod
+    def _plain_layers(cache) -> bool:
+        from transformers.cache_utils import DynamicLayer
+
+        return all(type(layer) is DynamicLayer for layer in cache.layers)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -523,6 +661,7 @@ class Engine:
                 )
                 grad_norms.append(float(norm))
                 self.optimizer.step()
+                self._weights_changed()
                 self.optimizer.zero_grad(set_to_none=True)
             tokens = max(totals["tokens"], 1.0)
             metrics = {
@@ -563,6 +702,7 @@ class Engine:
                 self.trainable_parameters(), self.optim.max_grad_norm
             )
             self.optimizer.step()
+            self._weights_changed()
             self.optimizer.zero_grad(set_to_none=True)
             release_memory()
             return {LOSS: total / max(tokens, 1.0), GRAD_NORM: float(norm), NUM_TOKENS: tokens}
@@ -577,7 +717,8 @@ class Engine:
         from art.loss import shift_tensor
 
         positions = _trained_positions(inputs, 0).nonzero()[:, 0]
-        with self.autocast_context():
+        long_row = inputs["tokens"].shape[1] >= CHECKPOINT_FROM_TOKENS
+        with self.autocast_context(), self._recomputing(long_row and torch.is_grad_enabled()):
             logits = self.model(
                 input_ids=inputs["tokens"],
                 attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
@@ -588,6 +729,18 @@ class Engine:
         kept = token_logprobs(logits, targets)
         full = torch.zeros(inputs["tokens"].shape, dtype=kept.dtype, device=kept.device)
         return logits, full.index_put((torch.zeros_like(positions), positions), kept)
+
+    @contextmanager
+    def _recomputing(self, on: bool):
+        """Gradient checkpointing for this forward (HF layers checkpoint only in train mode)."""
+        if not on:
+            yield
+            return
+        self.model.train()
+        try:
+            yield
+        finally:
+            self.model.eval()
 
     def _train_row(
         self, inputs: dict[str, torch.Tensor], dev_config: dict, kl_coef: float, chunk_tokens: float

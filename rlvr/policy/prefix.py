@@ -1,0 +1,116 @@
+"""Keys and values of recently sampled sequences, so a conversation's next turn skips the prefill
+of everything it shares with an earlier call (the system prompt, the tools, earlier turns).
+
+A multi-turn rollout sends the whole chat again every turn; on a CPU the prefill of that chat is
+most of a turn's cost. Each finished row leaves its per-layer keys/values here, tagged with the
+adapter that computed them; the next request reuses the longest common token prefix with any entry
+of the same adapter. The match is on token ids, not text, so a chat template that re-tokenises an
+assistant turn differently simply reuses less. Entries are evicted least-recently-used beyond a
+byte budget, and everything is dropped when the live adapter's weights change.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Hashable
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+BUDGET_ENV = "RLVR_PREFIX_CACHE_MB"  # 0 turns the cache off
+DEFAULT_BUDGET_MB = 384
+MIN_REUSE = 16  # shorter shared prefixes are not worth the copy
+
+
+class Prefix(BaseModel):
+    """One reusable prefix: its length and, per layer, keys and values `[heads, length, dim]`."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    length: int
+    keys: tuple[torch.Tensor, ...]
+    values: tuple[torch.Tensor, ...]
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """Length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    if n == 0:
+        return 0
+    left = torch.tensor(a[:n])
+    right = torch.tensor(b[:n])
+    differ = (left != right).nonzero()
+    return int(differ[0]) if len(differ) else n
+
+
+def budget_bytes() -> int:
+    return int(float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_MB)) * 2**20)
+
+
+class PrefixCache:
+    """Least-recently-used store of sampled sequences' keys/values, per adapter tag."""
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = budget_bytes() if max_bytes is None else max_bytes
+        self._entries: OrderedDict[int, tuple[Hashable, list[int], Prefix]] = OrderedDict()
+        self._bytes = 0
+        self._next = 0
+        self.reused_tokens = 0  # prompt tokens not prefilled again (for the benchmark)
+        self.prompt_tokens = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._bytes = 0
+
+    def lookup(
+        self, tag: Hashable, ids: list[int], limit: int, count: bool = True
+    ) -> Prefix | None:
+        """The longest cached prefix of `ids` (at most `limit` tokens) computed by adapter `tag`;
+        `count` adds the lookup to the reuse statistics."""
+        if count:
+            self.prompt_tokens += len(ids)
+        best, best_key = 0, None
+        for key, (entry_tag, entry_ids, _) in self._entries.items():
+            if entry_tag == tag:
+                shared = min(common_prefix(entry_ids, ids), limit)
+                if shared > best:
+                    best, best_key = shared, key
+        if best < MIN_REUSE or best_key is None:
+            return None
+        self._entries.move_to_end(best_key)
+        prefix = self._entries[best_key][2]
+        if count:
+            self.reused_tokens += best
+        return Prefix(
+            length=best,
+            keys=tuple(k[:, :best] for k in prefix.keys),
+            values=tuple(v[:, :best] for v in prefix.values),
+        )
+
+    def store(self, tag: Hashable, ids: list[int], prefix: Prefix) -> None:
+        """Keep `prefix` (the keys/values of `ids`), evicting the least recently used."""
+        if not self.enabled or prefix.length < MIN_REUSE:
+            return
+        size = sum(t.numel() * t.element_size() for t in (*prefix.keys, *prefix.values))
+        if size > self.max_bytes:
+            return
+        for key, (entry_tag, entry_ids, _) in list(self._entries.items()):
+            if entry_tag == tag and ids[: len(entry_ids)] == entry_ids:
+                self._drop(key)  # the new sequence extends it: the old entry adds nothing
+        self._entries[self._next] = (tag, list(ids[: prefix.length]), prefix)
+        self._next += 1
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: int) -> None:
+        _, _, prefix = self._entries.pop(key)
+        self._bytes -= sum(t.numel() * t.element_size() for t in (*prefix.keys, *prefix.values))
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,130 @@
+"""The prefix cache: a conversation's next turn reuses the keys/values of its earlier turns and
+samples exactly what a full prefill would."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, common_prefix
+
+
+def prefix_of(length: int, fill: float = 1.0, layers: int = 2) -> Prefix:
+    tensor = torch.full((3, length, 4), fill)
+    return Prefix(length=length, keys=(tensor,) * layers, values=(tensor,) * layers)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "shared"),
+    [([], [1], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2, 4], 2), ([5], [1], 0)],
+)
+def test_common_prefix(a: list[int], b: list[int], shared: int) -> None:
+    assert common_prefix(a, b) == shared
+
+
+def test_lookup_takes_the_longest_shared_prefix_of_the_same_adapter_only() -> None:
+    cache = PrefixCache(max_bytes=2**20)
+    base = list(range(40))
+    cache.store("live", base[:30], prefix_of(30, 1.0))
+    cache.store("live", base[:20] + [99] * 20, prefix_of(40, 2.0))
+    cache.store("old", base, prefix_of(40, 3.0))
+    found = cache.lookup("live", [*base, 7, 8], limit=100)
+    assert found is not None and found.length == 30 and float(found.keys[0][0, 0, 0]) == 1.0
+    assert cache.lookup("live", base, limit=25).length == 25  # capped by the caller's limit
+    assert cache.lookup("live", base, limit=MIN_REUSE - 1) is None  # too short to be worth it
+    assert cache.lookup("other", base, limit=100) is None
+
+
+def test_a_longer_turn_replaces_its_prefix_and_the_budget_evicts_the_oldest() -> None:
+    one = prefix_of(20).keys[0].numel() * 4 * 2 * 2  # bytes of a 20-token entry, 2 layers
+    cache = PrefixCache(max_bytes=int(one * 2.2))
+    cache.store("live", list(range(20)), prefix_of(20))
+    cache.store("live", list(range(30)), prefix_of(30))  # extends the first: replaces it
+    assert len(cache) == 1
+    cache.store("live", [9] * 20, prefix_of(20))
+    assert len(cache) == 1  # 30 + 20 tokens exceed the budget: the older entry went
+    assert cache.lookup("live", list(range(30)), limit=100) is None
+    cache.clear()
+    assert len(cache) == 0
+
+
+def test_a_zero_budget_turns_it_off(monkeypatch) -> None:
+    monkeypatch.setenv("RLVR_PREFIX_CACHE_MB", "0")
+    cache = PrefixCache()
+    assert not cache.enabled
+    cache.store("live", list(range(20)), prefix_of(20))
+    assert len(cache) == 0
+
+
+# --- slow: the real model --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    from rlvr.policy.engine import Engine
+    from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+
+    return Engine(resolve_model(DEFAULT_MODEL), Path(tmp_path_factory.mktemp("model")))
+
+
+def chat(engine, turns: list[str]) -> list[int]:
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": text}
+        for i, text in enumerate(turns)
+    ]
+    return engine.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+def greedy(engine, prompts: list[list[int]], cached: bool):
+    from rlvr.policy.engine import SampleRow
+
+    if not cached:
+        engine.prefixes.clear()
+    before = engine.prefixes.reused_tokens
+    rows = [SampleRow(prompt_ids=p, max_tokens=12, temperature=0.0) for p in prompts]
+    out = engine.sample(rows)
+    if not cached:
+        engine.prefixes.clear()
+    return out, engine.prefixes.reused_tokens - before
+
+
+@pytest.mark.slow
+def test_the_next_turn_reuses_the_first_and_samples_the_same(engine) -> None:
+    first_turn = chat(engine, ["Tell me about the sea in one sentence."])
+    other = chat(engine, ["What is the capital of France?"])
+    (reply,), _ = greedy(engine, [first_turn], cached=True)
+    second = chat(engine, ["Tell me about the sea in one sentence.", reply.text, "And rivers?"])
+    # One row continues a cached conversation, one is new: the padded layout mixes both.
+    uncached, none = greedy(engine, [second, other], cached=False)
+    greedy(engine, [first_turn], cached=True)  # leave the first turn in the cache again
+    reused, saved = greedy(engine, [second, other], cached=True)
+    assert none == 0 and saved >= len(first_turn) - 1
+    for fresh, again in zip(uncached, reused, strict=True):
+        assert again.token_ids == fresh.token_ids
+        assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_entries_of_changed_weights_are_never_reused(engine) -> None:
+    prompt = chat(engine, ["Name three colors."])
+    greedy(engine, [prompt], cached=True)
+    assert len(engine.prefixes) > 0
+    engine._weights_changed()  # what every optimizer step calls
+    assert len(engine.prefixes) == 0
+    _, saved = greedy(engine, [prompt], cached=True)
+    assert saved == 0
+
+
+@pytest.mark.slow
+def test_a_group_sharing_one_prompt_prefills_it_once(engine) -> None:
+    prompt = chat(engine, ["Write one sentence about mountains."])
+    uncached, _ = greedy(engine, [prompt, prompt, chat(engine, ["Hi."])], cached=False)
+    engine.prefixes.clear()
+    shared, saved = greedy(engine, [prompt, prompt, chat(engine, ["Hi."])], cached=True)
+    # Both rows reused the one prefill (the third may reuse the shared system prompt too).
+    assert saved >= 2 * (len(prompt) - 1)
+    for fresh, again in zip(uncached, shared, strict=True):
+        assert again.token_ids == fresh.token_ids
+        assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-3)
