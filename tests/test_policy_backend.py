@@ -335,8 +335,9 @@ async def test_supervised_warm_start_lowers_the_demonstration_loss(backend) -> N
     assert len(losses) == 4 and all(math.isfinite(x) for x in losses)
     assert losses[-1] < 0.7 * losses[0]
     assert await model.get_step() == 1
-    reply = (await ask(model, "What is 4 + 1?", temperature=0, max_tokens=6)).choices[0]
+    reply = (await ask(model, "What is 4 + 1?", temperature=0, max_tokens=16)).choices[0]
     assert reply.message.content.startswith("answer:")
+    assert reply.finish_reason == "stop"  # the end-of-turn token was trained too
 
 
 def starts_with_the(text: str | None) -> float:
@@ -401,3 +402,26 @@ async def test_a_new_backend_resumes_at_the_stored_step(tmp_path) -> None:
         assert result.metrics["num_gradient_steps"] == min(2, result.metrics["num_sequences"])
     finally:
         await second.close()
+
+
+class _Tokenizer:
+    eos_token_id = 2
+    unk_token_id = 0
+
+    def convert_tokens_to_ids(self, token: str) -> int:
+        return 0  # no "<|im_end|>" in this vocabulary: the unknown id
+
+
+@pytest.mark.parametrize(
+    ("mask", "ids", "expected"),
+    [
+        ([0, 1, 1, 0, 0], [5, 6, 7, 2, 9], [0, 1, 1, 1, 0]),  # the end token after a span
+        ([0, 1, 1, 0], [5, 6, 7, 8], [0, 1, 1, 0]),  # no end token: unchanged
+        ([0, 1, 0, 0, 1, 0], [5, 6, 2, 2, 7, 2], [0, 1, 1, 0, 1, 1]),  # each span, once
+        ([0, 1, 0], [5, 6, 0], [0, 1, 0]),  # the unknown id is never an end
+    ],
+)
+def test_demonstrations_train_the_end_of_turn_token(mask, ids, expected) -> None:
+    from rlvr.policy.backend import with_end_of_turn
+
+    assert with_end_of_turn(mask, ids, _Tokenizer()) == expected

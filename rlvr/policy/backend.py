@@ -269,6 +269,20 @@ class TorchBackend:
         return names
 
 
+def with_end_of_turn(mask: list[int], token_ids: list[int], tokenizer: Any) -> list[int]:
+    """`mask` with the end-of-turn token after each assistant span trained too.
+
+    ART masks a dict assistant message's content tokens only (a sampled choice carries its own
+    end token): supervised on that, a model never learns to stop, and every warm-started reply
+    ran to max_tokens (measured: 100 % truncation on email)."""
+    ends = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    ends -= {None, tokenizer.unk_token_id}
+    return [
+        1 if flag or (i > 0 and mask[i - 1] and token_ids[i] in ends) else 0
+        for i, flag in enumerate(mask)
+    ]
+
+
 def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> dict | None:
     """ART's tokenisation of demonstrations (assistant turns as dict messages), each its own
     sequence (no shared prompt), packed into rows; None when no turn is trainable."""
@@ -289,6 +303,8 @@ def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> d
     ]
     if not results:
         return None
+    for result in results:
+        result.assistant_mask = with_end_of_turn(result.assistant_mask, result.token_ids, tokenizer)
     longest = max(len(r.token_ids) for r in results)
     return packed_tensors_from_tokenized_results(
         results,

@@ -724,6 +724,7 @@ class Engine:
                 attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
                 position_ids=inputs["input_pos"],
                 logits_to_keep=positions,
+                use_cache=False,  # training: no cache to fill (and none under checkpointing)
             ).logits[0]
         targets = shift_tensor(inputs["tokens"], 0)[0, positions]
         kept = token_logprobs(logits, targets)
