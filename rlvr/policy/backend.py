@@ -269,14 +269,19 @@ class TorchBackend:
         return names
 
 
-def with_end_of_turn(mask: list[int], token_ids: list[int], tokenizer: Any) -> list[int]:
+def end_of_turn_ids(tokenizer: Any) -> list[int]:
+    """Tokens that end an assistant turn: the chat template's `<|im_end|>` first, if the
+    vocabulary has it, then the tokenizer's end of sequence."""
+    ids = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.eos_token_id]
+    return list(dict.fromkeys(i for i in ids if i is not None and i != tokenizer.unk_token_id))
+
+
+def with_end_of_turn(mask: list[int], token_ids: list[int], ends: list[int]) -> list[int]:
     """`mask` with the end-of-turn token after each assistant span trained too.
 
     ART masks a dict assistant message's content tokens only (a sampled choice carries its own
     end token): supervised on that, a model never learns to stop, and every warm-started reply
     ran to max_tokens (measured: 100 % truncation on email)."""
-    ends = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
-    ends -= {None, tokenizer.unk_token_id}
     return [
         1 if flag or (i > 0 and mask[i - 1] and token_ids[i] in ends) else 0
         for i, flag in enumerate(mask)
@@ -303,8 +308,15 @@ def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> d
     ]
     if not results:
         return None
+    ends = end_of_turn_ids(tokenizer)
     for result in results:
-        result.assistant_mask = with_end_of_turn(result.assistant_mask, result.token_ids, tokenizer)
+        if result.assistant_mask and result.assistant_mask[-1]:
+            # ART renders the last message with continue_final_message: no end token after it.
+            result.token_ids.append(ends[0])
+            result.input_pos.append(result.input_pos[-1] + 1)
+            result.logprobs.append(float("nan"))
+            result.assistant_mask.append(0)
+        result.assistant_mask = with_end_of_turn(result.assistant_mask, result.token_ids, ends)
     longest = max(len(r.token_ids) for r in results)
     return packed_tensors_from_tokenized_results(
         results,
