@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, common_prefix
+from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, common_prefix, worth_reusing
 
 
 def prefix_of(length: int, fill: float = 1.0, layers: int = 2) -> Prefix:
@@ -20,6 +20,23 @@ def prefix_of(length: int, fill: float = 1.0, layers: int = 2) -> Prefix:
 )
 def test_common_prefix(a: list[int], b: list[int], shared: int) -> None:
     assert common_prefix(a, b) == shared
+
+
+@pytest.mark.parametrize(
+    ("lengths", "reused", "threshold"),
+    [
+        ([100, 100], [99, 99], 99),  # a group's shared prompt: every row reuses it
+        ([50], [0], 51),  # nothing cached: nothing reused
+        ([950, 350], [900, 300], 300),  # two conversations' next turns: both reuse
+        ([950, 350], [900, 0], 900),  # one new row: context 1,250 but 700 columns less to fill
+        ([910, 910, 650, 650], [900, 900, 0, 0], 911),  # half cached distinct prompts: no reuse
+        ([36, 36, 30], [35, 35, 27], 27),  # a group and a stranger sharing the system prompt
+    ],
+)
+def test_worth_reusing_minimises_the_batch_context(
+    lengths: list[int], reused: list[int], threshold: int
+) -> None:
+    assert worth_reusing(lengths, reused) == threshold
 
 
 def test_lookup_takes_the_longest_shared_prefix_of_the_same_adapter_only() -> None:

@@ -29,7 +29,7 @@ from art.utils.output_dirs import get_step_checkpoint_dir
 from pydantic import BaseModel, ConfigDict
 
 from rlvr import atomic, faults
-from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache
+from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, worth_reusing
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,10 @@ OLD_ADAPTERS_KEPT = 2
 # activations: under the group attention mask every layer keeps heads x S x S attention weights,
 # which made a 1,088-token email row peak near 5 GB; recomputing costs one more forward.
 CHECKPOINT_FROM_TOKENS = 384
+# A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
+# attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
+# ~900-token email prompts at once peaked 1 GB above the rest of a step.
+PREFILL_TOKENS = 4096
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -367,7 +371,10 @@ class Engine:
             return []
         with self.lock, torch.inference_mode(), self.autocast_context(), self._adapter(step):
             self.passes += 1
-            return self._sample(rows, self._prefix_tag(step))
+            try:
+                return self._sample(rows, self._prefix_tag(step))
+            finally:
+                release_memory()  # a long prefill's transients would stay resident otherwise
 
     def _sample(self, rows: list[SampleRow], tag: Hashable) -> list[Sampled]:
         from transformers import DynamicCache
@@ -378,13 +385,19 @@ class Engine:
             self._prefill_shared(rows, tag)
         # Reuse what an earlier call of the same conversation computed; at least one prompt token
         # is fed again, for the logits of the first sampled (or forced) token.
-        prefixes = [
-            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1)
+        found = [
+            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1, count=False)
             if self.prefixes.enabled
             else None
             for row, ids in zip(rows, inputs, strict=True)
         ]
+        threshold = worth_reusing(
+            [len(ids) for ids in inputs], [p.length if p is not None else 0 for p in found]
+        )
+        prefixes = [p if p is not None and p.length >= threshold else None for p in found]
         reused = [p.length if p is not None else 0 for p in prefixes]
+        for ids, r in zip(inputs, reused, strict=True):
+            self.prefixes.count(len(ids), r)
         cached = max(reused)
         suffixes = [ids[r:] for ids, r in zip(inputs, reused, strict=True)]
         width = max(len(ids) for ids in suffixes)
@@ -403,14 +416,7 @@ class Engine:
         cache = (
             self._cache_from(prefixes, cached) if cached else DynamicCache(config=self.model.config)
         )
-        logits = self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=forced_width + 1,
-        ).logits
+        logits = self._prefill(input_ids, mask, positions, cache, keep=forced_width + 1)
         if forced_width:
             self._score_forced(states, logits, forced_width)
         for state in states:
@@ -457,6 +463,34 @@ class Engine:
             )
             for s in states
         ]
+
+    def _prefill(
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache,
+        keep: int,
+    ) -> torch.Tensor:
+        """Feed the new columns `input_ids` ([B, N]) into `cache` in slices of about
+        PREFILL_TOKENS tokens; the logits of the last `keep` columns. `mask` covers the cached
+        columns and the new ones; `positions` the new ones."""
+        rows, width = input_ids.shape
+        past = mask.shape[1] - width
+        step = max(PREFILL_TOKENS // rows, 1)
+        # Slice boundaries counted from the end, so the last slice holds the `keep` columns.
+        cuts = sorted({0, *range(width - max(keep, step), 0, -step)})
+        logits = None
+        for start, end in zip(cuts, [*cuts[1:], width], strict=True):
+            logits = self.model(
+                input_ids=input_ids[:, start:end],
+                attention_mask=mask[:, : past + end],
+                position_ids=positions[:, start:end],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=keep if end == width else 1,
+            ).logits
+        return logits
 
     def _prefix_tag(self, step: int | None) -> Hashable:
         """Which weights computed a cache entry: the live adapter (its version changes with every
@@ -513,14 +547,7 @@ class Engine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
         cache = DynamicCache(config=self.model.config)
-        self.model(
-            input_ids=input_ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        self._prefill(input_ids, mask, positions, cache, keep=1)
         for b, ids in enumerate(shared):
             self._store_row(tag, ids, cache, mask, b)
 

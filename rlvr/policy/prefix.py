@@ -44,6 +44,25 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return int(differ[0]) if len(differ) else n
 
 
+def worth_reusing(lengths: list[int], reused: list[int]) -> int:
+    """The shortest cached prefix worth reusing in one batch of rows (`lengths` tokens each,
+    `reused` of them cached); rows with a shorter one are fed in full.
+
+    A batch's rows are laid out [pad | reused | pad | new]: every row is as wide as the longest
+    reused prefix plus the longest new part, so a row fed in full beside reused ones lengthens
+    every row's context (attention, the key/value cache; a batch of distinct prompts, half of
+    them cached, sampled slower with reuse than without). The threshold minimises that context
+    plus the columns to prefill (the weights' work); `max(lengths) + 1` reuses nothing."""
+    none = max(lengths, default=0) + 1
+
+    def cost(threshold: int) -> tuple[int, int]:
+        kept = [r if r >= threshold else 0 for r in reused]
+        width = max((n - k for n, k in zip(lengths, kept, strict=True)), default=0)
+        return max(kept, default=0) + 2 * width, width
+
+    return min([none, *sorted({r for r in reused if r > 0})], key=cost)
+
+
 def budget_bytes() -> int:
     return int(float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_MB)) * 2**20)
 
@@ -66,6 +85,11 @@ class PrefixCache:
     def clear(self) -> None:
         self._entries.clear()
         self._bytes = 0
+
+    def count(self, prompt_tokens: int, reused_tokens: int) -> None:
+        """Add one row's prompt and the part of it reused to the statistics."""
+        self.prompt_tokens += prompt_tokens
+        self.reused_tokens += reused_tokens
 
     def lookup(
         self, tag: Hashable, ids: list[int], limit: int, count: bool = True
