@@ -386,7 +386,7 @@ class Engine:
         # Reuse what an earlier call of the same conversation computed; at least one prompt token
         # is fed again, for the logits of the first sampled (or forced) token.
         found = [
-            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1, count=False)
+            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1)
             if self.prefixes.enabled
             else None
             for row, ids in zip(rows, inputs, strict=True)
@@ -396,8 +396,9 @@ class Engine:
         )
         prefixes = [p if p is not None and p.length >= threshold else None for p in found]
         reused = [p.length if p is not None else 0 for p in prefixes]
-        for ids, r in zip(inputs, reused, strict=True):
-            self.prefixes.count(len(ids), r)
+        if self.prefixes.enabled:
+            for ids, r in zip(inputs, reused, strict=True):
+                self.prefixes.count(len(ids), r)
         cached = max(reused)
         suffixes = [ids[r:] for ids, r in zip(inputs, reused, strict=True)]
         width = max(len(ids) for ids in suffixes)
@@ -536,7 +537,7 @@ class Engine:
             for ids, n in counts.items()
             if n > 1
             and len(ids) > MIN_REUSE
-            and self.prefixes.lookup(tag, list(ids), len(ids) - 1, count=False) is None
+            and self.prefixes.lookup(tag, list(ids), len(ids) - 1) is None
         ]
         if not shared:
             return

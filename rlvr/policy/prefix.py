@@ -91,13 +91,9 @@ class PrefixCache:
         self.prompt_tokens += prompt_tokens
         self.reused_tokens += reused_tokens
 
-    def lookup(
-        self, tag: Hashable, ids: list[int], limit: int, count: bool = True
-    ) -> Prefix | None:
-        """The longest cached prefix of `ids` (at most `limit` tokens) computed by adapter `tag`;
-        `count` adds the lookup to the reuse statistics."""
-        if count:
-            self.prompt_tokens += len(ids)
+    def lookup(self, tag: Hashable, ids: list[int], limit: int) -> Prefix | None:
+        """The longest cached prefix of `ids` (at most `limit` tokens) computed by adapter `tag`
+        (the caller decides whether to use it, and `count`s it)."""
         best, best_key = 0, None
         for key, (entry_tag, entry_ids, _) in self._entries.items():
             if entry_tag == tag:
@@ -108,8 +104,6 @@ class PrefixCache:
             return None
         self._entries.move_to_end(best_key)
         prefix = self._entries[best_key][2]
-        if count:
-            self.reused_tokens += best
         return Prefix(
             length=best,
             keys=tuple(k[:, :best] for k in prefix.keys),
