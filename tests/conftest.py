@@ -52,6 +52,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     return TinyRun(run_dir=run_dir, result=result)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), a module's tests stay on
     one worker (its module-scoped model, backend or server is built once), and every test that
@@ -61,3 +62,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             "tiny_run" if "tiny_run" in getattr(item, "fixturenames", ()) else item.module.__name__
         )
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """xdist applies a group by suffixing the node id with `@group`. A pytest it does not match
+    ignores that silently (9.2 did): every group splits, and every module-scoped model and chain
+    is built once per worker. Fail the run instead of doubling it."""
+    if getattr(session.config.option, "loadgroup", False):
+        ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+        if ungrouped:
+            raise pytest.UsageError(
+                f"pytest-xdist did not apply --dist loadgroup to {ungrouped[0]} "
+                f"(and {len(ungrouped) - 1} more): pin a pytest that xdist supports"
+            )
