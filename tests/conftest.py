@@ -64,12 +64,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+@pytest.hookimpl(optionalhook=True)  # an xdist hook, run where the workers report
+def pytest_xdist_node_collection_finished(node: object, ids: list[str]) -> None:
     """xdist applies a group by suffixing the node id with `@group`. A pytest it does not match
     ignores that silently (9.2 did): every group splits, and every module-scoped model and chain
-    is built once per worker. Fail the run instead of doubling it."""
-    if getattr(session.config.option, "loadgroup", False):
-        ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid]
+    is built once per worker. Stop the run with a clear error instead of doubling it."""
+    if node.config.getvalue("dist") == "loadgroup":  # type: ignore[attr-defined]
+        ungrouped = [nodeid for nodeid in ids if "@" not in nodeid]
         if ungrouped:
             raise pytest.UsageError(
                 f"pytest-xdist did not apply --dist loadgroup to {ungrouped[0]} "

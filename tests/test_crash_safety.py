@@ -7,6 +7,7 @@ killed during step 2's rollouts, each resume is killed at the next point of step
 checkpoint write, metrics append), the last resume finishes. Every kill is checked for what it
 left on disk, the end for a continuous history. The scorer gives 0 and 1 inside every group, so
 every step trains and the policy step equals the loop step: a step lost or done twice shows.
+Each process of the chain is a real `rlvr train`, forked from a warm process (tests/warm.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rlvr import atomic, faults, store
 from rlvr.backends import ART_DIR, rewind_policy
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "RLVR_CRASH_TEST_MARK"  # in the environment of every process a launched run starts
@@ -462,12 +464,22 @@ class Chain(BaseModel):
     final: Launch
 
 
+def session_members(session: int) -> list[int]:
+    """Live processes of a session (a forked run and whatever it forked without exec)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == session:
+            found.append(int(stat.parent.name))
+    return found
+
+
 def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
+    """One `rlvr train` process of the chain (forked warm: tests/warm.py)."""
     token = uuid.uuid4().hex
-    env = {**os.environ, MARK: token, "PYTHONUNBUFFERED": "1"}
-    env.pop(faults.FAULT_ENV, None)
-    if fault is not None:
-        env[faults.FAULT_ENV] = fault
     args = (
         ["--resume", str(run_dir)]
         if (run_dir / store.CONFIG).exists()
@@ -479,24 +491,24 @@ def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
         ]
     )
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "rlvr.cli", "train", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        start_new_session=True,
+    done = warm.rlvr(
+        "train",
+        *args,
+        env={MARK: token} | ({faults.FAULT_ENV: fault} if fault else {}),
+        unset=[faults.FAULT_ENV],
     )
     root = checkpoint_root(run_dir, TrainConfig())
     metrics = run_dir / store.METRICS
+    deadline = time.monotonic() + 15
+    while (left := session_members(done.pid)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     return Launch(
         returncode=done.returncode,
         stderr=done.stderr[-4000:],
         metrics_text=metrics.read_text() if metrics.exists() else "",
         checkpoints=sorted(p.name for p in root.iterdir()) if root.is_dir() else [],
         parquets=sorted(p.name for p in (run_dir / store.TRAJECTORIES).glob("*.parquet")),
-        orphans=wait_none_marked(token),
+        orphans=sorted({*left, *wait_none_marked(token)}),
         seconds=time.monotonic() - started,
     )
 

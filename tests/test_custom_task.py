@@ -18,6 +18,7 @@ import rlvr
 from rlvr import plugins, store
 from rlvr.metrics import M
 from scenarios.dataset import EXAMPLE
+from tests import warm
 
 pytestmark = pytest.mark.slow
 
@@ -105,10 +106,18 @@ def assert_complete(run_dir: Path, steps: int = 2) -> dict:
     return summary
 
 
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def cli(*args: str, path: list[Path] | None = None) -> warm.Finished:
+    """`rlvr ARGS` in a process of its own, forked warm (tests/warm.py); `path` as PYTHONPATH."""
+    out = warm.rlvr(*args, path=path or [], timeout_s=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out
+
+
+def fresh_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m rlvr.cli ARGS` in a fresh interpreter, as a user's shell runs it."""
     out = subprocess.run(
         [sys.executable, "-m", "rlvr.cli", *args],
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
         capture_output=True,
         text=True,
         timeout=900,
@@ -131,7 +140,7 @@ def test_a_file_reference_trains_with_the_users_scorer_alone(
 ) -> None:
     ref = f"{user_dir}/__init__.py"
     runs = tmp_path / "runs"
-    cli("train", f"{ref}:make", f"scorer={ref}:brevity", *tiny_args(runs))
+    fresh_cli("train", f"{ref}:make", f"scorer={ref}:brevity", *tiny_args(runs))
     run_dir = only_run(runs)
     assert run_dir.name.startswith("user-sums-")
     assert_complete(run_dir)
@@ -151,10 +160,9 @@ def test_an_installed_entry_point_trains_with_a_composite(user_dir: Path, tmp_pa
     (info / "entry_points.txt").write_text(
         "[rlvr.scenarios]\nuser_sums = user_sums:make\n\n[rlvr.scorers]\nbrevity = user_sums:brevity\n"
     )
-    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
-    assert "\nuser_sums\t" in cli("tasks", env=env).stdout
+    assert "\nuser_sums\t" in cli("tasks", path=[site]).stdout
     runs = tmp_path / "runs"
-    cli("train", "user_sums", "scorer=verifier*0.5+brevity*0.5", *tiny_args(runs), env=env)
+    cli("train", "user_sums", "scorer=verifier*0.5+brevity*0.5", *tiny_args(runs), path=[site])
     run_dir = only_run(runs)
     assert_complete(run_dir)
     rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
@@ -172,12 +180,8 @@ async def test_run_training_takes_the_users_scenario_object(user_dir: Path, tmp_
 
 def test_the_scaffold_trains_and_its_own_test_passes(tmp_path: Path) -> None:
     cli("new", "adder", "--dir", str(tmp_path))
-    tests = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "adder")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
+    tests = warm.run_module(
+        "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "adder"), cwd=tmp_path
     )
     assert tests.returncode == 0, tests.stdout[-2000:]
     runs = tmp_path / "runs"

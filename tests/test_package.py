@@ -1,0 +1,54 @@
+"""The `rlvr` package's public names resolve on first use: `import rlvr`, its config and the
+command's --help stay light (no ART, torch or transformers), and every public name is the
+object its module defines."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rlvr
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("art", "torch", "transformers", "litellm")
+
+
+def test_every_public_name_is_exported_and_resolves() -> None:
+    assert rlvr.__all__ == sorted(rlvr._EXPORTS)
+    for name, module in rlvr._EXPORTS.items():
+        assert getattr(rlvr, name) is getattr(importlib.import_module(module), name), name
+    assert set(rlvr.__all__) <= set(dir(rlvr))
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'run_trainig'"):
+        _ = rlvr.run_trainig  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import rlvr",
+        "import rlvr.config; rlvr.config.TrainConfig()",
+        "import sys; sys.argv = ['rlvr', '--help']; import rlvr.cli as c; c.app()",
+    ],
+    ids=["package", "config", "help"],
+)
+def test_light_entry_points_import_no_heavy_library(code: str) -> None:
+    probe = f"""
+import sys
+try:
+    exec({code!r})
+except SystemExit:
+    pass
+print(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r})))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
