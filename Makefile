@@ -45,10 +45,13 @@ $(LLAMA_WHEELS)/.built: | $(UV)
 	  -r <(echo "llama-cpp-python==$(LLAMA_VERSION) --hash=sha256:$(LLAMA_SHA256)")
 	touch $@
 
+# Bytecode is compiled at install (~30 s): where PYTHONDONTWRITEBYTECODE is set, as on this
+# machine class, every process would otherwise compile torch, transformers and ART again (~10 s).
 $(STAMP): pyproject.toml $(LOCK) Makefile $(LLAMA_WHEELS)/.built | $(UV)
 	$(PYTHON) rlvr/lockfile.py check
 	test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV)
-	$(UV) pip sync -q --python $(BIN)/python --require-hashes --find-links $(WHEELS) $(LOCK)
+	$(UV) pip sync -q --python $(BIN)/python --require-hashes --find-links $(WHEELS) \
+	  --compile-bytecode $(LOCK)
 	$(UV) pip install -q --python $(BIN)/python --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
