@@ -130,20 +130,23 @@ class StepPoint(BaseModel):
 
 
 def judge_disagrees(points: list[StepPoint], window: int, gap: float) -> Alarm | None:
-    """The scorer and the ground truth disagree on the same rollouts for `window` steps running:
-    every step's mean difference exceeds `gap` in the same direction, and the window's exceeds
-    two standard errors of a mean difference of scores in [0, 1] over its rollouts (at most
-    1/sqrt(n)), so neither one odd step nor a handful of rollouts can fire it."""
+    """The scorer and the ground truth disagree on the same rollouts over `window` steps: every
+    step differs in the same direction, most steps by more than `gap`, and the window's mean
+    difference exceeds `gap` and two standard errors of a mean difference of scores in [0, 1]
+    over its rollouts (at most 1/sqrt(n)). So one odd step cannot fire it, nor a handful of
+    rollouts, and one quieter step cannot silence a judge that is far off on the rest (the 135M
+    reference-guided judge on email: gaps 0.44, 0.24, 0.58)."""
     recent = points[-window:]
     n = sum(p.n for p in recent)
     if len(recent) < window or n == 0:
         return None
     gaps = [p.reward - p.truth for p in recent]
-    if not (all(g > gap for g in gaps) or all(g < -gap for g in gaps)):
+    sign = 1.0 if gaps[0] > 0 else -1.0
+    if not all(g * sign > 0 for g in gaps) or 2 * sum(g * sign > gap for g in gaps) <= window:
         return None
     reward = sum(p.reward * p.n for p in recent) / n
     truth = sum(p.truth * p.n for p in recent) / n
-    if abs(reward - truth) <= 2 / math.sqrt(n):
+    if abs(reward - truth) <= max(gap, 2 / math.sqrt(n)):
         return None
     direction = (
         "rewards answers the ground truth fails"

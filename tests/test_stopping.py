@@ -127,6 +127,10 @@ def _steps(pairs: list[tuple[float, float]], n: int = 16) -> list[StepPoint]:
         ([(0.55, 0.45)] * 3, 16, False),  # a small gap is partial credit, not disagreement
         ([(0.97, 0.02)] * 2, 16, False),  # fewer steps than the window
         ([(0.2, 0.0), (0.9, 0.1), (0.2, 0.0)], 16, False),  # one bad step is not sustained
+        # the reference-guided 135M judge on email, as measured: one quieter step (0.24)
+        ([(0.944, 0.5), (0.9, 0.658), (1.0, 0.424)], 16, True),
+        ([(0.9, 0.5), (0.45, 0.5), (1.0, 0.5)], 16, False),  # one step the other way
+        ([(0.7, 0.3), (0.55, 0.3), (0.6, 0.3)], 16, False),  # most steps within the gap
         ([(0.6, 0.2)] * 3, 2, False),  # 0.4 apart on 6 rollouts is within the noise
         ([(0.6, 0.2)] * 3, 32, True),  # ... and beyond it on 96
     ],
