@@ -49,22 +49,20 @@ def _context() -> multiprocessing.context.ForkServerContext:
 def _child(
     module: str,
     args: list[str],
-    env: dict[str, str],
-    unset: list[str],
+    environ: dict[str, str],
     path: list[str],
     cwd: str,
     out: str,
     err: str,
 ) -> None:
-    """In the forked child: its own session, the caller's environment and import path, stdout
-    and stderr to files (line-buffered, so a kill loses at most a partial line), then the
-    module as __main__. Its exit status is the module's (multiprocessing turns SystemExit into
-    it)."""
+    """In the forked child: its own session, the caller's environment (as it is now, not as it
+    was when the forkserver started) and import path, stdout and stderr to files (line-buffered,
+    so a kill loses at most a partial line), then the module as __main__. Its exit status is
+    the module's (multiprocessing turns SystemExit into it)."""
     os.setsid()
     os.chdir(cwd)
-    for name in unset:
-        os.environ.pop(name, None)
-    os.environ.update(env)
+    os.environ.clear()
+    os.environ.update(environ)
     sys.path[:0] = path
     importlib.invalidate_caches()
     for fd, target in ((1, out), (2, err)):
@@ -86,8 +84,9 @@ def run_module(
     cwd: Path = ROOT,
     timeout_s: float = 600,
 ) -> Finished:
-    """`python -m MODULE ARGS` in a forked child, waited for; `path` goes in front of sys.path
-    (where PYTHONPATH would put it)."""
+    """`python -m MODULE ARGS` in a forked child, waited for. Its environment is this process's
+    with `env` on top and `unset` taken out, as subprocess would give it; `path` goes in front of
+    sys.path (where PYTHONPATH would put it)."""
     with tempfile.TemporaryDirectory(prefix="rlvr-warm-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         child = _context().Process(
@@ -95,8 +94,7 @@ def run_module(
             args=(
                 module,
                 list(args),
-                dict(env or {}),
-                list(unset),
+                {k: v for k, v in os.environ.items() if k not in set(unset)} | dict(env or {}),
                 [str(p) for p in path],
                 str(cwd),
                 str(out),
