@@ -40,30 +40,7 @@ _EXPORTS = {
     "single_turn": "rlvr.rollouts",
     "task_config": "rlvr.plugins",
 }
-__all__ = [
-    "BudgetExhausted",
-    "ConfigError",
-    "Item",
-    "PluginError",
-    "RunResult",
-    "Sampling",
-    "Scenario",
-    "Scorer",
-    "StopReason",
-    "Task",
-    "TrainConfig",
-    "build_config",
-    "chat_turn",
-    "completion_text",
-    "group_scorer",
-    "parse_overrides",
-    "resolve_task",
-    "reward_scorer",
-    "run_training",
-    "scenario",
-    "single_turn",
-    "task_config",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> object:
@@ -79,11 +56,11 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-if TYPE_CHECKING:  # what type checkers and editors see
-    from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides
-    from rlvr.loop import RunResult, StopReason, run_training
-    from rlvr.plugins import resolve_task, task_config
-    from rlvr.rollouts import chat_turn, single_turn
-    from rlvr.scorers import group_scorer, reward_scorer
-    from rlvr.tasks import PluginError, Task, scenario
-    from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer, completion_text
+if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds it to _EXPORTS
+    from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides  # noqa: F401
+    from rlvr.loop import RunResult, StopReason, run_training  # noqa: F401
+    from rlvr.plugins import resolve_task, task_config  # noqa: F401
+    from rlvr.rollouts import chat_turn, single_turn  # noqa: F401
+    from rlvr.scorers import group_scorer, reward_scorer  # noqa: F401
+    from rlvr.tasks import PluginError, Task, scenario  # noqa: F401
+    from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer, completion_text  # noqa: F401

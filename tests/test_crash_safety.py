@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -279,24 +280,35 @@ def test_both_servers_are_configured_for_loopback_only() -> None:
 # --- /proc helpers (no psutil) --------------------------------------------------------------
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name: state, parent, group, session, ...
+    (empty when the process is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
+def live_processes() -> dict[int, list[str]]:
+    """pid -> stat_fields for every live process (zombies hold nothing: no socket, no memory)."""
+    every = {int(p.name): stat_fields(int(p.name)) for p in Path("/proc").glob("[0-9]*")}
+    return {pid: fields for pid, fields in every.items() if fields and fields[0] != "Z"}
+
+
 def marked_processes(token: str) -> list[int]:
     """Live processes whose environment carries MARK=token (a launched run and its children)."""
-    needle = f"{MARK}={token}".encode()
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if needle in environ.read_bytes().split(b"\0"):
-                stat = (environ.parent / "stat").read_text()
-                if stat.rsplit(")", 1)[1].split()[0] != "Z":  # zombies hold nothing
-                    found.append(int(environ.parent.name))
-        except OSError:
-            continue
-    return found
+    return [pid for pid in live_processes() if is_marked(pid, token)]
 
 
-def wait_none_marked(token: str, timeout_s: float = 15.0) -> list[int]:
+def session_members(session: int) -> list[int]:
+    """Live processes of a session (a forked run and whatever it forked without exec)."""
+    return [pid for pid, fields in live_processes().items() if int(fields[3]) == session]
+
+
+def wait_gone(find: Callable[[], list[int]], timeout_s: float = 15.0) -> list[int]:
+    """What `find` still lists after waiting up to `timeout_s` for it to list nothing."""
     deadline = time.monotonic() + timeout_s
-    while (left := marked_processes(token)) and time.monotonic() < deadline:
+    while (left := find()) and time.monotonic() < deadline:
         time.sleep(0.2)
     return left
 
@@ -337,10 +349,8 @@ def listeners(ports: set[int]) -> dict[int, int]:
 
 
 def parent_of(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except OSError:
-        return 0
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else 0
 
 
 def is_marked(pid: int, token: str) -> bool:
@@ -405,7 +415,7 @@ def test_servers_bind_loopback_and_die_with_a_sigkilled_owner() -> None:
         assert set(serving.values()) == ports and all(is_marked(p, token) for p in serving)
         os.kill(owner.pid, signal.SIGKILL)  # no cleanup runs: only PR_SET_PDEATHSIG is left
         owner.wait(timeout=30)
-        assert wait_none_marked(token) == [], "a server outlived its SIGKILLed owner"
+        assert wait_gone(lambda: marked_processes(token)) == [], "a server outlived its owner"
         # The next run meets no stale server: no process of the killed run listens on those
         # ports. (Not "nobody listens": under xdist another worker's new server may be given the
         # freed port number a moment later; a bind test fails the same way on client ports.)
@@ -464,19 +474,6 @@ class Chain(BaseModel):
     final: Launch
 
 
-def session_members(session: int) -> list[int]:
-    """Live processes of a session (a forked run and whatever it forked without exec)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == session:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
     """One `rlvr train` process of the chain (forked warm: tests/warm.py)."""
     token = uuid.uuid4().hex
@@ -499,16 +496,18 @@ def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
     )
     root = checkpoint_root(run_dir, TrainConfig())
     metrics = run_dir / store.METRICS
-    deadline = time.monotonic() + 15
-    while (left := session_members(done.pid)) and time.monotonic() < deadline:
-        time.sleep(0.2)
     return Launch(
         returncode=done.returncode,
         stderr=done.stderr[-4000:],
         metrics_text=metrics.read_text() if metrics.exists() else "",
         checkpoints=sorted(p.name for p in root.iterdir()) if root.is_dir() else [],
         parquets=sorted(p.name for p in (run_dir / store.TRAJECTORIES).glob("*.parquet")),
-        orphans=sorted({*left, *wait_none_marked(token)}),
+        orphans=sorted(
+            {
+                *wait_gone(lambda: session_members(done.pid)),
+                *wait_gone(lambda: marked_processes(token)),
+            }
+        ),
         seconds=time.monotonic() - started,
     )
 

@@ -87,6 +87,7 @@ def run_module(
     """`python -m MODULE ARGS` in a forked child, waited for. Its environment is this process's
     with `env` on top and `unset` taken out, as subprocess would give it; `path` goes in front of
     sys.path (where PYTHONPATH would put it)."""
+    dropped = set(unset)
     with tempfile.TemporaryDirectory(prefix="rlvr-warm-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         child = _context().Process(
@@ -94,7 +95,7 @@ def run_module(
             args=(
                 module,
                 list(args),
-                {k: v for k, v in os.environ.items() if k not in set(unset)} | dict(env or {}),
+                {k: v for k, v in os.environ.items() if k not in dropped} | dict(env or {}),
                 [str(p) for p in path],
                 str(cwd),
                 str(out),
