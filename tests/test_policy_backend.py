@@ -42,7 +42,9 @@ TOOLS = [
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend(tmp_path_factory):
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")))
+    # Exactness tests of the serving/training logic: fp32, whatever the CPU (bf16 bounds are
+    # tested in test_precision.py).
+    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     yield backend
     await backend.close()
 

@@ -81,7 +81,10 @@ def engine(tmp_path_factory):
     from rlvr.policy.engine import Engine
     from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 
-    return Engine(resolve_model(DEFAULT_MODEL), Path(tmp_path_factory.mktemp("model")))
+    # fp32: the cache must reproduce a fresh prefill exactly (bf16 rounds differently per shape).
+    return Engine(
+        resolve_model(DEFAULT_MODEL), Path(tmp_path_factory.mktemp("model")), precision="fp32"
+    )
 
 
 def chat(engine, turns: list[str]) -> list[int]:

@@ -42,7 +42,7 @@ from art.utils.output_dirs import get_model_dir
 
 from rlvr import atomic
 from rlvr.policy import engine as engine_module
-from rlvr.policy.engine import Engine, LoraSettings, OptimSettings
+from rlvr.policy.engine import Engine, LoraSettings, OptimSettings, Precision
 from rlvr.policy.models import resolve_model
 from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
 from rlvr.redact import redact_data
@@ -73,9 +73,12 @@ def settings_from(model: art.TrainableModel) -> tuple[LoraSettings, OptimSetting
 class TorchBackend:
     """Serves and trains `art.TrainableModel`s in this process with transformers + peft."""
 
-    def __init__(self, path: str = ".art", device: str | None = None) -> None:
+    def __init__(
+        self, path: str = ".art", device: str | None = None, precision: Precision | None = None
+    ) -> None:
         self._path = path
         self._device = device
+        self._precision = precision
         self._engines: dict[str, Engine] = {}
         self._server: ServerThread | None = None
 
@@ -236,6 +239,7 @@ class TorchBackend:
                     device=self._device,
                     lora=lora,
                     optim=optim,
+                    precision=self._precision,
                 )
             )
         return self._engines[model.name]

@@ -34,6 +34,7 @@ from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, worth_reusing
 logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
+Precision = Literal["fp32", "bf16"]
 LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32" or "bf16" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
@@ -157,19 +158,35 @@ def _cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def choose_autocast(device: torch.device) -> torch.dtype | None:
-    """bf16 autocast where the hardware has it, else fp32 (None).
+def choose_autocast(device: torch.device, precision: Precision | None = None) -> torch.dtype | None:
+    """bf16 autocast or fp32 (None): `precision` if given, else RLVR_PRECISION, else by hardware.
 
     Measured here (AVX2 CPU, no bf16 units): a LoRA step under bf16 autocast was 8x slower than
     fp32, so plain CPUs use fp32. On CPUs with AVX512-BF16/AMX bf16 autocast was faster (design.md
-    §3) and numerically fine (mean |Δ logprob| 0.04, KL 0.001/token, gradient cosine 0.999).
+    §3); its sampler/trainer log-prob gap is measured in tests/test_precision.py.
     """
-    forced = os.environ.get(PRECISION_ENV, "").lower()
+    forced = precision or os.environ.get(PRECISION_ENV, "").lower()
     if forced in ("fp32", "bf16"):
         return torch.bfloat16 if forced == "bf16" else None
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
     return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else None
+
+
+def run_head_in_fp32(model: torch.nn.Module) -> None:
+    """Make the LM head compute fp32 logits even under bf16 autocast, for the sampler and the
+    trainer alike. bf16 logits keep ~3 significant digits (a step of 0.125 near a logit of 20),
+    and two forwards of different shapes round differently: measured here, sampler and trainer
+    log-probs of the same tokens differed by up to 0.17 (mean 0.03), an off-policy error in the
+    PPO ratio; with the head in fp32 the bf16 body alone leaves the gap in the README."""
+    head = model.get_output_embeddings()
+    forward = head.forward
+
+    def fp32_forward(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return forward(hidden.float())
+
+    head.forward = fp32_forward
 
 
 def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -223,9 +240,11 @@ class Engine:
         device: str | None = None,
         lora: LoraSettings | None = None,
         optim: OptimSettings | None = None,
+        precision: Precision | None = None,
     ) -> None:
         """Load `model_dir` and resume from the latest checkpoint under `output_dir` (ART's model
-        directory), or start a fresh adapter and save it as step 0."""
+        directory), or start a fresh adapter and save it as step 0. `precision`: see
+        `choose_autocast` (None: automatic)."""
         from peft import LoraConfig, PeftModel, get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -243,12 +262,14 @@ class Engine:
                 f"checkpoint {adapter_dir} has no {ADAPTER_WEIGHTS} to resume from"
             )
         self.device = choose_device(device)
-        self.autocast = choose_autocast(self.device)
+        self.autocast = choose_autocast(self.device, precision)
         self.optim = optim or OptimSettings()
         self.lock = threading.Lock()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         base.to(self.device).eval()
+        if self.autocast is not None:
+            run_head_in_fp32(base)
         if adapter_dir is not None:
             self.model = PeftModel.from_pretrained(
                 base, adapter_dir, adapter_name=LIVE_ADAPTER, is_trainable=True

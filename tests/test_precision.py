@@ -1,0 +1,141 @@
+"""Numerics in both precisions the engine runs: fp32 and bf16 autocast, whatever this CPU has.
+
+The rest of the suite runs at the machine's automatic precision, with exactness tests of the
+serving and training logic pinned to fp32; here both precisions run explicitly, so bf16 is covered
+on CPUs without bf16 units and fp32 on CPUs with them. The bound that matters is the one PPO's
+ratio feels: the k3 KL between the sampler's log-probabilities and the trainer's for the same
+tokens at step 1 (`train/kl`). Measured on an AVX512-BF16 CPU: fp32 0 (identical); bf16 4e-4
+with the LM head in fp32 (1e-3 before: bf16 logits, max |Δ logprob| 0.17).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import art
+import pytest
+import pytest_asyncio
+import torch
+
+from rlvr.policy.backend import TorchBackend, pack_groups
+from rlvr.policy.engine import (
+    PRECISION_ENV,
+    _trained_positions,
+    _trimmed,
+    choose_autocast,
+    group_attention_mask,
+    run_head_in_fp32,
+)
+from rlvr.policy.models import DEFAULT_MODEL
+
+# Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured.
+KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3}
+
+
+@pytest.mark.parametrize(
+    ("precision", "env", "expected"),
+    [
+        ("fp32", "bf16", None),  # an explicit choice wins over the environment
+        ("bf16", "fp32", torch.bfloat16),
+        (None, "bf16", torch.bfloat16),  # the environment wins over the hardware
+        (None, "fp32", None),
+        (None, "BF16", torch.bfloat16),
+    ],
+)
+def test_the_precision_is_chosen_explicitly_then_by_environment(
+    monkeypatch, precision, env, expected
+) -> None:
+    monkeypatch.setenv(PRECISION_ENV, env)
+    assert choose_autocast(torch.device("cpu"), precision) == expected
+
+
+def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
+    class Tiny(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.head = torch.nn.Linear(8, 32, bias=False)
+
+        def get_output_embeddings(self) -> torch.nn.Module:
+            return self.head
+
+    model = Tiny()
+    hidden = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.head(hidden).dtype == torch.bfloat16
+        run_head_in_fp32(model)
+        logits = model.head(hidden)
+    assert logits.dtype == torch.float32
+    assert torch.equal(logits, hidden @ model.head.weight.T)
+
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16"])
+async def trained(request, tmp_path_factory):
+    """One real GRPO step at each precision: (precision, engine, groups, its metrics)."""
+    precision = request.param
+    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision=precision)
+    model = art.TrainableModel(name=f"p-{precision}", project="tests", base_model=DEFAULT_MODEL)
+    await model.register(backend)
+    groups = [
+        await _group(model, question, [10 * g + i for i in range(4)])
+        for g, question in enumerate(["Name a planet and describe it.", "Write about rivers."])
+    ]
+    engine = backend.engine(model)
+    result = await backend.train(model, groups, learning_rate=1e-4)
+    yield precision, engine, groups, result.metrics
+    await backend.close()
+
+
+async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> art.TrajectoryGroup:
+    messages = [{"role": "user", "content": question}]
+
+    async def one(seed: int) -> art.Trajectory:
+        response = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(),
+            messages=messages,
+            logprobs=True,
+            temperature=1.0,
+            max_tokens=32,
+            seed=seed,
+        )
+        return art.Trajectory(
+            messages_and_choices=[*messages, response.choices[0]], reward=float(seed % 2)
+        )
+
+    return art.TrajectoryGroup(await asyncio.gather(*(one(s) for s in seeds)))
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_sampler_and_trainer_log_probabilities_agree_at_step_one(trained) -> None:
+    precision, engine, _, metrics = trained
+    assert engine.autocast == (torch.bfloat16 if precision == "bf16" else None)
+    assert metrics["num_tokens"] > 0 and math.isfinite(metrics["loss"])
+    print(f"{precision}: train/kl at step 1 = {metrics['kl']:.2e}")  # the README's figure
+    assert 0.0 <= metrics["kl"] < KL_BOUND[precision]
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio(loop_scope="module")
+async def test_trained_positions_equal_the_full_vocabulary_forward(trained) -> None:
+    """The LM head on trained positions only gives the full forward's log-probabilities in both
+    precisions (the head runs in fp32 either way; the body computes the same shapes)."""
+    from art.loss import shift_tensor
+
+    _, engine, groups, _ = trained
+    tensors = _trimmed(pack_groups(engine.tokenizer, groups), engine.device)
+    row = {key: value[:1] for key, value in tensors.items()}
+    with torch.no_grad(), engine.autocast_context():
+        _, fast = engine._forward_logprobs(row)
+        logits = engine.model(
+            input_ids=row["tokens"],
+            attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
+            position_ids=row["input_pos"],
+        ).logits
+    full = torch.log_softmax(logits.float(), -1).gather(
+        -1, shift_tensor(row["tokens"], 0)[..., None]
+    )[..., 0]
+    positions = _trained_positions(row, 0)
+    assert positions.sum() > 0
+    assert torch.allclose(fast[0, positions], full[0, positions], atol=1e-4)
