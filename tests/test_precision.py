@@ -69,7 +69,6 @@ def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
     assert torch.equal(logits, hidden @ model.head.weight.T)
 
 
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16"])
 async def trained(request, tmp_path_factory):
     """One real GRPO step at each precision: (precision, engine, groups, its metrics)."""
