@@ -14,6 +14,7 @@ format and HealthBench), `bench` (`rlvr bench judge`).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -32,13 +33,18 @@ async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
     127.0.0.1, started lazily by the first request and stopped when this context exits (normally,
     on an exception, or on Ctrl-C); any other id is a litellm model used directly."""
     from judges.client import LOCAL_JUDGE, JudgeClient, JudgeSettings
-    from judges.engine import EngineSettings, LocalEngine
+    from judges.engine import KEY_ENV, EngineSettings, LocalEngine
 
     settings = JudgeSettings.from_config(cfg)
     engine = None
     if cfg.judge == LOCAL_JUDGE and cfg.judge_base_url is None:
         engine = LocalEngine(EngineSettings.default(threads=cfg.judge_threads))
-    client = JudgeClient(settings, engine.ensure_started if engine else None, seed=cfg.seed)
+    client = JudgeClient(
+        settings,
+        engine.ensure_started if engine else None,
+        seed=cfg.seed,
+        endpoint_key=engine.key if engine else os.environ.get(KEY_ENV),
+    )
     try:
         yield client
     finally:

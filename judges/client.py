@@ -332,9 +332,13 @@ class JudgeClient:
         endpoint: Callable[[bool], Awaitable[str]] | None = None,
         *,
         seed: int = 0,
+        endpoint_key: str | None = None,
     ) -> None:
+        """`endpoint_key`: the bearer key of a local engine (its own per-run key), sent instead
+        of any provider key."""
         load_dotenv(find_dotenv(usecwd=True), override=False)
         self.settings = settings
+        self._endpoint_key = endpoint_key
         self.key = f"judge{next(_client_ids)}"
         self._endpoint = endpoint
         self._semaphore = asyncio.Semaphore(settings.concurrency)
@@ -434,7 +438,7 @@ class JudgeClient:
                     temperature=self.settings.temperature,
                     timeout=self.settings.timeout_s,
                     api_base=api_base,
-                    api_key="not-needed" if needs_placeholder_key else None,
+                    api_key=self._endpoint_key or ("not-needed" if needs_placeholder_key else None),
                     max_retries=0,  # retries are ours: counted, backed off, budget-checked
                     caching=False,
                 ),

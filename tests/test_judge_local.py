@@ -45,7 +45,7 @@ def engine() -> Iterator[LocalEngine]:
 
 def local_client(engine: LocalEngine) -> JudgeClient:
     cfg = TrainConfig(judge="local", judge_base_url=engine.base_url, judge_timeout_s=600)
-    return JudgeClient(JudgeSettings.from_config(cfg))
+    return JudgeClient(JudgeSettings.from_config(cfg), endpoint_key=engine.key)
 
 
 async def sample_answers(engine: LocalEngine, n: int) -> list[str]:
@@ -55,7 +55,7 @@ async def sample_answers(engine: LocalEngine, n: int) -> list[str]:
         response = await litellm.acompletion(
             model=LOCAL_MODEL_ID,
             api_base=engine.base_url,
-            api_key="not-needed",
+            api_key=engine.key,
             messages=[{"role": "user", "content": QUESTION}],
             temperature=1.0,
             max_tokens=32,
@@ -137,6 +137,42 @@ async def test_rubric_gives_pass_rate_and_verdicts_for_five_criteria(engine: Loc
 
 
 # --- engine lifecycle --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer not-the-key"}, 401),
+        (None, 200),  # the engine's own key
+    ],
+)
+def test_the_engine_answers_only_its_own_key(engine: LocalEngine, headers, status: int) -> None:
+    response = httpx.get(
+        f"{engine.base_url}/models",
+        timeout=10,
+        headers=engine.headers if headers is None else headers,
+    )
+    assert response.status_code == status
+
+
+async def test_a_port_taken_by_another_server_is_detected_and_another_is_used(
+    engine: LocalEngine, monkeypatch
+) -> None:
+    """The free port picked for a new engine can be taken before its child binds it: the server
+    that answers there does not accept the new engine's key, so it moves on to another port."""
+    import judges.engine as engine_module
+
+    ports = iter([engine.port, engine_module.free_port()])
+    monkeypatch.setattr(engine_module, "free_port", lambda: next(ports))
+    second = LocalEngine(EngineSettings.default())
+    try:
+        await second.ensure_started()
+        assert second.port != engine.port and second.key != engine.key
+        assert httpx.get(f"{second.base_url}/models", headers=second.headers).status_code == 200
+        assert httpx.get(f"{engine.base_url}/models", headers=engine.headers).status_code == 200
+    finally:
+        second.stop()
 
 
 def engine_children() -> list[int]:
@@ -274,8 +310,12 @@ def test_judge_serve_command_answers_and_stops() -> None:
         line = serve.stdout.readline()
         assert line.startswith("judge engine ready at http://127.0.0.1:"), line
         base_url = line.split()[4]
+        assert "RLVR_JUDGE_API_KEY" in serve.stdout.readline()
+        key = serve.stdout.readline().split()[-1]
         engine_pid = child_engine_pid(serve.pid)
-        assert httpx.get(f"{base_url}/models", timeout=10).status_code == 200
+        auth = {"Authorization": f"Bearer {key}"}
+        assert httpx.get(f"{base_url}/models", timeout=10, headers=auth).status_code == 200
+        assert httpx.get(f"{base_url}/models", timeout=10).status_code == 401
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=60) == 0
         assert wait_gone(engine_pid)

@@ -16,11 +16,51 @@ GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 
 
 @pytest.fixture
-async def base_url(tmp_path):
+async def served(tmp_path):
     backend = TorchBackend(path=str(tmp_path))
     url = await backend.serve()
-    yield url
+    yield url, {"Authorization": f"Bearer {backend.api_key}"}
     await backend.close()
+
+
+@pytest.fixture
+def base_url(served) -> str:
+    return served[0]
+
+
+@pytest.fixture
+def auth(served) -> dict[str, str]:
+    return served[1]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer wrong-key"}, 401),
+        ({"Authorization": "Basic c2VjcmV0"}, 401),
+        (None, 200),  # the backend's own key
+    ],
+)
+@pytest.mark.parametrize("path", ["/models", "/chat/completions"])
+async def test_every_request_needs_the_runs_bearer_key(
+    served, headers: dict[str, str] | None, status: int, path: str
+) -> None:
+    base_url, auth = served
+    async with httpx.AsyncClient(headers=auth if headers is None else headers) as client:
+        if path == "/models":
+            response = await client.get(f"{base_url}{path}")
+        else:
+            response = await client.post(f"{base_url}{path}", json={**GOOD, "max_tokens": 1})
+    expected = status if status == 401 or path == "/models" else 404  # no model registered
+    assert response.status_code == expected
+    if expected == 401:
+        assert "api key" in response.json()["error"]["message"].lower()
+
+
+async def test_two_backends_have_different_keys(tmp_path) -> None:
+    first, second = TorchBackend(path=str(tmp_path)), TorchBackend(path=str(tmp_path))
+    assert first.api_key != second.api_key and len(first.api_key) >= 32
 
 
 @pytest.mark.parametrize(
@@ -39,9 +79,9 @@ async def base_url(tmp_path):
     ],
 )
 async def test_bad_requests_get_a_clear_error(
-    base_url: str, body, status: int, words: list[str]
+    base_url: str, auth: dict[str, str], body, status: int, words: list[str]
 ) -> None:
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers=auth) as client:
         if isinstance(body, str):
             response = await client.post(
                 f"{base_url}/chat/completions",
@@ -56,8 +96,10 @@ async def test_bad_requests_get_a_clear_error(
     assert all(w.lower() in message.lower() for w in words), message
 
 
-async def test_models_lists_nothing_before_registration(base_url: str) -> None:
-    async with httpx.AsyncClient() as client:
+async def test_models_lists_nothing_before_registration(
+    base_url: str, auth: dict[str, str]
+) -> None:
+    async with httpx.AsyncClient(headers=auth) as client:
         response = await client.get(f"{base_url}/models")
     assert response.status_code == 200
     assert response.json() == {"object": "list", "data": []}

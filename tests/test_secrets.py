@@ -84,6 +84,13 @@ def test_which_environment_variables_hold_credentials(name: str, secret: bool) -
         ("train/completion_tokens_mean", False),
         ("key", False),
         ("judge_base_url", False),
+        ("openai_key", True),
+        ("my-service.key", True),
+        ("client_secret", True),
+        ("Authorization", True),
+        ("bearer_token", True),
+        ("monkey", False),
+        ("keys_seen", False),
     ],
 )
 def test_which_fields_hold_credentials(field: str, secret: bool) -> None:
@@ -115,14 +122,85 @@ def test_error_text_also_loses_key_shapes(monkeypatch: pytest.MonkeyPatch) -> No
     )
 
 
+@pytest.mark.parametrize(
+    ("url", "clean"),
+    [
+        ("http://h/v1?api-key=PLANTEDq1", "http://h/v1?api-key=[redacted]"),
+        ("http://h/v1?x=1&access_token=PLANTEDq2", "http://h/v1?x=1&access_token=[redacted]"),
+        ("https://h/o?sig=PLANTEDq3&se=2026", "https://h/o?sig=[redacted]&se=2026"),
+        ("http://h/v1?key=PLANTEDq4#frag", "http://h/v1?key=[redacted]#frag"),
+        ("http://h/v1?page=2&limit=10", "http://h/v1?page=2&limit=10"),
+    ],
+)
+def test_url_query_parameters_named_like_credentials_are_redacted(url: str, clean: str) -> None:
+    assert redact.redact_text(url) == clean
+    assert redact.redact_data({"judge_base_url": url}) == {"judge_base_url": clean}
+
+
+@pytest.mark.parametrize(
+    ("value", "clean"),
+    [
+        ("sk-proj-PLANTEDabcdefghijklmnop", "[redacted]"),
+        ("ghp_PLANTEDabcdefghijklmnop1234", "[redacted]"),
+        ("data/key_points_v2.jsonl", "data/key_points_v2.jsonl"),  # a path, not a key
+        ("scenarios/sk-learn/items.jsonl", "scenarios/sk-learn/items.jsonl"),
+    ],
+)
+def test_data_loses_provider_shaped_keys_but_not_paths(value: str, clean: str) -> None:
+    assert redact.redact_data({"note": value}) == {"note": clean}
+
+
+def test_child_processes_get_no_credential_variables(planted: None, monkeypatch) -> None:
+    monkeypatch.setenv("SOME_SERVICE_SECRET", "PLANTEDsecret1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    env = redact.child_env()
+    assert not [name for name in env if redact.is_secret_env(name)]
+    assert_clean(json.dumps(env), "child environment")
+    assert env["HF_HUB_OFFLINE"] == "1" and env["PATH"] == __import__("os").environ["PATH"]
+
+
+@pytest.mark.slow
+def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
+    """The real llama.cpp child: its /proc environment has the engine's own bearer key and no
+    credential of ours."""
+    import asyncio
+
+    from judges.engine import EngineSettings, LocalEngine
+
+    engine = LocalEngine(EngineSettings.default())
+    try:
+        asyncio.run(engine.ensure_started())
+        environ = Path(f"/proc/{engine.pid}/environ").read_bytes().decode(errors="replace")
+    finally:
+        engine.stop()
+    assert_clean(environ, "judge engine environment")
+    assert f"API_KEY={engine.key}" in environ.split("\0")
+
+
 # --- config, errors, logs -------------------------------------------------------------------
 
 
-def test_config_json_and_wandb_config_hold_no_credentials(planted: None) -> None:
-    cfg = TrainConfig(judge_base_url=BASE_URL, task_options={"api_key": OPENAI_KEY, "n": 1})
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"api_key": OPENAI_KEY, "n": 1}, {"api_key": "[redacted]", "n": 1}),
+        ({"openai_key": "PLANTEDplain99", "n": 1}, {"openai_key": "[redacted]", "n": 1}),
+        ({"authorization": "Bearer PLANTEDb"}, {"authorization": "[redacted]"}),
+        (
+            {"client_secret": "PLANTEDc", "endpoint": "http://h?token=PLANTEDd"},
+            {"client_secret": "[redacted]", "endpoint": "http://h?token=[redacted]"},
+        ),
+    ],
+)
+def test_config_json_and_wandb_config_hold_no_credentials(
+    planted: None, options: dict, expected: dict
+) -> None:
+    cfg = TrainConfig(judge_base_url=f"{BASE_URL}?api-key=PLANTEDq", task_options=options)
     public = cfg.public_dict()
     assert_clean(json.dumps(public), "public_dict")
-    assert public["task_options"] == {"api_key": "[redacted]", "n": 1}
+    assert "PLANTED" not in json.dumps(public)
+    assert public["task_options"] == expected
+    assert public["judge_base_url"].endswith("?api-key=[redacted]")
 
 
 @pytest.mark.parametrize(
@@ -139,6 +217,9 @@ def test_config_errors_do_not_quote_credentials(planted: None, pairs: list[str])
 def test_cli_config_errors_do_not_quote_credentials(planted: None) -> None:
     from typer.testing import CliRunner
 
+    # litellm's log handler takes sys.stderr when litellm is imported: imported inside CliRunner,
+    # it would keep CliRunner's stream, closed after the call, and later tests' logging would fail.
+    import judges.client  # noqa: F401
     from rlvr.cli import app
 
     for args in (["math", f"num_items={TINKER_KEY}"], ["math", f"group_size={OPENAI_KEY}"]):
@@ -305,3 +386,51 @@ async def test_a_real_run_writes_and_prints_no_credential(
     assert "key [redacted]" in step["messages"][0]
     assert_clean(out + err, "console")
     assert_clean(caplog.text, "logs")
+
+
+LEAKY_TASK = """
+import os
+import rlvr
+
+def load():
+    raise RuntimeError("provider said: Incorrect API key provided: " + os.environ["OPENAI_API_KEY"])
+
+async def rollout(model, item, sampling):
+    return await rlvr.single_turn(model, item, [{"role": "user", "content": item.prompt}], sampling)
+
+task = rlvr.Task(
+    name="leaky",
+    make=lambda: rlvr.scenario(name="leaky", load=load, rollout=rollout, check=lambda i, t: 0.0),
+)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["preflight", "eval"])
+def test_every_command_prints_a_task_error_without_the_key(
+    planted: None, tmp_path: Path, command: str
+) -> None:
+    """A task whose code raises with the key in its message: `rlvr preflight` and `rlvr eval`
+    (not only `train`) print the error redacted and exit non-zero."""
+    import os
+    import subprocess
+
+    (tmp_path / "leaky.py").write_text(LEAKY_TASK)
+    reference = f"{tmp_path / 'leaky.py'}:task"
+    if command == "preflight":
+        args = ["preflight", reference]
+    else:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        cfg = TrainConfig(task=reference, judge="none")
+        (run_dir / "config.json").write_text(json.dumps(cfg.public_dict()))
+        (run_dir / "summary.json").write_text(json.dumps({"best_step": 0}))
+        (run_dir / "metrics.jsonl").write_text("")
+        args = ["eval", str(run_dir)]
+    rlvr_bin = str(Path(sys.executable).parent / "rlvr")
+    done = subprocess.run(
+        [rlvr_bin, *args], capture_output=True, text=True, env=os.environ, timeout=300
+    )
+    assert done.returncode != 0
+    assert "Incorrect API key provided: [redacted]" in done.stderr, done.stderr[-2000:]
+    assert_clean(done.stdout + done.stderr, f"rlvr {command} output")

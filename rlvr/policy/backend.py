@@ -23,6 +23,7 @@ import json
 import logging
 import math
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -49,7 +50,6 @@ from rlvr.redact import redact_data
 
 logger = logging.getLogger(__name__)
 
-API_KEY = "rlvr-local"  # the server binds to 127.0.0.1 only and checks no key
 PACK_LENGTH = 512  # packed row length: short rows keep the attention cost low on CPU
 PACK_ALIGN = 64
 TRAINER_TIME = "time/step_trainer_s"
@@ -79,6 +79,8 @@ class TorchBackend:
         self._path = path
         self._device = device
         self._precision = precision
+        # The endpoint's bearer token, new for each backend (each run); ART's model client gets it.
+        self.api_key = secrets.token_urlsafe(32)
         self._engines: dict[str, Engine] = {}
         self._server: ServerThread | None = None
 
@@ -96,12 +98,14 @@ class TorchBackend:
     ) -> tuple[str, str]:
         await self._engine(model)
         port = dict(dict(config or {}).get("server_args") or {}).get("port")
-        return await self.serve(int(port or 0)), API_KEY
+        return await self.serve(int(port or 0)), self.api_key
 
     async def serve(self, port: int = 0) -> str:
         """Start the endpoint (once) on 127.0.0.1 and return its base URL."""
         if self._server is None:
-            server = ServerThread(create_app(self._route, self._model_names), port=port)
+            server = ServerThread(
+                create_app(self._route, self._model_names, self.api_key), port=port
+            )
             await asyncio.to_thread(server.start)
             self._server = server
         return self._server.base_url

@@ -13,6 +13,7 @@ with 400 (bad request) or 404 (unknown model or step).
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
 import socket
@@ -272,10 +273,28 @@ def _validation_message(error: RequestValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}"
 
 
-def create_app(router: Router, model_names: Callable[[], list[str]]) -> FastAPI:
-    """The FastAPI app; `router` maps a requested model name to an engine and step."""
+def create_app(
+    router: Router, model_names: Callable[[], list[str]], api_key: str | None = None
+) -> FastAPI:
+    """The FastAPI app; `router` maps a requested model name to an engine and step. With
+    `api_key`, every request must carry `Authorization: Bearer <api_key>` (else 401): the port is
+    on loopback, but any local process of any user could reach it."""
     app = FastAPI(title="rlvr policy", docs_url=None, redoc_url=None)
     batchers: dict[int, _Batcher] = {}
+
+    if api_key is not None:
+        expected = f"Bearer {api_key}".encode()
+
+        @app.middleware("http")
+        async def _bearer(request: Request, call_next) -> Any:
+            given = request.headers.get("authorization", "").encode()
+            if not hmac.compare_digest(given, expected):
+                return _error(
+                    401,
+                    "missing or wrong API key (Authorization: Bearer <the run's key>)",
+                    "authentication_error",
+                )
+            return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -335,7 +354,7 @@ class ServerThread:
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            self._socket.bind((HOST, port))  # loopback only: the endpoint checks no key
+            self._socket.bind((HOST, port))  # loopback only
         except OSError as error:
             self._socket.close()
             raise RuntimeError(
