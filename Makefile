@@ -11,8 +11,12 @@ ARGS ?=
 LOCK := requirements.lock
 # Local wheel folder: this kind of machine keeps the CPU build of torch there (the lock pins it).
 WHEELS ?= /opt/wheels
-# uv installs the lock: parallel, cached, hash-checked. Bootstrapped once a machine with pip.
+# uv installs the lock: parallel, cached, hash-checked. Bootstrapped once a machine with pip, from
+# its wheel checked by hash (x86-64 and aarch64 manylinux, x86-64 musllinux).
 UV_VERSION := 0.13.8
+UV_HASHES := --hash=sha256:e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3cf1a9f6a8984 \
+  --hash=sha256:0b3e8b1a4f5e405e31e2ff33de8af4744831e9f7338539671efbd8c3c94e791d \
+  --hash=sha256:29451c60f5e8b07403e0a175d5229efc36b0289b34143ff4aaa499a5dd52553a
 UV_HOME := $(HOME)/.cache/rlvr/uv-$(UV_VERSION)
 UV := $(UV_HOME)/bin/uv
 # The lock covers the default CPU install and the dev/test extras, for CPython 3.11 on x86-64 Linux.
@@ -21,11 +25,14 @@ LOCK_FLAGS := --extra dev --generate-hashes --python-version 3.11 \
   --no-emit-package llama-cpp-python
 # llama.cpp: the sdist (hash-pinned here: pip builds it, so it stays out of the lock) is compiled
 # portable — the native build crashes in AMX kernels here and OpenMP slows the server thread
-# (design.md §3). The wheel is cached per flag set, so it is built once a machine.
+# (design.md §3) — without the multimodal library (LLAVA_BUILD=OFF: a third of the objects; the
+# judge reads text only). Its build requirements come hash-pinned from requirements-build.lock
+# (no build isolation, so pip fetches nothing unpinned); cmake and ninja are the system's. The
+# wheel is cached per flag set, so it is built once a machine.
 LLAMA_VERSION := 0.3.36
 LLAMA_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF
-LLAMA_WHEELS := $(HOME)/.cache/rlvr/wheels/llama-cpp-$(LLAMA_VERSION)-portable
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF
+LLAMA_WHEELS := $(HOME)/.cache/rlvr/wheels/llama-cpp-$(LLAMA_VERSION)-portable-text
 # Test workers: pytest-xdist processes (auto = one per core).
 WORKERS ?= auto
 
@@ -36,12 +43,15 @@ setup: $(STAMP)
 $(UV):
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; set PYTHON=python3.x (3.11+)"; exit 2; }
 	$(PYTHON) -m venv $(UV_HOME)
-	$(UV_HOME)/bin/pip install -q uv==$(UV_VERSION)
+	$(UV_HOME)/bin/pip install -q --require-hashes --only-binary=:all: \
+	  -r <(echo "uv==$(UV_VERSION) $(UV_HASHES)")
 
-$(LLAMA_WHEELS)/.built: | $(UV)
+$(LLAMA_WHEELS)/.built: requirements-build.lock | $(UV)
+	@command -v cmake >/dev/null && command -v ninja >/dev/null || { echo "error: building llama.cpp needs cmake and ninja (apt-get install cmake ninja-build)"; exit 2; }
 	mkdir -p $(LLAMA_WHEELS)
+	$(UV_HOME)/bin/pip install -q --require-hashes --only-binary=:all: -r requirements-build.lock
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(UV_HOME)/bin/pip wheel -q --no-deps --no-cache-dir \
-	  --require-hashes -w $(LLAMA_WHEELS) \
+	  --no-build-isolation --require-hashes -w $(LLAMA_WHEELS) \
 	  -r <(echo "llama-cpp-python==$(LLAMA_VERSION) --hash=sha256:$(LLAMA_SHA256)")
 	touch $@
 

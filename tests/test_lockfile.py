@@ -1,5 +1,5 @@
 """The hashed lock: it matches pyproject.toml, pins every package with hashes, and can never hold
-the compromised litellm release."""
+a compromised litellm release."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from packaging.requirements import Requirement
 
 from rlvr import lockfile
 
-COMPROMISED_LITELLM = "1.107.0"
+# 1.82.7 and 1.82.8 stole credentials (OSV MAL-2026-2144); 1.107.0 was compromised too.
+COMPROMISED_LITELLM = ("1.82.7", "1.82.8", "1.107.0")
 PYPROJECT = lockfile.PYPROJECT.read_text()
 LOCK = lockfile.LOCK.read_text()
 PINNED = re.compile(r"^([A-Za-z0-9_.-]+)==(\S+)", re.MULTILINE)
@@ -28,13 +29,24 @@ def test_every_locked_package_is_pinned_with_a_hash() -> None:
     assert all("--hash=sha256:" in e for e in packages), [e for e in packages if "--hash" not in e]
 
 
-def test_the_compromised_litellm_can_neither_resolve_nor_be_locked() -> None:
+def litellm_specifier():
     deps = tomllib.loads(PYPROJECT)["project"]["dependencies"]
     [litellm] = [Requirement(d) for d in deps if Requirement(d).name == "litellm"]
-    assert COMPROMISED_LITELLM not in litellm.specifier
-    assert not litellm.specifier.contains(COMPROMISED_LITELLM, prereleases=True)
+    return litellm.specifier
+
+
+@pytest.mark.parametrize("version", COMPROMISED_LITELLM)
+def test_a_compromised_litellm_can_neither_resolve_nor_be_locked(version: str) -> None:
+    specifier = litellm_specifier()
+    assert not specifier.contains(version, prereleases=True)
+    assert f"!={version}" in {str(s) for s in specifier}  # excluded by name, not only by range
     locked = dict(PINNED.findall(LOCK))
-    assert locked["litellm"] in litellm.specifier and locked["litellm"] != COMPROMISED_LITELLM
+    assert locked["litellm"] in specifier and locked["litellm"] != version
+
+
+@pytest.mark.parametrize("version", ["1.82.0", "1.82.6", "1.82.9"])
+def test_the_releases_around_them_still_resolve(version: str) -> None:
+    assert litellm_specifier().contains(version)
 
 
 def test_fast_moving_dependencies_have_upper_bounds() -> None:
@@ -75,3 +87,21 @@ def test_stamping_replaces_the_digest_line() -> None:
     once = lockfile.stamped(body, "abc")
     assert once.startswith("# pyproject-digest: abc\n") and once.endswith(body)
     assert lockfile.stamped(once, "def") == f"# pyproject-digest: def\n{body}"
+
+
+MAKEFILE = (lockfile.ROOT / "Makefile").read_text()
+BUILD_LOCK = (lockfile.ROOT / "requirements-build.lock").read_text()
+
+
+def test_uv_is_bootstrapped_from_a_hash_checked_wheel() -> None:
+    recipe = MAKEFILE[MAKEFILE.index("$(UV):") :].split("\n\n")[0]
+    assert "--require-hashes" in recipe and "$(UV_HASHES)" in recipe
+    assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", MAKEFILE.split("UV_HASHES :=")[1])) >= 1
+
+
+def test_the_llama_build_fetches_nothing_unpinned() -> None:
+    recipe = MAKEFILE[MAKEFILE.index("$(LLAMA_WHEELS)/.built:") :].split("\n\n")[0]
+    assert "--no-build-isolation" in recipe and "-r requirements-build.lock" in recipe
+    entries = [e for e in re.split(r"\n(?=[A-Za-z0-9_.-]+==)", BUILD_LOCK) if PINNED.match(e)]
+    assert {PINNED.match(e).group(1) for e in entries} >= {"scikit-build-core"}
+    assert all("--hash=sha256:" in e for e in entries)
