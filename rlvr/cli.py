@@ -79,10 +79,27 @@ def _config(task: str | None, overrides: list[str]):
         fail(str(error))
 
 
+def announce_code(run_dir: Path) -> None:
+    """Say which files of code a run directory's config.json will make this process execute:
+    resuming or evaluating a run directory from elsewhere runs the code it names."""
+    from rich.markup import escape
+
+    from rlvr.plugins import referenced_files
+    from rlvr.store import read_config
+
+    cfg = read_config(run_dir)
+    for path in referenced_files(cfg.task, cfg.scorer):
+        console.print(
+            f"{escape(str(run_dir))}: its config.json names {escape(str(path))}; executing it",
+            highlight=False,
+        )
+
+
 def _known_errors() -> tuple[type[BaseException], ...]:
     from rlvr.config import ConfigError
+    from rlvr.runlock import RunLocked
 
-    return (ConfigError, FileNotFoundError)
+    return (ConfigError, FileNotFoundError, RunLocked)
 
 
 @app.command()
@@ -99,6 +116,7 @@ def train(
             fail("--resume takes the run's own config.json; drop TASK and key=value overrides")
         if not (resume / "config.json").is_file():
             fail(f"{resume}: not a run directory (no config.json)")
+        announce_code(resume)
         cfg = None
     else:
         if not task:
@@ -172,6 +190,7 @@ def eval_run(
     if split not in ("test", "val"):
         fail(f"--split: expected test or val, got '{split}'")
     try:
+        announce_code(run_dir)
         accuracy = asyncio.run(evaluate_run(run_dir, split))
     except _known_errors() as error:
         fail(str(error).strip("'\""))

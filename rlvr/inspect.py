@@ -592,7 +592,9 @@ def _fmt(value: float | None) -> str:
 
 
 def render_conversation(conv: Conversation, reason: str | None = None) -> Panel:
-    """A rich panel: every turn (tool calls and results included), then the judge's notes."""
+    """A rich panel: every turn (tool calls and results included), then the judge's notes.
+    Every text from a run is a `Text`, never a markup string: a rollout's `[/]` or `[link=…]`
+    prints as written."""
     parts: list[Any] = []
     for turn in conv.turns:
         title = turn.role + (f" · {turn.name}" if turn.name else "")
@@ -604,7 +606,7 @@ def render_conversation(conv: Conversation, reason: str | None = None) -> Panel:
         parts.append(
             Panel(
                 body,
-                title=title,
+                title=Text(title),
                 title_align="left",
                 border_style=ROLE_STYLE.get(turn.role, "white"),
             )
@@ -616,13 +618,15 @@ def render_conversation(conv: Conversation, reason: str | None = None) -> Panel:
         judge.add_column("verdict", no_wrap=True)
         judge.add_column("detail")
         for key, value in notes.scores.items():
-            judge.add_row(key, f"{value:.3f}", "")
+            judge.add_row(Text(key), f"{value:.3f}", "")
         for text in notes.explanations:
-            judge.add_row("explanation", "", text)
+            judge.add_row("explanation", "", Text(text))
         for v in notes.verdicts:
             mark = "-" if v.passed is None else ("PASS" if v.passed else "FAIL")
             points = "" if v.points is None else f" [{v.points:+g}]"
-            judge.add_row(f"criterion {v.criterion}{points}", mark, f"{v.text} — {v.rationale}")
+            judge.add_row(
+                Text(f"criterion {v.criterion}{points}"), mark, Text(f"{v.text} — {v.rationale}")
+            )
         parts.append(judge)
     if conv.tools:
         parts.append(Text(f"tools offered: {', '.join(conv.tools)}", style="dim"))
@@ -638,7 +642,7 @@ def render_conversation(conv: Conversation, reason: str | None = None) -> Panel:
     )
     if reason:
         parts.insert(0, Text(f"suspicious: {reason}", style="bold red"))
-    return Panel(Group(*parts), title=header, title_align="left")
+    return Panel(Group(*parts), title=Text(header), title_align="left")
 
 
 def frame_table(frame: pl.DataFrame, title: str = "", max_width: int = 60) -> Table:
@@ -655,7 +659,7 @@ def frame_table(frame: pl.DataFrame, title: str = "", max_width: int = 60) -> Ta
                 cells.append("-")
             else:
                 text = str(value)
-                cells.append(text if len(text) <= max_width else text[: max_width - 1] + "…")
+                cells.append(Text(text if len(text) <= max_width else text[: max_width - 1] + "…"))
         table.add_row(*cells)
     return table
 
@@ -866,16 +870,16 @@ def overview_view(run: Run) -> list[Any]:
     """The run at a glance: summary, the step table, alarms and the last step's hints."""
     table = step_table(run)
     shown = {str(k): v for k, v in OVERVIEW_COLUMNS.items() if str(k) in table.columns}
-    parts: list[Any] = [Panel(_summary_line(run), title="run", title_align="left")]
+    parts: list[Any] = [Panel(Text(_summary_line(run)), title="run", title_align="left")]
     parts.append(frame_table(table.select(list(shown)).rename(shown), title="steps", max_width=40))
     for alarm in curves(run).alarms:
         parts.append(
-            Panel(alarm.message, title=f"ALARM {alarm.name} @ step {alarm.step}", style="red")
+            Panel(Text(alarm.message), title=f"ALARM {alarm.name} @ step {alarm.step}", style="red")
         )
     hinted = [r for r in run.metrics if r.get(HINT_KEY)]
     if hinted:
         hints = "\n".join(f"· {h}" for h in hinted[-1][HINT_KEY])
-        parts.append(Panel(hints, title=f"hints @ step {hinted[-1][M.STEP]}", style="yellow"))
+        parts.append(Panel(Text(hints), title=f"hints @ step {hinted[-1][M.STEP]}", style="yellow"))
     found = available(run)
     parts.append(
         Text(

@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.panel import Panel
 
-from rlvr import faults, store
-from rlvr.backends import Policy, open_policy, rewind_policy, train_kwargs
+from rlvr import faults, runlock, store
+from rlvr.backends import ART_DIR, Policy, open_policy, rewind_policy, train_kwargs
 from rlvr.config import TrainConfig
 from rlvr.hints import decision_hints
 from rlvr.integrations import open_tracker
@@ -493,8 +493,11 @@ async def run_training(
         check_can_demonstrate(cfg, scenario)
         items = scenario.load()
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=scenario.name)
-        if resume is None and (run_dir / store.METRICS).exists():
-            raise ValueError(f"{run_dir}: run directory already holds a run; use --resume")
+        # One writer per run directory, held until summary.json is written; then a fresh run
+        # refuses a directory that holds a run (the backend would silently resume its weights).
+        stack.enter_context(runlock.hold(run_dir))
+        if resume is None:
+            runlock.refuse_existing_run(run_dir, (store.METRICS, store.CHECKPOINTS, ART_DIR))
         # A killed run is made consistent first: torn metrics line and temporaries removed, the
         # policy rewound to the checkpoint its last metrics row records (rlvr.backends).
         rows = store.recover(run_dir) if resume is not None else store.read_metrics(run_dir)
@@ -630,34 +633,36 @@ async def run_training(
                 store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test"),
             )
 
-    result = RunResult(
-        run_dir=run_dir,
-        task=cfg.task,
-        scorer=scorer.name,
-        stop_reason=stop,
-        steps=state.step,
-        baseline_val=state.evals[0].val,
-        best_val=best.val,
-        best_step=best.step,
-        test_accuracy=test_accuracy,
-        alarms=state.alarms,
-        wall_s=time.monotonic() - started,
-    )
-    summary = {**result.model_dump(mode="json"), "gain": result.best_val - result.baseline_val}
-    warm = next((r for r in rows if WarmMetric.SECONDS in r), None)
-    if warm is not None:  # the warm start's own gain, apart from RL's
-        summary["warm_start"] = {k.removeprefix("warm/"): v for k, v in warm.items() if k != M.STEP}
-    plot_report(rows, summary, run_dir / store.REPORT)
-    store.write_summary(run_dir, summary)  # last: a run with summary.json is complete
-    console.print(
-        Panel(
-            f"stop: {stop}  steps: {state.step}  baseline val {result.baseline_val:.3f} -> best {result.best_val:.3f} "
-            f"(step {result.best_step})  test {test_accuracy if test_accuracy is None else f'{test_accuracy:.3f}'}  "
-            f"alarms: {len(state.alarms)}  {result.wall_s:.0f}s\n{run_dir}",
-            title="run finished",
-            style="bold",
+        result = RunResult(
+            run_dir=run_dir,
+            task=cfg.task,
+            scorer=scorer.name,
+            stop_reason=stop,
+            steps=state.step,
+            baseline_val=state.evals[0].val,
+            best_val=best.val,
+            best_step=best.step,
+            test_accuracy=test_accuracy,
+            alarms=state.alarms,
+            wall_s=time.monotonic() - started,
         )
-    )
+        summary = {**result.model_dump(mode="json"), "gain": result.best_val - result.baseline_val}
+        warm = next((r for r in rows if WarmMetric.SECONDS in r), None)
+        if warm is not None:  # the warm start's own gain, apart from RL's
+            summary["warm_start"] = {
+                k.removeprefix("warm/"): v for k, v in warm.items() if k != M.STEP
+            }
+        plot_report(rows, summary, run_dir / store.REPORT)
+        store.write_summary(run_dir, summary)  # last: a run with summary.json is complete
+        console.print(
+            Panel(
+                f"stop: {stop}  steps: {state.step}  baseline val {result.baseline_val:.3f} -> best {result.best_val:.3f} "
+                f"(step {result.best_step})  test {test_accuracy if test_accuracy is None else f'{test_accuracy:.3f}'}  "
+                f"alarms: {len(state.alarms)}  {result.wall_s:.0f}s\n{run_dir}",
+                title="run finished",
+                style="bold",
+            )
+        )
     return result
 
 
@@ -716,6 +721,7 @@ async def evaluate_run(
     }
     best_policy_step = policy_step.get(int(summary["best_step"]), 0)
     async with AsyncExitStack() as stack:
+        stack.enter_context(runlock.hold(run_dir))
         judge = await stack.enter_async_context(_open_judge(cfg))
         scenario = task.build(cfg, judge) if task is not None else scenario
         assert scenario is not None

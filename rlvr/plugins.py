@@ -16,6 +16,7 @@ import hashlib
 import importlib
 import importlib.util
 import inspect
+import re
 import sys
 from functools import cache
 from importlib.metadata import entry_points
@@ -32,6 +33,15 @@ SCORER_GROUP = "rlvr.scorers"
 
 def is_reference(name: str) -> bool:
     return ":" in name
+
+
+_FILE_REFERENCE = re.compile(r"([^\s+*>:]+\.py):")
+
+
+def referenced_files(*specs: str) -> list[Path]:
+    """The Python files that task and scorer specs (`a.py:task`, `verifier*0.5+b.py:s*0.5`) name:
+    the code a resumed or re-evaluated run will execute."""
+    return [Path(m).expanduser().resolve() for spec in specs for m in _FILE_REFERENCE.findall(spec)]
 
 
 def _import_file(path: Path, ref: str) -> Any:

@@ -33,7 +33,7 @@ import art
 import polars as pl
 from openai.types.chat.chat_completion import Choice
 
-from rlvr import atomic, faults
+from rlvr import atomic, faults, runlock
 from rlvr.config import TrainConfig
 from rlvr.redact import redact_data, redact_rows
 
@@ -48,12 +48,13 @@ CHECKPOINTS = "checkpoints"
 
 
 def new_run_dir(cfg: TrainConfig, now: datetime | None = None, name: str | None = None) -> Path:
-    """`cfg.run_dir`, else runs_root/<name>-<timestamp> (name: the scenario's, default the task)."""
+    """`cfg.run_dir`, else a new runs_root/<name>-<timestamp>[-N], created here so no other run
+    can take the same name (name: the scenario's, default the task)."""
     if cfg.run_dir is not None:
         return cfg.run_dir
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name or cfg.task).strip("._") or "task"
-    return cfg.runs_root / f"{safe}-{stamp}"
+    return runlock.claim_new(cfg.runs_root, f"{safe}-{stamp}")
 
 
 def _json_safe(value: Any) -> Any:

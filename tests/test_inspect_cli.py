@@ -80,3 +80,27 @@ def test_bad_input_is_one_line_and_exit_2(run_dir, tmp_path, args, message):
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], result.output
+
+
+@pytest.mark.parametrize(
+    "markup", ["[/]", "[link=https://example.org]click[/link]", "[bold red]loud", "a [/b] c"]
+)
+@pytest.mark.parametrize("view", [["--suspicious"], ["--step", "2"], []])
+def test_rollout_text_prints_verbatim_never_as_markup(tmp_path, markup: str, view) -> None:
+    """A policy can write anything: text that looks like Rich markup is data, shown as written
+    (it used to crash --suspicious and --step with a MarkupError)."""
+    import art
+
+    from rlvr import store
+    from tests.test_inspect import trajectory
+
+    run_dir = make_run(tmp_path / "run")
+    hack = [(f"answer {markup}", 1.0, 0.0)] * 3 + [("5", 0.5, 1.0)]
+    groups = [art.TrajectoryGroup([trajectory(*t) for t in g]) for g in [hack, hack]]
+    # the item ids too: a task's own ids reach table cells and panel titles
+    rows = store.trajectory_rows(groups, [f"id {markup}", "plain"], step=2, split="train")
+    store.write_trajectories(run_dir, "step-0002", rows)
+    result = invoke(run_dir, *view)
+    assert result.exit_code == 0, result.output
+    if view:
+        assert f"answer {markup}" in result.output and f"id {markup}" in result.output

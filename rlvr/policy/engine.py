@@ -296,7 +296,10 @@ class Engine:
             weight_decay=self.optim.weight_decay,
         )
         if adapter_dir is not None and (adapter_dir / OPTIMIZER_FILE).is_file():
-            state = torch.load(adapter_dir / OPTIMIZER_FILE, map_location=self.device)
+            # weights_only: a checkpoint from elsewhere must not run code when it is read.
+            state = torch.load(
+                adapter_dir / OPTIMIZER_FILE, map_location=self.device, weights_only=True
+            )
             self.optimizer.load_state_dict(state)
         self.stop_ids = self._stop_ids()
         self.max_context = int(getattr(self.model.config, "max_position_embeddings", 4096))
