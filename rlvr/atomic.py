@@ -4,6 +4,10 @@ Each write goes to a temporary name next to its target (`.NAME.tmp`), is flushed
 renamed over the target with `os.replace` (atomic on POSIX), and then the parent directory is
 fsynced so the rename itself survives a power cut. A SIGKILL at any instant leaves the old
 content or the new one, plus at worst a temporary that `remove_leftovers` clears on resume.
+
+A directory cannot be renamed over a non-empty one, so replacing one takes three renames: the old
+one aside (`.NAME.old.tmp`), the new one in, the old one removed. A kill between the first two
+leaves no `NAME`: `remove_leftovers` first puts the old one back, so old or new is always there.
 """
 
 from __future__ import annotations
@@ -14,12 +18,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlvr import faults
+
 TMP_SUFFIX = ".tmp"
+ASIDE_SUFFIX = f".old{TMP_SUFFIX}"
 
 
 def temp_path(path: Path) -> Path:
     """Where `path`'s next version is written (hidden, and never a checkpoint step's name)."""
     return path.with_name(f".{path.name}{TMP_SUFFIX}")
+
+
+def aside_path(path: Path) -> Path:
+    """Where a directory's old version waits while its new one is renamed in."""
+    return path.with_name(f".{path.name}{ASIDE_SUFFIX}")
 
 
 def fsync_dir(path: Path) -> None:
@@ -75,7 +87,7 @@ def writing(path: Path) -> Iterator[Path]:
 @contextmanager
 def writing_dir(path: Path) -> Iterator[Path]:
     """An empty temporary directory to fill; on success its contents are fsynced and it takes
-    `path`'s place (an older `path` is removed first), on error it is removed."""
+    `path`'s place (an older `path` set aside first, removed last), on error it is removed."""
     tmp = temp_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
@@ -85,16 +97,27 @@ def writing_dir(path: Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    aside = aside_path(path)
     if path.exists():
-        shutil.rmtree(path)
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(path, aside)
+        faults.maybe_crash(faults.FaultPoint.ASIDE, path.name)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+    faults.maybe_crash(faults.FaultPoint.SWAPPED, path.name)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def remove_leftovers(folder: Path) -> list[Path]:
-    """Remove the temporaries a killed writer left directly in `folder`; returns them."""
+    """Remove the temporaries a killed writer left directly in `folder`; returns them. An old
+    directory set aside whose replacement never arrived is put back first."""
     if not folder.is_dir():
         return []
+    for aside in folder.glob(f".*{ASIDE_SUFFIX}"):
+        original = folder / aside.name.removeprefix(".").removesuffix(ASIDE_SUFFIX)
+        if not original.exists():
+            os.replace(aside, original)
+            fsync_dir(folder)
     found = sorted(folder.glob(f".*{TMP_SUFFIX}"))
     for path in found:
         if path.is_dir() and not path.is_symlink():
