@@ -90,9 +90,9 @@ def test_a_bad_row_names_file_row_and_field(tmp_path: Path, row: object, message
 
 
 def test_skip_bad_rows_skips_and_counts(tmp_path: Path) -> None:
-    path = write_jsonl(tmp_path, [GOOD[0], {"prompt": "Q?"}, GOOD[1], {"answer": 1}])
+    path = write_jsonl(tmp_path, [GOOD[0], {"prompt": "Q?"}, GOOD[1], {"answer": 1}, GOOD[2]])
     scenario = build(path, skip_bad_rows=True)
-    assert len(scenario.load()) == 2 and scenario.skipped == 2
+    assert len(scenario.load()) == 3 and scenario.skipped == 2
 
 
 @pytest.mark.parametrize(
@@ -165,3 +165,59 @@ def test_cli_bad_row_exits_2_without_a_run_directory(tmp_path: Path) -> None:
 def test_dataset_needs_a_data_path() -> None:
     with pytest.raises(ConfigError, match=r"task dataset: option data_path: Field required"):
         rlvr.task_config("dataset")
+
+
+def _edge_case(tmp_path: Path, case: str) -> Path:
+    """A data_path that cannot be trained on, made for real."""
+    import os
+
+    from scenarios.dataset.scenario import MAX_BYTES
+
+    if case == "one row":
+        return write_jsonl(tmp_path, GOOD[:1])
+    if case == "two rows":
+        return write_jsonl(tmp_path, GOOD[:2])
+    if case == "unknown suffix":
+        return write_jsonl(tmp_path, GOOD, name="data.txt")
+    if case == "no suffix":
+        return write_jsonl(tmp_path, GOOD, name="data")
+    if case == "device":
+        return Path("/dev/zero")
+    if case == "fifo":
+        os.mkfifo(tmp_path / "pipe.jsonl")
+        return tmp_path / "pipe.jsonl"
+    if case == "folder":
+        (tmp_path / "folder.jsonl").mkdir()
+        return tmp_path / "folder.jsonl"
+    path = tmp_path / "huge.jsonl"  # sparse: a real file over the cap that takes no disk
+    with path.open("wb") as f:
+        f.truncate(MAX_BYTES + 1)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("one row", "1 usable row(s); the train/validation/test split needs at least 3"),
+        ("two rows", "2 usable row(s)"),
+        ("unknown suffix", "unknown file type '.txt'; expected one of .jsonl"),
+        ("no suffix", "unknown file type '(none)'"),
+        ("device", "/dev/zero: not a regular file"),
+        ("fifo", "pipe.jsonl: not a regular file"),
+        ("folder", "folder.jsonl: not a regular file"),
+        ("over the cap", "over the 1024 MiB a dataset may have"),
+    ],
+)
+def test_cli_dataset_edge_cases_exit_2_with_one_line(
+    tmp_path: Path, case: str, message: str
+) -> None:
+    path = _edge_case(tmp_path, case)
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(
+        app, ["train", "dataset", f"data_path={path}", f"runs_root={runs}", "judge=none"]
+    )
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.output
+    assert message in lines[0]
+    assert not runs.exists()

@@ -19,6 +19,8 @@ from scenarios.dataset import Options
 log = logging.getLogger("rlvr.scenarios.dataset")
 
 SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".parquet")
+MAX_BYTES = 1 << 30  # a dataset is read whole into memory; larger files are refused, not swapped
+MIN_ROWS = 3  # one each for train, validation and test
 PARTIAL = ("math", "numeric", "exact")  # verifiers whose answer can also appear mid-text
 
 
@@ -28,9 +30,21 @@ class DataError(ConfigError):
 
 def read_rows(path: Path) -> list[Any]:
     """The file's rows as Python objects (dicts, unless the file is broken)."""
-    if not path.is_file():
+    if not path.exists():
         raise DataError(f"{path}: no such file (data_path=)")
+    if not path.is_file():  # a folder, a device such as /dev/zero, a FIFO: would read forever
+        raise DataError(f"{path}: not a regular file; data_path= expects a dataset file")
     suffix = path.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise DataError(
+            f"{path}: unknown file type '{suffix or '(none)'}'; expected one of "
+            f"{', '.join(SUFFIXES)}"
+        )
+    if (size := path.stat().st_size) > MAX_BYTES:
+        raise DataError(
+            f"{path}: {size / 2**20:.0f} MiB is over the {MAX_BYTES >> 20} MiB a dataset may "
+            "have (it is read whole); sample it down first"
+        )
     if suffix in (".jsonl", ".ndjson"):
         rows = []
         for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
@@ -131,7 +145,13 @@ def load_items(rows: list[Any], path: Path, options: Options) -> tuple[list[Item
         raise DataError(f"{path}: no usable rows ({len(skipped)} skipped)")
     if skipped:
         log.warning("%s: skipped %d bad row(s); first: %s", path, len(skipped), skipped[0])
-    return items[: options.num_items], skipped
+    items = items[: options.num_items]
+    if len(items) < MIN_ROWS:
+        raise DataError(
+            f"{path}: {len(items)} usable row(s); the train/validation/test split needs at "
+            f"least {MIN_ROWS}"
+        )
+    return items, skipped
 
 
 class DatasetScenario:
