@@ -36,7 +36,7 @@ LLAMA_WHEELS := $(HOME)/.cache/rlvr/wheels/llama-cpp-$(LLAMA_VERSION)-portable-t
 # Test workers: pytest-xdist processes (auto = one per core).
 WORKERS ?= auto
 
-.PHONY: setup lock train test test-fast lint bench preflight clean
+.PHONY: setup judge-engine lock train test test-fast lint bench preflight clean
 
 setup: $(STAMP)
 
@@ -57,14 +57,24 @@ $(LLAMA_WHEELS)/.built: requirements-build.lock | $(UV)
 
 # Bytecode is compiled at install (~30 s): where PYTHONDONTWRITEBYTECODE is set, as on this
 # machine class, every process would otherwise compile torch, transformers and ART again (~10 s).
-$(STAMP): pyproject.toml $(LOCK) Makefile $(LLAMA_WHEELS)/.built | $(UV)
+$(STAMP): pyproject.toml $(LOCK) Makefile | $(UV)
 	$(PYTHON) rlvr/lockfile.py check
 	test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV)
 	$(UV) pip sync -q --python $(BIN)/python --require-hashes --find-links $(WHEELS) \
 	  --compile-bytecode $(LOCK)
-	$(UV) pip install -q --python $(BIN)/python --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
+
+# The local judge engine (llama.cpp), only where a judge runs: `make test` and `make bench` build it
+# up front; `make train` does not (the default email run never calls a judge), and a run whose
+# scorer needs judge=local builds it on first use (judges/engine.py runs this target). After the
+# lock sync (which removes what the lock does not list) it is installed again.
+JUDGE_STAMP := $(VENV)/.judge-engine
+judge-engine: $(JUDGE_STAMP)
+
+$(JUDGE_STAMP): $(STAMP) $(LLAMA_WHEELS)/.built
+	$(UV) pip install -q --python $(BIN)/python --no-deps $(LLAMA_WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	touch $@
 
 # Re-resolve the lock after changing dependencies in pyproject.toml (needs the package index).
 lock: | $(UV)
@@ -85,7 +95,7 @@ lint: $(STAMP)
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
 # cores); the model conversion is done once before the workers start.
-test: $(STAMP)
+test: $(STAMP) $(JUDGE_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')"
 	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup --durations=25
@@ -94,7 +104,7 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(STAMP)
+bench: $(STAMP) $(JUDGE_STAMP)
 	$(BIN)/rlvr bench serve
 	$(BIN)/rlvr bench turns
 	$(BIN)/rlvr bench train

@@ -63,6 +63,46 @@ class EngineError(RuntimeError):
     """The local judge engine could not be started; the message says why."""
 
 
+LLAMA_PACKAGE = "llama_cpp"
+ROOT = Path(__file__).resolve().parent.parent
+MANUAL_INSTALL = (
+    "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF' "
+    "pip install 'llama-cpp-python[server]==0.3.36'"
+)
+
+
+def build_command(root: Path = ROOT, prefix: Path = Path(sys.prefix)) -> list[str] | None:
+    """How this process can get the engine: `make judge-engine` when it runs from the checkout's
+    own environment (the pinned, hash-checked portable build, cached per machine); None elsewhere,
+    where installing it is the user's call."""
+    if (root / "Makefile").is_file() and prefix.resolve() == (root / ".venv").resolve():
+        return ["make", "--no-print-directory", "-C", str(root), "judge-engine"]
+    return None
+
+
+def ensure_installed() -> None:
+    """Build llama.cpp the first time a run needs a local judge (about 5 minutes on 2 cores, once
+    per machine): setup leaves it out, since most runs never call a judge."""
+    if importlib.util.find_spec(LLAMA_PACKAGE) is not None:
+        return
+    command = build_command()
+    if command is None:
+        raise EngineError(
+            f"judge=local needs llama.cpp's server in this environment: {MANUAL_INSTALL}"
+        )
+    print(
+        f"judge=local: building the local judge engine once ({' '.join(command)}, llama.cpp, "
+        "about 5 minutes on 2 cores)",
+        file=sys.stderr,
+        flush=True,
+    )
+    done = subprocess.run(command, env=child_env(), capture_output=True, text=True)
+    importlib.invalidate_caches()
+    if done.returncode != 0 or importlib.util.find_spec(LLAMA_PACKAGE) is None:
+        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
+        raise EngineError(f"building the judge engine failed ({' '.join(command)}): {tail}")
+
+
 def default_gguf() -> Path:
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
@@ -221,6 +261,7 @@ class LocalEngine:
                 f"an earlier run? `ss -ltnp 'sport = :{self.settings.port}'` names it); stop it "
                 "or choose another port"
             )
+        await asyncio.to_thread(ensure_installed)
         attempts = 1 if self.settings.port else 3  # a free port can be taken before we bind it
         for attempt in range(attempts):
             self._spawn(self.settings.port or free_port())

@@ -378,3 +378,40 @@ def test_with_verdicts_copies_and_keeps_the_truth() -> None:
     assert [v["criterion"] for v in json.loads(scored.metadata["rubric_verdicts"])] == [1, 2, 3]
     assert len(scored.logs) == 3 and original.logs == [] and original.reward == 0.0
     assert "rubric_verdicts" not in original.metadata
+
+
+@pytest.mark.parametrize(
+    ("makefile", "prefix", "builds"),
+    [(True, ".venv", True), (False, ".venv", False), (True, "elsewhere", False)],
+)
+def test_the_engine_is_built_on_demand_only_from_the_checkouts_environment(
+    tmp_path, makefile: bool, prefix: str, builds: bool
+) -> None:
+    from judges.engine import build_command
+
+    if makefile:
+        (tmp_path / "Makefile").write_text("judge-engine:\n")
+    (tmp_path / prefix).mkdir()
+    command = build_command(tmp_path, tmp_path / prefix)
+    assert (
+        command == ["make", "--no-print-directory", "-C", str(tmp_path), "judge-engine"]
+    ) is builds
+    assert builds or command is None
+
+
+def test_a_missing_engine_outside_the_checkout_is_one_clear_error(monkeypatch) -> None:
+    import importlib.util
+
+    import judges.engine as engine
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(  # fault injection: llama.cpp is not installed here
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "llama_cpp" else real(name, *a),
+    )
+    monkeypatch.setattr(engine, "build_command", lambda *a: None)
+    with pytest.raises(
+        engine.EngineError, match=r"pip install 'llama-cpp-python\[server\]==0.3.36'"
+    ):
+        engine.ensure_installed()
