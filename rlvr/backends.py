@@ -79,10 +79,23 @@ def rewind_policy(cfg: TrainConfig, run_dir: Path, policy_step: int) -> list[int
 
 
 def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-    """Keyword arguments of `backend.train` that this backend accepts."""
-    kwargs: dict[str, Any] = {"learning_rate": cfg.learning_rate}
-    if cfg.backend in ("local", "art-local", "tinker"):
-        kwargs["kl_penalty_coef"] = cfg.kl_penalty_coef
+    """Keyword arguments of `backend.train`, in the names each backend's signature uses (ART's
+    LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`; ServerlessBackend: `ppo`).
+    Options a backend cannot honour were refused when the config was validated."""
+    loss = {
+        "importance_sampling_level": cfg.importance_sampling_level,
+        "epsilon": cfg.epsilon,
+        "epsilon_high": cfg.epsilon_high,
+        "scale_rewards": cfg.scale_rewards,
+    }
+    kwargs: dict[str, Any] = {"learning_rate": cfg.learning_rate, **loss}
+    if cfg.backend == "serverless":
+        return {**kwargs, "ppo": cfg.loss_fn == "ppo"}
+    kwargs |= {
+        "loss_fn": cfg.loss_fn,
+        "kl_penalty_coef": cfg.kl_penalty_coef,
+        "truncated_importance_sampling": cfg.truncated_importance_sampling,
+    }
     if cfg.backend == "local":
         kwargs["num_substeps"] = cfg.num_substeps
     return kwargs

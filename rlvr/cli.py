@@ -95,6 +95,12 @@ def announce_code(run_dir: Path) -> None:
         )
 
 
+def _run_failed() -> type[BaseException]:
+    from rlvr.failures import RunFailed
+
+    return RunFailed
+
+
 def _known_errors() -> tuple[type[BaseException], ...]:
     from rlvr.config import ConfigError
     from rlvr.runlock import RunLocked
@@ -129,6 +135,8 @@ def train(
             result = asyncio.run(run_training(read_config(resume), resume=resume))
         else:
             result = asyncio.run(run_training(cfg))
+    except _run_failed() as error:  # every rollout raised: printed above
+        fail(str(error), code=1)
     except _known_errors() as error:
         fail(str(error).strip("'\""))
     except ValueError as error:
@@ -158,6 +166,8 @@ def preflight(
     cfg = _config(task, overrides or [])
     try:
         report = asyncio.run(run_preflight(cfg, items))
+    except _run_failed() as error:  # every rollout raised: printed above
+        fail(str(error), code=1)
     except _known_errors() as error:
         fail(str(error).strip("'\""))
     console.print(
@@ -192,9 +202,27 @@ def eval_run(
     try:
         announce_code(run_dir)
         accuracy = asyncio.run(evaluate_run(run_dir, split))
+    except _run_failed() as error:  # every rollout raised: printed above
+        fail(str(error), code=1)
     except _known_errors() as error:
         fail(str(error).strip("'\""))
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
+
+
+@app.command()
+def compare(
+    run_a: Annotated[Path, typer.Argument(help="a finished run directory (the baseline)")],
+    run_b: Annotated[Path, typer.Argument(help="a finished run directory of the same task")],
+) -> None:
+    """B's final test accuracy minus A's, paired over the same test items, with its 95%
+    interval and p-value (e.g. scorer=verifier against scorer=ruler_ref)."""
+    from rlvr.compare import compare_runs
+
+    try:
+        gain = compare_runs(run_a, run_b)
+    except (FileNotFoundError, ValueError) as error:
+        fail(str(error))
+    typer.echo(f"{run_b.name} vs {run_a.name}: {gain.describe()}")
 
 
 @bench_app.command("hack")

@@ -91,6 +91,18 @@ class TrainConfig(BaseModel):
     learning_rate: float = Field(1e-4, gt=0)
     kl_penalty_coef: float = Field(0.0, ge=0)
     num_substeps: int = Field(1, ge=1, description="optimizer steps per batch of groups")
+    # ART's loss options (art.dev.TrainConfig), forwarded to backends that honour them; a backend
+    # that does not refuses a non-default value (`LOSS_OPTIONS_UNSUPPORTED`).
+    loss_fn: Literal["cispo", "ppo"] = Field("cispo", description="ART's policy loss")
+    importance_sampling_level: Literal["token", "sequence", "average", "geometric_average"] = Field(
+        "token", description="ratio per token, or per sequence (GSPO)"
+    )
+    epsilon: float | None = Field(None, gt=0, description="ratio clip (ART's default if unset)")
+    epsilon_high: float | None = Field(None, gt=0, description="upper clip (default: epsilon)")
+    truncated_importance_sampling: float | None = Field(
+        None, gt=0, description="cap on the sampler/trainer ratio weight (off if unset)"
+    )
+    scale_rewards: bool = Field(True, description="divide advantages by the group's std")
 
     # Warm start: supervised fine-tuning on the scenario's demonstrations of training items
     # (`scenario.demonstrate(item)`) before RL; validation is measured before and after it, so
@@ -144,6 +156,21 @@ class TrainConfig(BaseModel):
     weave: bool = False
 
     @model_validator(mode="after")
+    def _backend_honours_the_loss_options(self) -> TrainConfig:
+        unsupported = [
+            name
+            for name in LOSS_OPTIONS_UNSUPPORTED.get(self.backend, ())
+            if getattr(self, name) != TrainConfig.model_fields[name].default
+        ]
+        if unsupported:
+            name = unsupported[0]
+            raise ValueError(
+                f"{name}={getattr(self, name)!r} is not supported by backend={self.backend} "
+                "(its train() has no such option); leave it at its default"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _ratios_sum_to_one(self) -> TrainConfig:
         total = self.train_ratio + self.val_ratio + self.test_ratio
         if abs(total - 1.0) > 1e-6:
@@ -155,6 +182,15 @@ class TrainConfig(BaseModel):
         api_key-like task option, a URL's password, any value of a *_API_KEY / *_TOKEN variable).
         Keys belong in the environment: a resumed run reads them from there, not from here."""
         return redact_data(json.loads(self.model_dump_json()))
+
+
+# Options of TrainConfig that a backend's `train()` cannot honour (read from ART 0.5.18's
+# ServerlessBackend.train: no KL penalty, no truncated importance sampling, no substeps).
+LOSS_OPTIONS_UNSUPPORTED: dict[str, tuple[str, ...]] = {
+    "serverless": ("kl_penalty_coef", "truncated_importance_sampling", "num_substeps"),
+    "art-local": ("num_substeps",),
+    "tinker": ("num_substeps",),
+}
 
 
 def _describe(field: str) -> str:

@@ -40,6 +40,7 @@ from rich.text import Text
 
 from rlvr import store
 from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M
+from rlvr.paired import describe_block
 
 SPLITS = ("train", "val", "test")
 TRAIN_FILE = re.compile(r"step-(\d+)\.parquet")
@@ -863,6 +864,7 @@ def _summary_line(run: Run) -> str:
         f"\nstop: {s.get('stop_reason')} after {s.get('steps')} steps · baseline val "
         f"{_fmt(s.get('baseline_val'))} → best {_fmt(s.get('best_val'))} (step {s.get('best_step')})"
         f" · test {_fmt(s.get('test_accuracy'))}"
+        + "".join(f"\n{line}" for line in (describe_block(s["test"]) if s.get("test") else []))
     )
 
 

@@ -29,6 +29,7 @@ from rich.panel import Panel
 from rlvr import faults, runlock, store
 from rlvr.backends import ART_DIR, Policy, open_policy, rewind_policy, train_kwargs
 from rlvr.config import TrainConfig
+from rlvr.failures import Failure, FailureLog, failures_of, require_some
 from rlvr.hints import decision_hints
 from rlvr.integrations import open_tracker
 from rlvr.metrics import (
@@ -42,6 +43,7 @@ from rlvr.metrics import (
     peak_rss_gb,
     trajectory_metric_means,
 )
+from rlvr.paired import describe_block, test_block
 from rlvr.plugins import resolve_task
 from rlvr.redact import install_log_redaction
 from rlvr.report import plot_report
@@ -55,6 +57,7 @@ from rlvr.stopping import (
     Thresholds,
     best_index,
     divergence,
+    gain_threshold,
     judge_disagrees,
     out_of_time,
     plateaued,
@@ -118,9 +121,10 @@ async def rollout_groups(
     limit: asyncio.Semaphore,
     desc: str,
     after_each: Callable[[art.TrajectoryGroup], Awaitable[art.TrajectoryGroup]] | None = None,
-) -> tuple[list[art.TrajectoryGroup], list[Item], int]:
-    """n rollouts per item through ART's gather. Returns (groups, their items, rollout errors).
-    A rollout that raises is dropped from its group and counted, never retried silently.
+) -> tuple[list[art.TrajectoryGroup], list[Item], int, list[Failure]]:
+    """n rollouts per item through ART's gather. Returns (groups with trajectories, their items,
+    rollout errors, the failures behind them). A rollout that raises is dropped from its group
+    and counted, never retried silently.
     `after_each` runs on each group as soon as its own rollouts are done (ART's hook), so scoring
     one group overlaps the rollouts of the others."""
 
@@ -144,7 +148,7 @@ async def rollout_groups(
     )
     errors = sum(len(g.exceptions) for g in groups) + n * (len(items) - len(groups))
     kept = [g for g in groups if g.trajectories]
-    return kept, [by_id[str(g.metadata["item_id"])] for g in kept], errors
+    return kept, [by_id[str(g.metadata["item_id"])] for g in kept], errors, failures_of(groups)
 
 
 async def _same(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
@@ -159,16 +163,24 @@ async def evaluate(
     sampling: Sampling,
     limit: asyncio.Semaphore,
     desc: str,
-) -> tuple[float, list[art.TrajectoryGroup], list[Item]]:
+    failure_log: FailureLog | None = None,
+) -> tuple[float, list[art.TrajectoryGroup], list[Item], list[Failure]]:
     """Accuracy on held-out items: one rollout each, scored by the scenario's ground truth.
-    A rollout that fails counts as wrong (the policy failed the item)."""
-    groups, done, _ = await rollout_groups(rollout, policy, items, 1, sampling, limit, desc)
+    A rollout that raised is an error of the code, not an answer of the policy: it is reported
+    (`failure_log`) and counted, and the accuracy is over the completed items; when every
+    rollout raised, RunFailed."""
+    groups, done, _, failures = await rollout_groups(
+        rollout, policy, items, 1, sampling, limit, desc
+    )
+    if failure_log is not None:
+        failure_log.report(failures, desc)
+    require_some(len(done), failures, desc)
     checks = await asyncio.gather(
         *(check(item, g.trajectories[0]) for g, item in zip(groups, done, strict=True))
     )
     for group, value in zip(groups, checks, strict=True):
         group.trajectories[0].reward = value
-    return sum(checks) / len(items) if items else 0.0, groups, done
+    return sum(checks) / len(done) if done else 0.0, groups, done, failures
 
 
 # --- one training step ------------------------------------------------------------------------
@@ -215,6 +227,7 @@ async def train_step(
     limit: asyncio.Semaphore,
     rollout: RolloutFn | None = None,
     score: ScoreFn | None = None,
+    failure_log: FailureLog | None = None,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One step; returns its metrics row and its scored trajectories as table rows. `rollout`
     and `score` default to the scenario's and scorer's own (the loop passes traced ones)."""
@@ -244,13 +257,13 @@ async def train_step(
         timing.end(t0)
         # The loop's bookkeeping (item id, rollout exceptions) survives any scorer; a skipped
         # group (None) is kept with a mark, since ART's gather would drop it uncounted.
-        return art.TrajectoryGroup(
-            (scored or group).trajectories,
-            exceptions=list(group.exceptions),
-            metadata={**group.metadata, _SKIPPED: scored is None},
+        kept = art.TrajectoryGroup(
+            (scored or group).trajectories, metadata={**group.metadata, _SKIPPED: scored is None}
         )
+        kept.exceptions = list(group.exceptions)  # already ART's records: not re-wrapped
+        return kept
 
-    groups, items, rollout_errors = await rollout_groups(
+    groups, items, rollout_errors, failures = await rollout_groups(
         rollout,
         policy,
         batch,
@@ -260,6 +273,8 @@ async def train_step(
         f"step {step} rollouts",
         after_each=check_and_score,
     )
+    (failure_log or FailureLog(console)).report(failures, f"step {step + 1}")
+    require_some(len(groups), failures, f"step {step + 1}")
     faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
     gathered = time.monotonic()
     rollout_s = (timing.last_start or gathered) - started
@@ -361,8 +376,15 @@ async def _warm(
 ) -> None:
     """Validation before the warm start (its own gain), then the warm start; one row."""
     sampling = Sampling(temperature=cfg.val_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
-    before, _, _ = await evaluate(
-        rollout, scenario.check, policy, val_items, sampling, limit, "validate before warm start"
+    before, _, _, _ = await evaluate(
+        rollout,
+        scenario.check,
+        policy,
+        val_items,
+        sampling,
+        limit,
+        "validate before warm start",
+        FailureLog(console),
     )
     row = await warm_start(cfg, scenario, policy.model, train)
     saved = await policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
@@ -422,11 +444,15 @@ def _stop_after_eval(
     evals = [r for r in rows if M.VAL_ACCURACY in r]
     if hacking and cfg.on_divergence == "stop":
         return StopReason.REWARD_HACKING
-    if plateaued(vals, cfg.patience, cfg.min_delta):
+    if plateaued(vals, cfg.patience, gain_threshold(state.evals, cfg.min_delta)):
         return StopReason.PLATEAU
     if cfg.max_minutes is not None and out_of_time(
         [r["time/wall_s"] for r in evals],
-        test_s=evals[-1][M.EVAL_SECONDS] * test_items / val_items,
+        # the test split is evaluated for the final, the starting and the warm-started model
+        test_s=evals[-1][M.EVAL_SECONDS]
+        * test_items
+        / val_items
+        * len(_test_checkpoints(rows, -1)),
         budget_s=cfg.max_minutes * 60,
     ):
         return StopReason.TIME_BUDGET
@@ -524,6 +550,7 @@ async def run_training(
         )
         policy = await stack.enter_async_context(open_policy(cfg, run_dir))
         limit = asyncio.Semaphore(cfg.rollout_concurrency)
+        failure_log = FailureLog(console)  # each distinct rollout exception printed once
         val_sampling = Sampling(
             temperature=cfg.val_temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
         )
@@ -546,8 +573,15 @@ async def run_training(
 
         async def validate(step: int) -> None:
             t0 = time.monotonic()
-            accuracy, groups, done = await evaluate(
-                rollout, scenario.check, policy, val_items, val_sampling, limit, f"validate @{step}"
+            accuracy, groups, done, _ = await evaluate(
+                rollout,
+                scenario.check,
+                policy,
+                val_items,
+                val_sampling,
+                limit,
+                f"validate @{step}",
+                failure_log,
             )
             policy_step = await policy.model.get_step()
             save_trajectories(
@@ -559,7 +593,7 @@ async def run_training(
                 step=step,
                 val=accuracy,
                 reward=_window_reward(rows, step, cfg.eval_every),
-                val_items=len(val_items),
+                val_items=len(done),
             )
             state.evals.append(point)
             state.policy_steps[step] = policy_step
@@ -568,7 +602,8 @@ async def run_training(
                 M.VAL_ACCURACY: accuracy,
                 M.POLICY_STEP: policy_step,
                 M.VAL_TRAIN_REWARD: point.reward,
-                M.VAL_ITEMS: len(val_items),
+                M.VAL_ITEMS: len(done),
+                M.VAL_ERRORS: len(val_items) - len(done),
                 M.EVAL_SECONDS: time.monotonic() - t0,
             }
             alarm = divergence(state.evals, thresholds)
@@ -584,7 +619,7 @@ async def run_training(
                 f"[green]validation @ step {step}: {accuracy:.3f}[/] (policy step {policy_step})",
                 highlight=False,
             )
-            await _keep_checkpoints(cfg, policy, state, run_dir)
+            await _keep_checkpoints(cfg, policy, state, run_dir, rows)
 
         stop: StopReason | None = None
         try:
@@ -595,12 +630,23 @@ async def run_training(
             elif state.evals[-1].step < state.step and _eval_due(cfg, state.step):
                 await validate(state.step)  # killed between the step's row and its evaluation
             elif state.evals[-1].step == state.step:
-                await _keep_checkpoints(cfg, policy, state, run_dir)  # may have been cut short
+                await _keep_checkpoints(
+                    cfg, policy, state, run_dir, rows
+                )  # may have been cut short
             if 0 < state.step == state.evals[-1].step:  # the decision a killed run may have taken
                 stop = _stop_after_eval(cfg, state, rows, len(split.test), len(val_items))
             while stop is None and state.step < cfg.max_steps:
                 row, table = await train_step(
-                    cfg, state.step, split, scenario, scorer, policy, limit, rollout, score
+                    cfg,
+                    state.step,
+                    split,
+                    scenario,
+                    scorer,
+                    policy,
+                    limit,
+                    rollout,
+                    score,
+                    failure_log,
                 )
                 save_trajectories(f"step-{state.step + 1:04d}", state.step + 1, table)
                 row[HINT_KEY] = decision_hints(row, cfg)
@@ -616,21 +662,46 @@ async def run_training(
             stop = StopReason.JUDGE_BUDGET
         stop = stop or StopReason.MAX_STEPS
 
-        # Restore the best checkpoint and evaluate the test split once.
+        # Restore the best checkpoint; evaluate the test split for it and, on the same items,
+        # for the starting model and the model after the warm start (the paired gains).
         vals = [p.val for p in state.evals]
-        best = state.evals[best_index(vals, cfg.min_delta)]
+        best = state.evals[best_index(vals, gain_threshold(state.evals, cfg.min_delta))]
         best_policy_step = state.policy_steps.get(best.step, 0)
         _save_best(policy, best_policy_step, run_dir)
         test_accuracy: float | None = None
+        test: dict[str, Any] | None = None
         if stop != StopReason.JUDGE_BUDGET:
-            test_sampling = val_sampling.model_copy(update={"step": best_policy_step})
-            test_accuracy, groups, done = await evaluate(
-                rollout, scenario.check, policy, split.test, test_sampling, limit, "test"
-            )
-            save_trajectories(
-                "test",
-                best.step,
-                store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test"),
+            scores: dict[int, dict[str, float]] = {}  # policy step -> item id -> score
+            for name, policy_step in _test_checkpoints(rows, best_policy_step):
+                if policy_step in scores:
+                    continue
+                accuracy, groups, done, _ = await evaluate(
+                    rollout,
+                    scenario.check,
+                    policy,
+                    split.test,
+                    val_sampling.model_copy(update={"step": policy_step}),
+                    limit,
+                    f"test ({name})",
+                    failure_log,
+                )
+                scores[policy_step] = {
+                    i.id: float(g.trajectories[0].reward) for g, i in zip(groups, done, strict=True)
+                }
+                if policy_step == best_policy_step:
+                    test_accuracy = accuracy
+                save_trajectories(
+                    "test" if policy_step == best_policy_step else f"test-{name}",
+                    best.step,
+                    store.trajectory_rows(
+                        groups, [i.id for i in done], step=best.step, split="test"
+                    ),
+                )
+            warm_step = _warm_policy_step(rows)
+            test = test_block(
+                scores[0],
+                scores[warm_step] if warm_step is not None else None,
+                scores[best_policy_step],
             )
 
         result = RunResult(
@@ -646,7 +717,12 @@ async def run_training(
             alarms=state.alarms,
             wall_s=time.monotonic() - started,
         )
-        summary = {**result.model_dump(mode="json"), "gain": result.best_val - result.baseline_val}
+        summary = {
+            **result.model_dump(mode="json"),
+            "gain": result.best_val - result.baseline_val,
+            "val_items": len(val_items),
+            "test": test,
+        }
         warm = next((r for r in rows if WarmMetric.SECONDS in r), None)
         if warm is not None:  # the warm start's own gain, apart from RL's
             summary["warm_start"] = {
@@ -663,6 +739,8 @@ async def run_training(
                 style="bold",
             )
         )
+        for line in describe_block(test) if test else []:
+            console.print(line, highlight=False)
     return result
 
 
@@ -686,15 +764,41 @@ def _checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
     return path if path.is_dir() else None
 
 
-async def _keep_checkpoints(cfg: TrainConfig, policy: Policy, state: _State, run_dir: Path) -> None:
+def _warm_policy_step(rows: list[dict[str, Any]]) -> int | None:
+    """The policy checkpoint the warm start saved (None without a warm start)."""
+    warm = next((r for r in rows if WarmMetric.SECONDS in r), None)
+    return int(warm[M.POLICY_STEP]) if warm is not None and M.POLICY_STEP in warm else None
+
+
+def _test_checkpoints(rows: list[dict[str, Any]], final: int) -> list[tuple[str, int]]:
+    """(name, policy step) of the checkpoints the test split is evaluated for: the final (best)
+    one, the start (policy step 0, before any training) and the one after the warm start."""
+    warm = _warm_policy_step(rows)
+    return [
+        ("final", final),
+        ("start", 0),
+        *([("after-warm-start", warm)] if warm is not None else []),
+    ]
+
+
+async def _keep_checkpoints(
+    cfg: TrainConfig, policy: Policy, state: _State, run_dir: Path, rows: list[dict[str, Any]]
+) -> None:
     """Copy this evaluation's adapter into checkpoints/ every save_every steps; the backend keeps
     only its latest and best adapters (ART's own checkpoint directory would grow every step)."""
     step = state.evals[-1].step
     source = _checkpoint_path(policy, state.policy_steps[step])
     if source is not None and step % cfg.save_every == 0:
         store.save_checkpoint(run_dir, source, f"step-{step:04d}")
-    best = state.evals[best_index([p.val for p in state.evals], cfg.min_delta)]
-    keep = sorted({await policy.model.get_step(), state.policy_steps[best.step]})
+    best = state.evals[
+        best_index([p.val for p in state.evals], gain_threshold(state.evals, cfg.min_delta))
+    ]
+    # The start and the warm start stay too: the test split is evaluated for them at the end.
+    warm = _warm_policy_step(rows)
+    keep = sorted(
+        {await policy.model.get_step(), state.policy_steps[best.step], 0}
+        | ({warm} if warm is not None else set())
+    )
     await policy.backend._delete_checkpoint_files(policy.model, keep)
 
 
@@ -736,7 +840,7 @@ async def evaluate_run(
             max_tokens=cfg.max_tokens,
             step=best_policy_step,
         )
-        accuracy, groups, done = await evaluate(
+        accuracy, groups, done, _ = await evaluate(
             scenario.rollout,
             scenario.check,
             policy,
@@ -744,6 +848,7 @@ async def evaluate_run(
             sampling,
             asyncio.Semaphore(cfg.rollout_concurrency),
             f"eval {split_name}",
+            FailureLog(console),
         )
         store.write_trajectories(
             run_dir,

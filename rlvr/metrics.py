@@ -40,6 +40,9 @@ class M(StrEnum):
     VAL_ACCURACY = "val/accuracy"
     VAL_TRAIN_REWARD = "val/train_reward"  # mean training reward since the previous evaluation
     VAL_ITEMS = "val/items"  # items the accuracy is measured on (its noise)
+    VAL_ERRORS = (
+        "val/errors"  # validation rollouts that raised (not scored; accuracy is over the rest)
+    )
     STEP_SECONDS = "time/step_s"
     ROLLOUT_SECONDS = "time/rollout_s"
     SCORE_SECONDS = "time/score_s"  # scoring (truth + reward) summed over the step's groups

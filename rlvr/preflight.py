@@ -10,9 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
+from rich.console import Console
 
 from rlvr.backends import open_policy
 from rlvr.config import TrainConfig
+from rlvr.failures import FailureLog, require_some
 from rlvr.loop import _open_judge, rollout_groups
 from rlvr.metrics import group_stats
 from rlvr.plugins import resolve_task
@@ -53,7 +55,7 @@ async def preflight(cfg: TrainConfig, items: int = 4) -> PreflightReport:
                 sampling = Sampling(
                     temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
                 )
-                groups, done, _ = await rollout_groups(
+                groups, done, _, failures = await rollout_groups(
                     scenario.rollout,
                     policy,
                     batch,
@@ -62,6 +64,8 @@ async def preflight(cfg: TrainConfig, items: int = 4) -> PreflightReport:
                     asyncio.Semaphore(cfg.rollout_concurrency),
                     "preflight",
                 )
+                FailureLog(Console(stderr=True)).report(failures, "preflight")
+                require_some(len(done), failures, "preflight")
         scored = await asyncio.gather(
             *(scorer.score(g, i) for g, i in zip(groups, done, strict=True))
         )

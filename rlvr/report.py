@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 
 from rlvr import atomic
 from rlvr.metrics import ALARM_PREFIX, M
+from rlvr.paired import describe_block
 
 
 def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> Path:
@@ -95,7 +96,10 @@ def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path)
     ax.set_xlabel("step")
     ax.set_ylabel("reward / accuracy")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{summary.get('task', '')} — {summary.get('stop_reason', '')}")
+    title = f"{summary.get('task', '')} — {summary.get('stop_reason', '')}"
+    if summary.get("test"):  # the paired test gains, in words
+        title += "\n" + "\n".join(describe_block(summary["test"]))
+    ax.set_title(title, fontsize=9)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

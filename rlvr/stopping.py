@@ -165,6 +165,13 @@ def judge_disagrees(points: list[StepPoint], window: int, gap: float) -> Alarm |
     )
 
 
+def gain_threshold(points: list[EvalPoint], min_delta: float) -> float:
+    """The smallest validation gain that counts, for the best checkpoint and the plateau stop:
+    above `min_delta` and above the sampling noise of an accuracy on that many items (0.18 on 16
+    items at 50 %), so picking the best of several noisy evaluations does not chase noise."""
+    return max(min_delta, val_noise(points)) if points else min_delta
+
+
 def val_noise(points: list[EvalPoint]) -> float:
     """Standard error of the difference of two accuracies measured on the same number of items:
     a validation fall smaller than this is indistinguishable from sampling noise (0.11 on 40

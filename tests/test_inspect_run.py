@@ -111,3 +111,20 @@ def test_the_planted_hack_shows_in_the_suspicious_view(hacked_run):
     assert "high_reward_failing_truth" in result.output
     assert "suspicious: high_reward_failing_truth" in result.output  # a rollout is shown
     assert paid_but_wrong.sort("group", "index")["item_id"][0] in result.output
+
+
+def test_the_tiny_runs_summary_has_the_paired_test_block(tiny_run):
+    """The start and the final checkpoint scored on the same test items, with the interval."""
+    import json
+
+    summary = json.loads((tiny_run.run_dir / "summary.json").read_text())
+    test = summary["test"]
+    assert test["items"] == 4 and summary["val_items"] == 4
+    assert test["after_warm_start"] is None and test["rl_gain"] == test["gain"]
+    assert test["gain"] == pytest.approx(test["final"] - test["start"])
+    low, high = test["gain_ci95"]
+    assert low <= test["gain"] <= high and 0.0 <= test["gain_p"] <= 1.0
+    assert test["final"] == pytest.approx(summary["test_accuracy"])
+    assert "bootstrap" in test["method"]
+    run = ri.load_run(tiny_run.run_dir)
+    assert "on 4 test items (p=" in ri._summary_line(run)

@@ -7,6 +7,7 @@ from rlvr.stopping import (
     Thresholds,
     best_index,
     divergence,
+    gain_threshold,
     judge_disagrees,
     out_of_time,
     plateaued,
@@ -143,3 +144,38 @@ def test_judge_disagrees_is_sustained_and_noise_aware(
     if alarm is not None:
         assert alarm.name == AlarmName.JUDGE_DISAGREES and alarm.step == len(pairs)
         assert "ground truth" in alarm.message and "scorer=verifier" in alarm.message
+
+
+def evals(vals: list[float], items: int | None) -> list[EvalPoint]:
+    return [EvalPoint(step=i, val=v, val_items=items) for i, v in enumerate(vals)]
+
+
+@pytest.mark.parametrize(
+    ("vals", "items", "min_delta", "expected"),
+    [
+        ([], 16, 0.01, 0.01),  # nothing measured yet
+        ([0.5, 0.5], 16, 0.01, 0.177),  # sqrt(2 * 0.25 / 16): 16 items are noisy
+        ([0.5, 0.5], 1600, 0.01, 0.0177),
+        ([0.5, 0.5], 40000, 0.01, 0.01),  # min_delta wins once the noise is below it
+        ([0.5, 0.5], None, 0.02, 0.02),  # item count unknown (an old run): min_delta alone
+        ([1.0, 1.0], 16, 0.0, 0.0),  # a perfect score has no sampling noise
+    ],
+)
+def test_a_validation_gain_counts_above_min_delta_and_the_noise(
+    vals, items, min_delta, expected
+) -> None:
+    assert gain_threshold(evals(vals, items), min_delta) == pytest.approx(expected, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("vals", "items", "best", "stops"),
+    [
+        ([0.5, 0.62, 0.56, 0.62], 16, 0, True),  # +0.12 on 16 items is noise: the start stays
+        ([0.5, 0.62, 0.56, 0.62], 1600, 1, False),  # the same gain on 1,600 items is real
+        ([0.3, 0.8, 0.8, 0.8], 16, 1, False),  # +0.5 beats the noise of 16 items
+    ],
+)
+def test_the_best_checkpoint_and_the_plateau_ignore_noisy_gains(vals, items, best, stops) -> None:
+    threshold = gain_threshold(evals(vals, items), 0.01)
+    assert best_index(vals, threshold) == best
+    assert plateaued(vals, 3, threshold) is stops
