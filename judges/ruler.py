@@ -46,7 +46,7 @@ from judges.client import (
     fault_metric,
     redact,
 )
-from rlvr.types import Item
+from rlvr.types import Item, Scenario
 
 log = logging.getLogger("rlvr.judges")
 
@@ -248,7 +248,7 @@ class RulerScorer:
     or the scenario's `ruler_rubric(item)` where it has one; tools on the trajectories are shown."""
 
     def __init__(
-        self, judge: JudgeClient, scenario: object | None = None, reference: bool = False
+        self, judge: JudgeClient, scenario: Scenario | None = None, reference: bool = False
     ) -> None:
         self.judge = judge
         self.model = route(judge)
@@ -258,7 +258,7 @@ class RulerScorer:
         self._counts: Counter[str] = Counter()
 
     def rubric_for(self, item: Item) -> str:
-        custom = getattr(self._scenario, "ruler_rubric", None)
+        custom = self._scenario.ruler_rubric if self._scenario is not None else None
         text = custom(item) if callable(custom) else custom
         rubric = text or DEFAULT_RUBRIC
         # Reference-guided: a small judge cannot solve the task, but it can compare with the

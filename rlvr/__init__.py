@@ -18,12 +18,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 # public name -> the module that defines it
 _EXPORTS = {
     "BudgetExhausted": "rlvr.types",
+    "Call": "rlvr.agent",
     "ConfigError": "rlvr.config",
     "Item": "rlvr.types",
     "PluginError": "rlvr.tasks",
     "RunResult": "rlvr.loop",
     "Sampling": "rlvr.types",
     "Scenario": "rlvr.types",
+    "ScenarioBase": "rlvr.types",
     "Scorer": "rlvr.types",
     "StopReason": "rlvr.loop",
     "Task": "rlvr.tasks",
@@ -31,6 +33,7 @@ _EXPORTS = {
     "build_config": "rlvr.config",
     "chat_turn": "rlvr.rollouts",
     "completion_text": "rlvr.types",
+    "final_reply": "rlvr.agent",
     "group_scorer": "rlvr.scorers",
     "parse_overrides": "rlvr.config",
     "resolve_task": "rlvr.plugins",
@@ -39,6 +42,7 @@ _EXPORTS = {
     "scenario": "rlvr.tasks",
     "single_turn": "rlvr.rollouts",
     "task_config": "rlvr.plugins",
+    "tool_episode": "rlvr.agent",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -57,10 +61,19 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds it to _EXPORTS
+    from rlvr.agent import Call, final_reply, tool_episode  # noqa: F401
     from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides  # noqa: F401
     from rlvr.loop import RunResult, StopReason, run_training  # noqa: F401
     from rlvr.plugins import resolve_task, task_config  # noqa: F401
     from rlvr.rollouts import chat_turn, single_turn  # noqa: F401
     from rlvr.scorers import group_scorer, reward_scorer  # noqa: F401
     from rlvr.tasks import PluginError, Task, scenario  # noqa: F401
-    from rlvr.types import BudgetExhausted, Item, Sampling, Scenario, Scorer, completion_text  # noqa: F401
+    from rlvr.types import (  # noqa: F401
+        BudgetExhausted,
+        Item,
+        Sampling,
+        Scenario,
+        ScenarioBase,
+        Scorer,
+        completion_text,
+    )

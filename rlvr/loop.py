@@ -242,7 +242,7 @@ async def train_step(
     by_id = {item.id: item for item in batch}
     # Ground truth of training trajectories, for judge agreement and the reward-hacking view;
     # skipped where the truth itself is a judge (that would double the judge's bill).
-    truth_known = not getattr(scenario, "judged_check", False)
+    truth_known = not scenario.judged_check
     timing = _ScoreTiming()
 
     async def check_and_score(group: art.TrajectoryGroup) -> art.TrajectoryGroup:

@@ -21,7 +21,7 @@ import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlvr.config import ConfigError, TrainConfig
-from rlvr.types import Item, Sampling, Scenario
+from rlvr.types import SCENARIO_HOOKS, SCENARIO_MEMBERS, Item, Sampling, Scenario, ScenarioBase
 
 # What a factory may ask for, by parameter name.
 FACTORY_ARGS = ("options", "cfg", "config", "judge", "scenario")
@@ -117,12 +117,12 @@ class Task(BaseModel):
                 f"task {self.name}: its factory raised {type(error).__name__}: {error}"
             ) from error
         if not isinstance(built, Scenario):
-            missing = [
-                a for a in ("name", "load", "rollout", "check", "reward") if not hasattr(built, a)
-            ]
+            missing = [a for a in SCENARIO_MEMBERS if not hasattr(built, a)]
+            hooks = [a for a in SCENARIO_HOOKS if not hasattr(built, a)]
             raise PluginError(
                 f"task {self.name}: the factory returned {type(built).__name__}, not a Scenario "
-                f"(missing {', '.join(missing) or 'default_scorer'}); build one with rlvr.scenario(...)"
+                f"(missing {', '.join(missing + hooks)}); build one with rlvr.scenario(...)"
+                + ("; subclass rlvr.ScenarioBase for the optional hooks' defaults" if hooks else "")
             )
         return built
 
@@ -165,7 +165,7 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class FunctionScenario:
+class FunctionScenario(ScenarioBase):
     """A Scenario made of plain functions; see `scenario`."""
 
     def __init__(
@@ -177,8 +177,11 @@ class FunctionScenario:
         reward: CheckFn | None,
         default_scorer: str,
         judged_check: bool,
+        demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None = None,
+        ruler_rubric: str | Callable[[Item], str] | None = None,
     ) -> None:
         self.name, self.default_scorer, self.judged_check = name, default_scorer, judged_check
+        self.demonstrate, self.ruler_rubric = demonstrate, ruler_rubric
         self._load, self._rollout, self._check = load, rollout, check
         self._reward = reward or check
 
@@ -204,6 +207,8 @@ def scenario(
     reward: CheckFn | None = None,
     default_scorer: str = "verifier",
     judged_check: bool = False,
+    demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None = None,
+    ruler_rubric: str | Callable[[Item], str] | None = None,
 ) -> Scenario:
     """A Scenario from functions, no class needed.
 
@@ -213,7 +218,9 @@ def scenario(
       validation and test;
     - `reward(item, trajectory)` is the training reward of `scorer=verifier` (default: `check`).
     `judged_check=True` says the check calls a judge, so the loop does not run it on every
-    training rollout.
+    training rollout. `demonstrate(item)` (async) plays the episode with a scripted policy for the
+    warm start (`sft_steps=`; `rlvr.tool_episode(..., script=...)` does it for tool agents);
+    `ruler_rubric` is the RULER judge's rubric (a text, or a function of the item).
     """
     if not inspect.iscoroutinefunction(rollout) and not inspect.iscoroutinefunction(
         getattr(rollout, "__call__", None)  # noqa: B004  (async callable objects)
@@ -221,7 +228,9 @@ def scenario(
         raise PluginError(
             f"task {name}: rollout must be an async function (async def rollout(model, item, sampling))"
         )
-    return FunctionScenario(name, load, rollout, check, reward, default_scorer, judged_check)
+    return FunctionScenario(
+        name, load, rollout, check, reward, default_scorer, judged_check, demonstrate, ruler_rubric
+    )
 
 
 def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -6,6 +6,7 @@ Data that flows (Item, Sampling) are small frozen pydantic models. The protocols
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, runtime_checkable
 
 import art
@@ -43,10 +44,21 @@ class Scenario(Protocol):
     because some tasks' truth is a judge (rubric pass rate). `reward` is the deterministic training
     reward used by `scorer=verifier`; it may equal the check or give partial credit. Both follow the
     verifier contract: deterministic (given the judge), never raise.
+
+    The optional hooks are declared here too, so the loop and the judges read them as attributes,
+    never probe for them; `ScenarioBase` gives their defaults:
+    - `demonstrate`: None, or `async (item) -> art.Trajectory` playing the episode with a scripted
+      policy (plain dict assistant turns) for the supervised warm start (`sft_steps=`);
+    - `judged_check`: True when `check` calls a judge (the loop then does not run it on every
+      training rollout);
+    - `ruler_rubric`: None, a rubric text, or `(item) -> str`, for the RULER judge.
     """
 
     name: str
     default_scorer: str
+    demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None
+    judged_check: bool
+    ruler_rubric: str | Callable[[Item], str] | None
 
     def load(self) -> list[Item]: ...
 
@@ -55,6 +67,20 @@ class Scenario(Protocol):
     async def check(self, item: Item, trajectory: art.Trajectory) -> float: ...
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float: ...
+
+
+class ScenarioBase:
+    """Defaults of the Scenario protocol's optional hooks; subclass it and override what your task
+    has (a method named `demonstrate` replaces the None)."""
+
+    default_scorer: str = "verifier"
+    demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None = None
+    judged_check: bool = False
+    ruler_rubric: str | Callable[[Item], str] | None = None
+
+
+SCENARIO_MEMBERS = ("name", "default_scorer", "load", "rollout", "check", "reward")
+SCENARIO_HOOKS = ("demonstrate", "judged_check", "ruler_rubric")
 
 
 @runtime_checkable

@@ -35,7 +35,7 @@ class WarmMetric:
 
 def check_can_demonstrate(cfg: TrainConfig, scenario: Scenario) -> None:
     """A warm start needs `scenario.demonstrate`; say so before anything is written."""
-    if cfg.sft_steps > 0 and not callable(getattr(scenario, "demonstrate", None)):
+    if cfg.sft_steps > 0 and scenario.demonstrate is None:
         raise ConfigError(
             f"config: sft_steps={cfg.sft_steps}: task {scenario.name} has no demonstrate(item) "
             "to warm-start from; set sft_steps=0 or add one to the scenario"

@@ -12,7 +12,7 @@ import art
 
 from rlvr.config import ConfigError
 from rlvr.rollouts import single_turn
-from rlvr.types import Item, Sampling, Scenario, completion_text
+from rlvr.types import Item, Sampling, Scenario, ScenarioBase, completion_text
 from rlvr.verifiers import VERIFIERS, RewardFn, contains_answer
 from scenarios.dataset import Options
 
@@ -154,7 +154,7 @@ def load_items(rows: list[Any], path: Path, options: Options) -> tuple[list[Item
     return items, skipped
 
 
-class DatasetScenario:
+class DatasetScenario(ScenarioBase):
     """One chat turn per item; the answer is checked by a verifier from the library."""
 
     name = "dataset"

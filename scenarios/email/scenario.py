@@ -28,7 +28,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import ConfigError
-from rlvr.types import Item, Sampling
+from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.email import Options, oracle
 from scenarios.email.actions import (
     TOOLS,
@@ -163,12 +163,12 @@ def question_prompt(item: Item, inbox: Inbox, spec: LevelSpec, protocol: Protoco
 # --- The scenario ---------------------------------------------------------------------------------
 
 
-class EmailScenario:
+class EmailScenario(ScenarioBase):
     """Items, episodes and the check for the email task (see the module docstring)."""
 
     name = "email"
     default_scorer = "verifier"  # the local 135M judge cannot judge it (email/__init__.py)
-    ruler_rubric = RUBRIC  # picked up by judges.ruler.RulerScorer
+    ruler_rubric = RUBRIC  # for the RULER judge (judges.ruler)
 
     def __init__(self, inboxes: list[Inbox], level: Level, protocol: Protocol, num_items: int):
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol

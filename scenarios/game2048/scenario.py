@@ -32,7 +32,7 @@ import openai
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.rollouts import chat_turn
-from rlvr.types import Item, Sampling
+from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.game2048.game import Board, Direction, Game, legal_moves, render
 from scenarios.game2048.moves import directions_named, parse_move
 
@@ -208,7 +208,7 @@ def feedback(outcome: Outcome, reply: str | None) -> str:
 # --- The scenario ---------------------------------------------------------------------------------
 
 
-class Game2048Scenario:
+class Game2048Scenario(ScenarioBase):
     """Items (seeded starting boards), episodes and the check for the 2048 task."""
 
     name = "2048"

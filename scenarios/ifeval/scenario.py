@@ -31,7 +31,7 @@ from typing import Any
 import art
 
 from rlvr.rollouts import single_turn
-from rlvr.types import Item, Sampling, completion_text
+from rlvr.types import Item, Sampling, ScenarioBase, completion_text
 from scenarios.ifeval.checkers import Evaluation, Instruction, evaluate
 
 SYSTEM = "Follow every instruction in the request exactly. Keep your reply short."
@@ -136,7 +136,7 @@ def load_items(level: Level, num_items: int | None) -> list[Item]:
     return items[:num_items]
 
 
-class IFEvalScenario:
+class IFEvalScenario(ScenarioBase):
     name = "ifeval"
     default_scorer = "verifier"
 

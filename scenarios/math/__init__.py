@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.rollouts import single_turn
 from rlvr.tasks import Task
-from rlvr.types import Item, Sampling, completion_text
+from rlvr.types import Item, Sampling, ScenarioBase, completion_text
 from rlvr.verifiers import contains_answer, numeric_match
 
 SYSTEM = "You are a calculator. Reply with only the final number."
@@ -49,7 +49,7 @@ LEVELS: dict[str, dict[str, Any]] = {
 }
 
 
-class MathScenario:
+class MathScenario(ScenarioBase):
     name = "math"
     default_scorer = "verifier"
 

@@ -34,7 +34,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.rollouts import chat_turn
-from rlvr.types import Item, Sampling
+from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.email.scenario import END_PREFIX, EpisodeEnd
 from scenarios.email.store import ToolInputError
 from scenarios.multihop import Options, oracle
@@ -193,7 +193,7 @@ def episode_scores(
 # --- The scenario ---------------------------------------------------------------------------------
 
 
-class MultihopScenario:
+class MultihopScenario(ScenarioBase):
     """Items, episodes, reward and check for the multihop task (see the module docstring)."""
 
     name = "multihop"

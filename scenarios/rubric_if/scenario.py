@@ -13,7 +13,7 @@ from judges.client import JudgeClient, JudgeFailure
 from judges.rubric import CRITERIA_KEY, criteria_of, grade, pass_rate
 from judges.rubric_data import RubricData, load_healthbench, load_recipe_file
 from rlvr.config import ConfigError
-from rlvr.types import Item, Sampling
+from rlvr.types import Item, Sampling, ScenarioBase
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlvr.scenarios.rubric_if")
 
 
-class RubricIfScenario:
+class RubricIfScenario(ScenarioBase):
     """Prompts with rubric criteria; truth = rubric pass rate from the run's judge."""
 
     name = "rubric_if"

@@ -1,0 +1,36 @@
+"""The episode layer for multi-turn tool agents: plain functions as tools, one episode loop.
+
+    trajectory = await rlvr.tool_episode(model, item, messages, [search, read], sampling)
+
+- `tools`: a Python function becomes a tool (schema from its signature, arguments validated);
+- `episode`: `tool_episode` plays the turns under the `tools`, `text` or `auto` protocol, with a
+  model or with a scripted policy (demonstrations for the warm start).
+"""
+
+from rlvr.agent.episode import (
+    PROTOCOLS,
+    EpisodeEnd,
+    EpisodeMetric,
+    Protocol,
+    Script,
+    final_reply,
+    tool_episode,
+)
+from rlvr.agent.tools import Call, Tool, ToolError, as_tool, as_tools, text_call, text_instructions
+
+__all__ = [
+    "PROTOCOLS",
+    "Call",
+    "EpisodeEnd",
+    "EpisodeMetric",
+    "Protocol",
+    "Script",
+    "Tool",
+    "ToolError",
+    "as_tool",
+    "as_tools",
+    "final_reply",
+    "text_call",
+    "text_instructions",
+    "tool_episode",
+]

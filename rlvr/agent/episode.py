@@ -1,0 +1,266 @@
+"""A multi-turn tool episode, the one loop every agent task shares.
+
+`tool_episode` plays: the task's messages, then up to `max_turns` assistant turns. A turn that
+calls tools gets one observation per call (a `tool` message for an OpenAI tool call, a user
+message for a text action) and the episode goes on; the first turn without a tool call is the
+final reply and ends it (`rlvr.completion_text` returns it). Failed calls — an unknown tool, bad
+arguments, a tool that raises — are one-line errors the model reads; nothing raises out of the
+episode except a first request the policy endpoint refuses (a setup error, not the model's).
+
+Protocols: `tools` sends the OpenAI tool schemas and executes `tool_calls`; `text` shows the
+one-line action protocol (`rlvr.agent.tools`) in the system prompt and parses the reply; `auto`
+does both and uses the tool calls when the model emits them. The trajectory holds exactly what
+the model saw: the instructions, the schemas (`trajectory.tools`), every sampled `Choice` (its
+logprobs are what ART trains on) and every observation.
+
+A `script` in place of the model plays the same episode with a scripted policy — its turns are
+plain dict messages — which is how a task makes demonstrations for the supervised warm start.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from enum import StrEnum
+from typing import Any, Literal
+
+import art
+import openai
+from openai.types.chat.chat_completion import Choice
+
+from rlvr.agent.tools import (
+    Call,
+    Tool,
+    ToolError,
+    as_tools,
+    find_text_call,
+    lookup,
+    parse_json_arguments,
+    text_arguments,
+    text_call,
+    text_instructions,
+)
+from rlvr.types import Item, Sampling
+
+Protocol = Literal["auto", "tools", "text"]
+PROTOCOLS: tuple[str, ...] = ("auto", "tools", "text")
+LAST_TURN_NOTE = "One turn left: give your final answer now."
+
+ScriptTurn = Call | list[Call] | str
+Script = Callable[[list[dict[str, Any]], int], ScriptTurn | Awaitable[ScriptTurn]]
+"""A scripted policy: given the messages so far and the turn's number, the turn's tool call(s),
+or its final reply."""
+
+
+class EpisodeEnd(StrEnum):
+    """Why an episode ended (trajectory.metadata["end"])."""
+
+    REPLIED = "replied"  # a turn without a tool call: the final reply
+    TURN_LIMIT = "turn_limit"  # max_turns turns, all calling tools
+    POLICY_ERROR = "policy_error"  # the endpoint refused a later turn (e.g. context too long)
+
+
+class EpisodeMetric(StrEnum):
+    """Per-episode metrics (the loop reports their means as rollout/<name>)."""
+
+    TURNS = "turns"
+    TOOL_CALLS = "tool_calls"
+    TOOL_ERRORS = "tool_errors"  # unknown tools, bad arguments, tools that raised
+    TRUNCATED = "truncated"  # a sampled turn hit max_tokens
+    TURN_LIMIT = "turn_limit"  # ended at max_turns without a final reply
+
+
+class _Counts:
+    """Mutable tallies of one episode (never leave `tool_episode`)."""
+
+    def __init__(self) -> None:
+        self.turns = self.calls = self.errors = 0
+        self.truncated = False
+
+
+def with_instructions(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+    """`messages` with `text` appended to the system message (one is added when there is none)."""
+    if messages and messages[0].get("role") == "system":
+        head = messages[0]
+        return [
+            {**head, "content": f"{head.get('content') or ''}\n\n{text}".strip()},
+            *messages[1:],
+        ]
+    return [{"role": "system", "content": text}, *messages]
+
+
+def turn_calls(
+    message: Mapping[str, Any], tools: Mapping[str, Tool], protocol: Protocol
+) -> list[tuple[str | None, str | None, str | None, str | None]]:
+    """The calls of one assistant message as (tool name, JSON arguments, text rest, call id).
+    Under `auto`, a turn with tool calls is judged by them alone; without any, by its text. An
+    empty list: the message is the final reply."""
+    calls = [
+        (
+            (call.get("function") or {}).get("name"),
+            (call.get("function") or {}).get("arguments"),
+            None,
+            str(call.get("id") or f"call_{n}"),
+        )
+        for n, call in enumerate(message.get("tool_calls") or [])
+    ]
+    if calls and protocol != "text":
+        return calls
+    if protocol == "tools":
+        return []
+    content = message.get("content")
+    try:
+        found = find_text_call(content if isinstance(content, str) else None, tools)
+    except ToolError:
+        return []
+    return [] if found is None else [(found[0].name, None, found[1], None)]
+
+
+async def run_call(
+    tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
+) -> tuple[str, bool]:
+    """One call's observation and whether it failed; never raises."""
+    try:
+        tool = lookup(tools, name)
+        values = (
+            text_arguments(tool, rest)
+            if rest is not None
+            else parse_json_arguments(tool, arguments)
+        )
+        return await tool.run(values), False
+    except ToolError as error:
+        return f"Error: {error}", True
+
+
+def scripted_message(
+    turn: ScriptTurn, tools: Mapping[str, Tool], protocol: Protocol, number: int
+) -> dict[str, Any]:
+    """A scripted turn as the assistant message a model would have written: tool calls under
+    `tools`, text action lines otherwise (auto shows the text protocol, so it gets text)."""
+    if isinstance(turn, str):
+        return {"role": "assistant", "content": turn}
+    calls = [turn] if isinstance(turn, Call) else turn
+    if protocol == "tools":
+        import json
+
+        return {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": f"call_{number}_{n}",
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
+                for n, c in enumerate(calls)
+            ],
+        }
+    lines = [text_call(lookup(tools, c.name), c.arguments) for c in calls[:1]]
+    return {"role": "assistant", "content": "\n".join(lines)}
+
+
+async def tool_episode(
+    model: art.Model | None,
+    item: Item,
+    messages: list[dict[str, Any]],
+    tools: Iterable[Callable[..., Any] | Tool],
+    sampling: Sampling,
+    max_turns: int = 8,
+    protocol: Protocol = "auto",
+    *,
+    script: Script | None = None,
+    instructions: bool = True,
+    last_turn_note: str | None = LAST_TURN_NOTE,
+) -> art.Trajectory:
+    """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
+    0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
+    `turn_limit`. `tools` are plain functions (or `rlvr.agent.Tool`s); `script` replaces the
+    model with a scripted policy; `instructions=False` leaves the text protocol's instructions
+    out of the system prompt (write your own); `last_turn_note` is added to the observations
+    before the last turn (small models rarely count turns)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if max_turns < 1:
+        raise ValueError(f"max_turns={max_turns}: expected at least 1")
+    if model is None and script is None:
+        raise ValueError("tool_episode needs a model to sample from or a script to play")
+    by_name = as_tools(tools)
+    schemas = [t.schema() for t in by_name.values()]
+    shown = list(messages)
+    if instructions and protocol != "tools" and by_name:
+        shown = with_instructions(shown, text_instructions(by_name))
+    trajectory = art.Trajectory(
+        messages_and_choices=shown,
+        tools=schemas if protocol != "text" and schemas else None,
+        metadata={"item_id": item.id, "protocol": protocol},
+        reward=0.0,
+    )
+
+    async def sample(history: list[dict[str, Any]], turn: int) -> Choice | dict[str, Any]:
+        if script is not None:
+            made = script(history, turn)
+            planned = await made if inspect.isawaitable(made) else made
+            return scripted_message(planned, by_name, protocol, turn)
+        assert model is not None
+        extra: dict[str, Any] = {"tools": schemas} if trajectory.tools else {}
+        response = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(sampling.step),
+            messages=history,  # type: ignore[arg-type]
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            logprobs=True,
+            **extra,
+        )
+        return response.choices[0]
+
+    counts = _Counts()
+    end = EpisodeEnd.TURN_LIMIT
+    for turn in range(max_turns):
+        try:
+            reply = await sample(trajectory.messages(), turn)
+        except openai.BadRequestError:
+            if turn == 0:  # the first request failing is a setup problem, not the model's
+                raise
+            end = EpisodeEnd.POLICY_ERROR
+            break
+        trajectory.messages_and_choices.append(reply)
+        counts.turns += 1
+        counts.truncated |= isinstance(reply, Choice) and reply.finish_reason == "length"
+        # The turn as ART renders it (what the model will see next, and what is trained on).
+        message = trajectory.messages()[-1]
+        calls = turn_calls(message, by_name, protocol)
+        if not calls:
+            end = EpisodeEnd.REPLIED
+            break
+        note = f"\n\n{last_turn_note}" if last_turn_note and turn == max_turns - 2 else ""
+        for name, arguments, rest, call_id in calls:
+            observation, failed = await run_call(by_name, name, arguments, rest)
+            counts.calls += 1
+            counts.errors += failed
+            trajectory.messages_and_choices.append(
+                {"role": "tool", "tool_call_id": call_id, "content": observation + note}
+                if call_id is not None
+                else {"role": "user", "content": observation + note}
+            )
+    trajectory.metadata["end"] = end.value
+    trajectory.metadata["policy"] = "scripted" if script is not None else "sampled"
+    trajectory.metrics.update(
+        {
+            EpisodeMetric.TURNS: counts.turns,
+            EpisodeMetric.TOOL_CALLS: counts.calls,
+            EpisodeMetric.TOOL_ERRORS: counts.errors,
+            EpisodeMetric.TRUNCATED: float(counts.truncated),
+            EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
+        }
+    )
+    return trajectory
+
+
+def final_reply(trajectory: art.Trajectory) -> str | None:
+    """The episode's final reply, or None when it ended without one (turn limit, refused turn)."""
+    if trajectory.metadata.get("end") != EpisodeEnd.REPLIED:
+        return None
+    from rlvr.types import completion_text
+
+    return completion_text(trajectory)

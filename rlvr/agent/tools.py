@@ -1,0 +1,311 @@
+"""Tools are plain Python functions: the schema comes from the signature, arguments are validated.
+
+`as_tool(fn)` reads a function's type hints and docstring once: the OpenAI tool schema is the
+pydantic model of its parameters, and `Tool.run(arguments)` validates a call's arguments against
+that model before calling the function (sync or async). Every way a call can fail — an unknown
+tool, arguments that are not JSON, a missing or mistyped argument, the function raising — becomes a
+`ToolError` whose message is one line for the model to read; nothing else escapes.
+
+The same tools serve the one-line text protocol that a 135M model can follow:
+
+    SEARCH: free text | second argument name:value
+
+The verb is the tool's name (any case). Arguments named `name:value` (one word) are taken first;
+the rest of the line, split at ` | `, fills the remaining parameters in signature order. A list
+parameter given as text is split at commas. `text_call` renders a call back into the same line,
+so a scripted policy's demonstrations read exactly as the parser expects.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+MAX_ERROR_CHARS = 300
+
+
+class ToolError(Exception):
+    """A failed tool call; `str(error)` is the one line the model sees."""
+
+
+class Tool(BaseModel):
+    """One tool: its name, what the model is told about it, and the function behind it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    arguments: type[BaseModel]  # the parameters as a pydantic model (extra keys forbidden)
+
+    @property
+    def params(self) -> list[str]:
+        return list(self.arguments.model_fields)
+
+    @property
+    def required(self) -> list[str]:
+        return [n for n, f in self.arguments.model_fields.items() if f.is_required()]
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-tool schema."""
+        parameters = _strip_titles(self.arguments.model_json_schema())
+        parameters.setdefault("properties", {})
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": parameters,
+            },
+        }
+
+    def validate_arguments(self, values: Mapping[str, Any]) -> BaseModel:
+        try:
+            return self.arguments.model_validate(dict(values))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "arguments"
+            raise ToolError(f"{self.name}: {where}: {first['msg']}") from None
+
+    async def run(self, values: Mapping[str, Any]) -> str:
+        """Validate, call, and render the result as text; any failure is a ToolError."""
+        parsed = self.validate_arguments(values)
+        try:
+            result = self.fn(**{name: getattr(parsed, name) for name in self.params})
+            if inspect.isawaitable(result):
+                result = await result
+        except ToolError as error:  # the tool's own words for the model
+            raise ToolError(f"{self.name}: {error}") from error
+        except Exception as error:  # the tool's own failure is the model's observation
+            text = " ".join(str(error).split())[:MAX_ERROR_CHARS]
+            raise ToolError(f"{self.name} failed: {type(error).__name__}: {text}") from error
+        return render_result(result)
+
+
+def render_result(result: Any) -> str:
+    """A tool's result as the observation text: strings as they are, a list of strings one per
+    line, pydantic models and other data as JSON."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, list | tuple) and all(isinstance(r, str) for r in result):
+        return "\n".join(result) if result else "(no results)"
+    if isinstance(result, BaseModel):
+        return result.model_dump_json()
+    if result is None:
+        return "(no result)"
+    try:
+        return json.dumps(result, default=str, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(result)
+
+
+def _strip_titles(schema: Any) -> Any:
+    """pydantic's schema without its generated `title` keys (noise in a small model's prompt)."""
+    if isinstance(schema, dict):
+        return {
+            k: _strip_titles(v)
+            for k, v in schema.items()
+            if not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema
+
+
+def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The first paragraph of the docstring, and per-parameter lines of an `Args:` section."""
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    summary = " ".join(doc.split("\n\n", 1)[0].split())
+    described: dict[str, str] = {}
+    in_args = False
+    for line in doc.splitlines():
+        if line.strip().lower() in ("args:", "arguments:", "parameters:"):
+            in_args = True
+            continue
+        if in_args:
+            found = re.match(r"^\s+(\w+)\s*(?:\([^)]*\))?:\s*(.+)$", line)
+            if found:
+                described[found.group(1)] = found.group(2).strip()
+            elif line.strip() and not line.startswith(" "):
+                in_args = False
+    return summary, described
+
+
+def as_tool(fn: Callable[..., Any] | Tool, name: str | None = None) -> Tool:
+    """A Tool from a function with type hints (an unannotated parameter is a string). Raises
+    TypeError for what cannot be a tool (a lambda, `*args`), naming it."""
+    if isinstance(fn, Tool):
+        return fn
+    tool_name = name or getattr(fn, "__name__", "")
+    if not tool_name.isidentifier():
+        raise TypeError(f"tool {fn!r}: give it a name (a def, or as_tool(fn, name=...))")
+    hints = typing.get_type_hints(fn)
+    summary, described = _docstring_parts(fn)
+    fields: dict[str, Any] = {}
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise TypeError(f"tool {tool_name}: parameter {param.name!r} must be a named argument")
+        annotation = hints.get(param.name, str)
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (
+            annotation,
+            _field(default, described.get(param.name)),
+        )
+    arguments = create_model(  # type: ignore[call-overload]
+        f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid", frozen=True), **fields
+    )
+    return Tool(name=tool_name, description=summary or tool_name, fn=fn, arguments=arguments)
+
+
+def _field(default: Any, description: str | None) -> Any:
+    from pydantic import Field
+
+    return Field(default, description=description) if description else default
+
+
+def as_tools(tools: Iterable[Callable[..., Any] | Tool]) -> dict[str, Tool]:
+    """Tools by name; two tools of one name are an error."""
+    made: dict[str, Tool] = {}
+    for fn in tools:
+        tool = as_tool(fn)
+        if tool.name.lower() in {n.lower() for n in made}:
+            raise TypeError(f"tool {tool.name}: two tools share this name")
+        made[tool.name] = tool
+    return made
+
+
+# --- calls ------------------------------------------------------------------------------------
+
+
+class Call(BaseModel):
+    """A tool call: the tool's name and its arguments (what a scripted policy returns)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+def parse_json_arguments(tool: Tool, arguments: str | None) -> dict[str, Any]:
+    try:
+        values = json.loads(arguments or "{}", strict=False)
+    except (json.JSONDecodeError, RecursionError):
+        raise ToolError(f"{tool.name}: arguments are not valid JSON") from None
+    if not isinstance(values, dict):
+        raise ToolError(f"{tool.name}: arguments must be a JSON object")
+    return values
+
+
+def lookup(tools: Mapping[str, Tool], name: str | None) -> Tool:
+    found = tools.get(name or "") or next(
+        (t for n, t in tools.items() if n.lower() == (name or "").lower()), None
+    )
+    if found is None:
+        raise ToolError(f"unknown tool {str(name)[:40]!r}; the tools are {', '.join(tools)}")
+    return found
+
+
+# --- the text protocol ----------------------------------------------------------------------------
+
+# Markdown decoration around the verb ("**SEARCH:**", "- READ:") is tolerated.
+_DECOR = r"[\s>*_`#\-]*"
+
+
+def _line_pattern(tools: Mapping[str, Tool]) -> re.Pattern[str]:
+    names = "|".join(re.escape(n) for n in sorted(tools, key=len, reverse=True))
+    return re.compile(rf"^{_DECOR}({names})[\s*_`]*[:：][\s*_`]*(.*)$", re.IGNORECASE)
+
+
+def find_text_call(text: str | None, tools: Mapping[str, Tool]) -> tuple[Tool, str] | None:
+    """The first action line of `text`: its tool and the rest of the line (or, when the line
+    ends at the colon, the next non-empty line). None when the text holds no action."""
+    if not tools:
+        return None
+    pattern = _line_pattern(tools)
+    lines = (text or "").splitlines()
+    for n, line in enumerate(lines):
+        found = pattern.match(line)
+        if found is None:
+            continue
+        rest = found.group(2).strip()
+        if not rest:
+            rest = next((later.strip() for later in lines[n + 1 :] if later.strip()), "")
+        return lookup(tools, found.group(1)), rest
+    return None
+
+
+def text_arguments(tool: Tool, rest: str) -> dict[str, Any]:
+    """The arguments of one text action line (module docstring): `name:value` first, then the
+    ` | `-separated rest in signature order."""
+    params = tool.params
+    keyed: dict[str, Any] = {}
+    if params:
+        named = "|".join(re.escape(p) for p in params)
+        pattern = re.compile(rf"(?<![\w:])({named}):\s*(\S+)", re.IGNORECASE)
+        keyed = {m.group(1).lower(): m.group(2) for m in pattern.finditer(rest)}
+        rest = pattern.sub(" ", rest)
+    by_lower = {p.lower(): p for p in params}
+    values = {by_lower[k]: v for k, v in keyed.items()}
+    free = [p for p in params if p not in values]
+    parts = [part.strip().strip("\"'`").strip() for part in rest.split("|")]
+    if len(free) == 1:  # a single free parameter takes the whole rest, bars included
+        parts = [" ".join(rest.split()).strip("\"'`").strip()]
+    for param, part in zip(free, parts, strict=False):
+        if part:
+            values[param] = part
+    for param in params:
+        annotation = tool.arguments.model_fields[param].annotation
+        if isinstance(values.get(param), str) and _is_list(annotation):
+            values[param] = [v.strip() for v in values[param].split(",") if v.strip()]
+    return values
+
+
+def _is_list(annotation: Any) -> bool:
+    if get_origin(annotation) in (list, tuple, set):
+        return True
+    return any(get_origin(a) in (list, tuple, set) for a in typing.get_args(annotation))
+
+
+def text_call(tool: Tool, arguments: Mapping[str, Any]) -> str:
+    """The text action line for a call (the inverse of `text_arguments`): required arguments in
+    order between bars, optional ones as `name:value`. Raises ValueError for an optional value
+    with spaces, which the line cannot carry."""
+
+    def shown(value: Any) -> str:
+        if isinstance(value, list | tuple):
+            return ", ".join(str(v) for v in value)
+        return str(value)
+
+    required = [shown(arguments[p]) for p in tool.required if p in arguments]
+    optional = [
+        (p, shown(arguments[p]))
+        for p in tool.params
+        if p not in tool.required and arguments.get(p) is not None
+    ]
+    for param, value in optional:
+        if not value or len(value.split()) != 1:
+            raise ValueError(f"{tool.name}: optional argument {param}={value!r} must be one word")
+    words = " | ".join(required) if len(tool.required) > 1 else "".join(required)
+    keyed = " ".join(f"{p}:{v}" for p, v in optional)
+    return f"{tool.name.upper()}: {' '.join(w for w in (words, keyed) if w)}".rstrip()
+
+
+def text_instructions(tools: Mapping[str, Tool]) -> str:
+    """How to call `tools` in the text protocol, for the system prompt."""
+    rows = []
+    for tool in tools.values():
+        required = " | ".join(tool.required)
+        optional = " ".join(f"[{p}:VALUE]" for p in tool.params if p not in tool.required)
+        usage = f"{tool.name.upper()}: {' '.join(w for w in (required, optional) if w)}"
+        rows.append(f"{usage}\n    {tool.description}")
+    return (
+        "To use a tool, reply with exactly one line:\n"
+        + "\n".join(rows)
+        + "\nWhen you have the final answer, reply with it and no tool line."
+    )
