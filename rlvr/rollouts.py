@@ -1,15 +1,13 @@
-"""Rollout building blocks shared by scenarios: one chat turn against the policy through ART's
-OpenAI client, with logprobs so ART trains on exactly the sampled tokens."""
+"""One-turn rollout building blocks: one chat turn against the policy through ART's OpenAI client,
+with logprobs so ART trains on exactly the sampled tokens. Multi-turn tool agents use
+`rlvr.tool_episode` (rlvr.agent)."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import art
 from openai.types.chat.chat_completion import Choice
-from pydantic import BaseModel, ValidationError
 
 from rlvr.types import Item, Sampling
 
@@ -41,29 +39,3 @@ async def single_turn(
         metadata={"item_id": item.id},
         metrics={"truncated": choice.finish_reason == "length"},
     )
-
-
-ToolArgs = TypeVar("ToolArgs", bound=BaseModel)
-
-
-def tool_arguments(
-    name: str | None, arguments: str | None, models: Mapping[str, type[ToolArgs]]
-) -> ToolArgs | str:
-    """An OpenAI tool call (function name, JSON arguments) validated into the named tool's
-    pydantic model, or a one-line reason it is not one (for the episode to count as invalid:
-    whatever the model writes, nothing raises)."""
-    model = models.get(name or "")
-    if model is None:
-        return f"unknown tool {str(name)[:40]!r}; the tools are {', '.join(models)}"
-    try:
-        values = json.loads(arguments or "{}", strict=False)
-    except (json.JSONDecodeError, RecursionError):
-        return f"{name}: arguments are not valid JSON"
-    if not isinstance(values, dict):
-        return f"{name}: arguments must be a JSON object"
-    try:
-        return model.model_validate(values)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "arguments"
-        return f"{name}: {where}: {first['msg']}"

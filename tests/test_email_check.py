@@ -6,10 +6,6 @@ import art
 import pytest
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
-from openai.types.chat.chat_completion_message_function_tool_call import (
-    ChatCompletionMessageFunctionToolCall,
-    Function,
-)
 
 from rlvr.types import Item
 from scenarios.email.inbox import NOT_IN_INBOX, AnswerType
@@ -124,19 +120,11 @@ def test_f1_and_phrasings_are_total() -> None:
     assert pytest.approx(1.0) == A + S
 
 
-def _choice(content: str | None = None, calls: list[tuple[str, str]] = ()) -> Choice:
-    tool_calls = [
-        ChatCompletionMessageFunctionToolCall(
-            id=f"c{i}", type="function", function=Function(name=name, arguments=args)
-        )
-        for i, (name, args) in enumerate(calls)
-    ]
+def _choice(content: str | None) -> Choice:
     return Choice(
         index=0,
         finish_reason="stop",
-        message=ChatCompletionMessage(
-            role="assistant", content=content, tool_calls=tool_calls or None
-        ),
+        message=ChatCompletionMessage(role="assistant", content=content),
     )
 
 
@@ -149,36 +137,22 @@ ITEM = Item(
 
 
 @pytest.mark.parametrize(
-    ("protocol", "turns", "score"),
+    ("reply", "end", "score"),
     [
-        ("text", [_choice("ANSWER: Room 4B | e3")], 1.0),
-        ("auto", [_choice("SEARCH: budget"), _choice("ANSWER: Room 4B | e3")], 1.0),
-        (
-            "auto",
-            [
-                _choice(
-                    None, [("return_final_answer", '{"answer": "Room 4B", "source_ids": ["e3"]}')]
-                )
-            ],
-            1.0,
-        ),
-        ("tools", [_choice("ANSWER: Room 4B | e3")], 0.0),  # text answers do not count here
-        ("text", [_choice(None, [("return_final_answer", '{"answer": "Room 4B"}')])], 0.0),
-        ("auto", [_choice("ANSWER: Room 4B", [("search_inbox", '{"keywords": "x"}')])], 0.0),
-        ("auto", [_choice("I think it is Room 4B.")], A),  # a plain reply is the answer
-        ("text", [_choice("It is in Room 4B, see [e3].")], 1.0),  # ...and cites what it names
-        ("tools", [_choice("I think it is Room 4B.")], 0.0),
-        ("auto", [_choice("READ:"), _choice("   ")], 0.0),  # malformed and empty: no answer
-        ("auto", [], 0.0),
-        ("auto", [_choice("ANSWER: zzz | e3")], S),
+        ("ANSWER: Room 4B | e3", "replied", 1.0),
+        ("**Answer:** Room 4B | [e3]", "replied", 1.0),
+        ("I think it is Room 4B.", "replied", A),  # a plain reply is the answer
+        ("It is in Room 4B, see [e3].", "replied", 1.0),  # ...and cites what it names
+        ("ANSWER: zzz | e3", "replied", S),
+        ("   ", "replied", 0.0),  # empty: no answer
+        ("SEARCH: budget", "turn_limit", 0.0),  # the episode ended without a final reply
+        ("ANSWER: Room 4B | e3", "policy_error", 0.0),
     ],
 )
-async def test_check_reads_the_final_answer(
-    protocol: str, turns: list[Choice], score: float
-) -> None:
+async def test_check_reads_the_final_answer(reply: str, end: str, score: float) -> None:
     trajectory = art.Trajectory(
-        messages_and_choices=[{"role": "user", "content": ITEM.prompt}, *turns],
-        metadata={"protocol": protocol},
+        messages_and_choices=[{"role": "user", "content": ITEM.prompt}, _choice(reply)],
+        metadata={"end": end},
     )
     scenario = EmailScenario.__new__(EmailScenario)  # check and reward need no inboxes
     assert await scenario.check(ITEM, trajectory) == pytest.approx(score)

@@ -16,28 +16,14 @@ import pytest
 from openai.types.chat.chat_completion import ChatCompletion, Choice
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 
+from rlvr.agent import Call, EpisodeEnd, as_tools
+from rlvr.agent.episode import scripted_message, turn_calls
+from rlvr.agent.tools import parse_json_arguments, text_arguments
 from rlvr.types import Item, Sampling
 from scenarios.email import Options, oracle
-from scenarios.email.actions import (
-    TOOLS,
-    Answer,
-    Invalid,
-    Read,
-    Search,
-    parse_text_action,
-    parse_tool_call,
-    text_action,
-    tool_call,
-)
 from scenarios.email.inbox import NOT_IN_INBOX
-from scenarios.email.scenario import (
-    END_PREFIX,
-    EmailScenario,
-    EpisodeEnd,
-    Metric,
-    make_scenario,
-    message_actions,
-)
+from scenarios.email.scenario import EmailScenario, Metric, make_scenario
+from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer
 
 NUM_ITEMS = 150  # per level
 MIN_SOLVE_RATE = 0.95
@@ -79,45 +65,63 @@ async def test_demonstrations_pass_the_check(level: str, protocol: str) -> None:
     assert solved >= MIN_SOLVE_RATE, f"{level}/{protocol}: {solved:.1%} of demonstrations solved"
     correct = [t.metrics[Metric.CORRECT] for _, t in demos]
     assert sum(correct) / len(correct) >= MIN_SOLVE_RATE
-    assert all(t.metadata["policy"] == "oracle" for _, t in demos)
+    assert all(t.metadata["policy"] == "scripted" for _, t in demos)
+
+
+def parsed_turn(tools: dict, message: dict[str, Any], protocol: str) -> Call | str:
+    """What the episode layer reads in one assistant message: its one call, or the final reply."""
+    calls = turn_calls(message, tools, protocol)  # type: ignore[arg-type]
+    if not calls:
+        return message["content"]
+    assert len(calls) == 1
+    name, arguments, rest, _ = calls[0]
+    tool = tools[name]
+    values = (
+        text_arguments(tool, rest) if rest is not None else parse_json_arguments(tool, arguments)
+    )
+    return Call(name=name, arguments=values)
 
 
 @each_setting
-async def test_assistant_turns_are_valid_actions(level: str, protocol: str) -> None:
+async def test_assistant_turns_are_the_planned_turns(level: str, protocol: str) -> None:
     played = scenario(level, protocol)
     for item, trajectory in await demonstrations(level, protocol):
         inbox = played.inboxes[item.data["inbox"]]
         spec = played.spec
         plan = oracle.plan(item, inbox, played.store, spec.evidence_in_prompt, spec.max_turns)
-        # The rollout's own parser reads back exactly the planned actions, one per turn.
-        parsed = [message_actions(m, protocol) for m in assistant_messages(trajectory)]
-        assert [[action for action, _ in turn] for turn in parsed] == [[a] for a in plan]
-        assert not any(isinstance(a, Invalid) for a in plan)
-        assert not any(isinstance(a, Answer) and a.implicit for a in plan)
-        assert trajectory.metrics[Metric.INVALID_ACTIONS] == 0
-        assert trajectory.metrics[Metric.TOOL_CALLS] == len(plan)
-        assert trajectory.metrics[Metric.TEXT_ACTIONS] == (len(plan) if protocol == "text" else 0)
+        tools = as_tools(inbox_tools(played.store, inbox.id))
+        # The layer reads back exactly the planned turns: the calls, then the answer line.
+        parsed = [parsed_turn(tools, m, protocol) for m in assistant_messages(trajectory)]
+        assert parsed == list(plan)
+        answer = parse_answer(plan[-1])  # type: ignore[arg-type]
+        assert answer is not None and not answer.implicit
+        assert trajectory.metrics["tool_errors"] == 0
+        assert trajectory.metrics["tool_calls"] == len(plan) - 1
+        assert trajectory.metrics["turns"] == len(plan)
 
 
 @each_setting
 async def test_structure_is_a_rollouts(level: str, protocol: str) -> None:
     """system, user, then assistant and observation in turn, ending with the answer."""
     played = scenario(level, protocol)
-    for _, trajectory in await demonstrations(level, protocol):
+    for item, trajectory in await demonstrations(level, protocol):
         messages = trajectory.messages()
         roles = [m["role"] for m in messages]
         turns = len(assistant_messages(trajectory))
         assert roles == ["system", "user", *["assistant", OBSERVATION_ROLE[protocol]] * turns][:-1]
-        assert 1 <= trajectory.metrics[Metric.TURNS] == turns <= played.spec.max_turns
-        assert trajectory.metrics[END_PREFIX + EpisodeEnd.ANSWERED] == 1.0
-        assert isinstance(message_actions(messages[-1], protocol)[0][0], Answer)
-        assert trajectory.tools == (TOOLS if protocol == "tools" else None)
+        assert 1 <= trajectory.metrics["turns"] == turns <= played.spec.max_turns
+        assert trajectory.metadata["end"] == EpisodeEnd.REPLIED
+        assert parse_answer(messages[-1]["content"]) is not None
+        tools = as_tools(inbox_tools(played.store, item.data["inbox"]))
+        schemas = [t.schema() for t in tools.values()]
+        assert trajectory.tools == (schemas if protocol == "tools" else None)
         if level == "easy":
             assert turns == 1  # the evidence is in the prompt: answer at once
         else:
-            assert isinstance(message_actions(messages[2], protocol)[0][0], Search)
+            first = parsed_turn(tools, messages[2], protocol)
+            assert isinstance(first, Call) and first.name == "search"
         if protocol == "tools":  # each tool reply answers the call before it
-            calls = [m["tool_calls"] for m in messages[2::2]]
+            calls = [m["tool_calls"] for m in messages[2:-1:2]]
             assert all(len(c) == 1 for c in calls)
             replies = [m["tool_call_id"] for m in messages[3::2]]
             assert replies == [c[0]["id"] for c in calls[: len(replies)]]
@@ -182,7 +186,7 @@ async def test_demonstrations_are_grounded(level: str) -> None:
         assert oracle.plan(blind, inbox, played.store, False, spec.max_turns) == plan
         messages = demo.messages()
         search_result = messages[3]["content"]
-        answer = plan[-1]
+        answer = parse_answer(plan[-1])  # type: ignore[arg-type]
         assert isinstance(answer, Answer)
         assert all(f"[{i}]" in search_result for i in answer.source_ids)
         if item.data["kind"] in ("single", "latest"):
@@ -197,25 +201,38 @@ async def test_auto_protocol_gets_text_demonstrations() -> None:
     played = make_scenario(Options(difficulty="medium", tool_protocol="auto", num_items=20))
     for item in played.load():
         demo = await played.demonstrate(item)
-        assert demo.tools == TOOLS and demo.reward == 1.0
+        assert demo.reward == 1.0 and demo.metadata["protocol"] == "text"
         assert all("tool_calls" not in m for m in assistant_messages(demo))
-        assert demo.metrics[Metric.TEXT_ACTIONS] == demo.metrics[Metric.TOOL_CALLS]
+        assert demo.metrics["tool_calls"] == demo.metrics["turns"] - 1
 
 
-ACTIONS = [
-    Search(keywords="invoice Cox-Mills", after="2024-05-01", before="2024-06-01"),
-    Search(keywords="flight Lisbon", sender="reservations", to="joseph"),
-    Read(id="e012"),
-    Answer(answer="$18,599.17", source_ids=("e029", "e030")),
-    Answer(answer=NOT_IN_INBOX),
+TURNS = [
+    Call(
+        name="search",
+        arguments={"keywords": "invoice Cox-Mills", "after": "2024-05-01", "before": "2024-06-01"},
+    ),
+    Call(
+        name="search",
+        arguments={"keywords": "flight Lisbon", "sender": "reservations", "to": "joseph"},
+    ),
+    Call(name="read", arguments={"id": "e012"}),
 ]
 
 
-@pytest.mark.parametrize("action", ACTIONS, ids=range(len(ACTIONS)))
-def test_actions_are_written_as_the_parsers_read_them(action: Search | Read | Answer) -> None:
-    assert parse_text_action(text_action(action)) == action
-    call = tool_call(action, "call0")
-    assert parse_tool_call(call["function"]["name"], call["function"]["arguments"]) == action
+@pytest.mark.parametrize("turn", TURNS, ids=range(len(TURNS)))
+@pytest.mark.parametrize("protocol", ["text", "tools"])
+def test_calls_are_written_as_the_layer_reads_them(turn: Call, protocol: str) -> None:
+    tools = as_tools(inbox_tools(scenario("medium", "text").store, "inbox-000"))
+    message = scripted_message(turn, tools, protocol, 0)  # type: ignore[arg-type]
+    assert parsed_turn(tools, message, protocol) == turn
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [Answer(answer="$18,599.17", source_ids=("e029", "e030")), Answer(answer=NOT_IN_INBOX)],
+)
+def test_answers_are_written_as_parse_answer_reads_them(answer: Answer) -> None:
+    assert parse_answer(answer_line(answer.answer, answer.source_ids)) == answer
 
 
 def test_unknown_question_form_is_an_error() -> None:

@@ -1,7 +1,7 @@
 """Episodes: tool calls and text actions, bad model output, the turn limit, the real model.
 
-The fast tests drive the rollout with scripted policy replies (fault injection: malformed
-arguments, unknown tools, missing actions, a refused request). The slow test runs the real
+The fast tests drive the rollout (the episode layer with the inbox tools) with scripted policy
+replies (fault injection: malformed arguments, unknown tools, a refused request). The slow test runs the real
 SmolLM2-135M through rlvr's TorchBackend.
 """
 
@@ -17,16 +17,11 @@ import openai
 import pytest
 from openai.types.chat.chat_completion import Choice
 
+from rlvr.agent import EpisodeEnd, as_tools
 from rlvr.types import Item, Sampling
 from scenarios.email import Options
-from scenarios.email.actions import TOOLS
-from scenarios.email.scenario import (
-    END_PREFIX,
-    EmailScenario,
-    EpisodeEnd,
-    Metric,
-    make_scenario,
-)
+from scenarios.email.scenario import EmailScenario, Metric, make_scenario
+from scenarios.email.tools import inbox_tools
 from tests.scripted import ScriptedPolicy, Turn
 
 
@@ -41,6 +36,11 @@ def first_item(scenario: EmailScenario, kind: str) -> Item:
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, max_tokens=40, step=3)
 
 
+def schemas(scenario: EmailScenario, item: Item) -> list[dict]:
+    tools = as_tools(inbox_tools(scenario.store, item.data["inbox"]))
+    return [t.schema() for t in tools.values()]
+
+
 def choices(trajectory: art.Trajectory) -> list[Choice]:
     return [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
 
@@ -49,21 +49,20 @@ async def test_tool_call_episode_answers_correctly() -> None:
     scenario = scenario_for(protocol="tools")
     item = first_item(scenario, "single")
     source = item.data["supporting_ids"][0]
-    answer = json.dumps({"answer": item.answer, "source_ids": [source]})
     policy = ScriptedPolicy(
         [
-            [("search_inbox", json.dumps({"keywords": item.prompt}))],
-            [("read_email", json.dumps({"id": source}))],
-            [("return_final_answer", answer)],
+            [("search", json.dumps({"keywords": item.prompt}))],
+            [("read", json.dumps({"id": source}))],
+            f"ANSWER: {item.answer} | {source}",
         ]
     )
     trajectory = await scenario.rollout(policy, item, SAMPLING)
 
-    assert trajectory.tools == TOOLS
+    assert trajectory.tools == schemas(scenario, item)
     request = policy.requests[0]
     assert request["model"] == "policy@3" and request["logprobs"] is True
     assert (request["max_tokens"], request["temperature"], request["top_p"]) == (40, 0.7, 0.9)
-    assert request["tools"] == TOOLS
+    assert request["tools"] == trajectory.tools
     kinds = [
         "choice" if isinstance(m, Choice) else m["role"] for m in trajectory.messages_and_choices
     ]
@@ -72,9 +71,9 @@ async def test_tool_call_episode_answers_correctly() -> None:
     assert tool_messages[0]["tool_call_id"] == "call1-0" and source in tool_messages[0]["content"]
     assert item.answer in tool_messages[1]["content"]
     metrics = trajectory.metrics
-    assert metrics[Metric.TURNS] == 3 and metrics[Metric.TOOL_CALLS] == 3
+    assert metrics["turns"] == 3 and metrics["tool_calls"] == 2 and metrics["tool_errors"] == 0
     assert metrics[Metric.SOURCE_FOUND] == 1.0 and metrics[Metric.ANSWERED] == 1.0
-    assert metrics[Metric.CORRECT] == 1.0 and metrics[END_PREFIX + EpisodeEnd.ANSWERED] == 1.0
+    assert metrics[Metric.CORRECT] == 1.0 and trajectory.metadata["end"] == EpisodeEnd.REPLIED
     assert trajectory.metadata["inbox"] == item.data["inbox"]
     assert trajectory.metadata["question_id"] == item.data["question_id"]
     assert trajectory.metadata["difficulty"] == "medium"
@@ -91,7 +90,7 @@ async def test_text_protocol_episode() -> None:
     assert "SEARCH:" in policy.requests[0]["messages"][0]["content"]
     observation = trajectory.messages_and_choices[3]
     assert observation["role"] == "user" and "emails found" in observation["content"]
-    assert trajectory.metrics[Metric.TEXT_ACTIONS] == 2
+    assert trajectory.metrics["tool_calls"] == 1
     assert Metric.SOURCE_FOUND not in trajectory.metrics  # nothing to find for absent questions
     assert await scenario.check(item, trajectory) == 1.0
 
@@ -101,25 +100,24 @@ async def test_auto_protocol_accepts_both() -> None:
     item = first_item(scenario, "single")
     source = item.data["supporting_ids"][0]
     policy = ScriptedPolicy(
-        [f"READ: {source}", [("return_final_answer", json.dumps({"answer": item.answer}))]]
+        [f"READ: {source}", [("search", json.dumps({"keywords": item.prompt}))], item.answer]
     )
     trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert trajectory.tools == TOOLS and policy.requests[0]["tools"] == TOOLS
+    assert trajectory.tools == schemas(scenario, item) == policy.requests[0]["tools"]
+    assert trajectory.metrics["tool_calls"] == 2
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
     assert trajectory.metrics[Metric.SOURCE_FOUND] == 1.0
     assert await scenario.check(item, trajectory) == pytest.approx(0.8)  # right, no source cited
 
 
 BAD_TURNS: list[Turn] = [
-    [("read_email", "{not json")],
-    [("search_inbox", '{"keywords": "x", "after": "next tuesday"}')],
+    [("read", "{not json")],
+    [("search", '{"keywords": "x", "after": "next tuesday"}')],
     [("drop_table", "{}")],
-    [("read_email", '{"id": "\'; DROP TABLE emails; --"}')],
-    [("search_inbox", json.dumps({"keywords": "NEAR(a b) OR * \" '" * 500}))],
-    "READ:",
-    "ANSWER:",
-    "",
-    "  \n ",
+    [("read", '{"id": "\'; DROP TABLE emails; --"}')],
+    [("search", json.dumps({"keywords": "NEAR(a b) OR * \" '" * 500}))],
+    "READ: nothing",
+    "SEARCH: the of",
 ]
 
 
@@ -132,14 +130,17 @@ async def test_bad_model_output_becomes_an_observation(turn: Turn) -> None:
     trajectory = await scenario.rollout(policy, item, SAMPLING)
     observation = trajectory.messages_and_choices[3]
     assert isinstance(observation, dict) and observation["role"] in ("tool", "user")
-    assert isinstance(observation["content"], str) and observation["content"]
+    failed = observation["content"].startswith("Error: ")  # or, for FTS syntax, no match
+    assert failed or observation["content"].startswith("No emails match")
+    assert "\n" not in observation["content"]
     assert len(choices(trajectory)) == 2  # the episode went on to the answer
+    assert trajectory.metrics["tool_errors"] == failed
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
     assert scenario.store.count() == before and scenario.store.integrity()
 
 
-@pytest.mark.parametrize("protocol", ["auto", "text"])
-async def test_plain_reply_is_the_answer_under_text_protocols(protocol: str) -> None:
+@pytest.mark.parametrize("protocol", ["auto", "text", "tools"])
+async def test_plain_reply_is_the_answer(protocol: str) -> None:
     scenario = scenario_for(protocol=protocol)
     item = first_item(scenario, "single")
     source = item.data["supporting_ids"][0]
@@ -156,21 +157,12 @@ async def test_turn_limit_ends_the_episode() -> None:
     item = first_item(scenario, "aggregate")
     policy = ScriptedPolicy(["SEARCH: invoice"] * 20)
     trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics[Metric.TURNS]
-    assert trajectory.metrics[END_PREFIX + EpisodeEnd.TURN_LIMIT] == 1.0
+    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics["turns"]
+    assert trajectory.metrics["turn_limit"] == 1.0
+    assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
     assert trajectory.metrics[Metric.ANSWERED] == 0.0
     last_observation = policy.requests[-1]["messages"][-1]["content"]
     assert "One turn left" in last_observation
-    assert await scenario.check(item, trajectory) == 0.0
-
-
-async def test_tools_protocol_rejects_text_answers() -> None:
-    scenario = scenario_for(protocol="tools")
-    item = first_item(scenario, "single")
-    policy = ScriptedPolicy([f"ANSWER: {item.answer}"] * 10)
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert trajectory.metrics[Metric.INVALID_ACTIONS] == scenario.spec.max_turns
-    assert trajectory.metrics[Metric.ANSWERED] == 0.0
     assert await scenario.check(item, trajectory) == 0.0
 
 
@@ -186,7 +178,7 @@ async def test_refused_later_turn_ends_cleanly_but_first_turn_raises() -> None:
     trajectory = await scenario.rollout(
         ScriptedPolicy(["SEARCH: meeting", _bad_request()]), item, SAMPLING
     )
-    assert trajectory.metrics[END_PREFIX + EpisodeEnd.POLICY_ERROR] == 1.0
+    assert trajectory.metadata["end"] == EpisodeEnd.POLICY_ERROR
     assert len(choices(trajectory)) == 1
     with pytest.raises(openai.BadRequestError):
         await scenario.rollout(ScriptedPolicy([_bad_request()]), item, SAMPLING)
@@ -234,8 +226,8 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
         sampled = choices(trajectory)
         assert sampled and all(c.logprobs is not None for c in sampled)
         assert trajectory.messages()[0]["role"] == "system"
-        assert trajectory.metrics[Metric.TURNS] == len(sampled)
-        actions = trajectory.metrics[Metric.TOOL_CALLS] + trajectory.metrics[Metric.INVALID_ACTIONS]
-        assert actions >= 1  # every turn produced a tool call, a text action or an error
+        assert trajectory.metrics["turns"] == len(sampled)
+        # every turn but a final reply made a call (or an error)
+        assert trajectory.metrics["tool_calls"] >= len(sampled) - 1
         assert 0.0 <= await scenario.check(item, trajectory) <= 1.0
         art.TrajectoryGroup([trajectory])  # a valid ART trajectory

@@ -1,4 +1,5 @@
-"""Tool arguments: injection attempts are harmless; the text protocol and tool calls parse."""
+"""The inbox tools: injection attempts are harmless; both protocols reach the same store through
+the episode layer; the final reply parses into an answer."""
 
 from __future__ import annotations
 
@@ -6,25 +7,17 @@ import json
 
 import pytest
 
-from scenarios.email.actions import (
-    TOOLS,
-    Answer,
-    Invalid,
-    Read,
-    Search,
-    ToolName,
-    parse_text_action,
-    parse_tool_call,
-    show_hits,
-)
+from rlvr.agent import as_tools
+from rlvr.agent.episode import run_call
+from rlvr.agent.search import MAX_TERMS
 from scenarios.email.inbox import generate_inbox
 from scenarios.email.store import (
-    MAX_TERMS,
     InboxStore,
     ToolInputError,
     fts_match,
     search_terms,
 )
+from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer, show_hits
 
 INBOXES = (generate_inbox(0, 0), generate_inbox(0, 1))
 INBOX = INBOXES[0].id
@@ -111,22 +104,56 @@ def test_search_filters(store: InboxStore) -> None:
         store.search(INBOX, "the of and")
 
 
+@pytest.fixture(scope="module")
+def tools(store: InboxStore) -> dict:
+    return as_tools(inbox_tools(store, INBOX))
+
+
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("name", "arguments", "rest", "shows"),
     [
-        ("SEARCH: invoice Cox-Mills", Search(keywords="invoice Cox-Mills")),
-        ("search: budget review", Search(keywords="budget review")),
-        (
-            "SEARCH: invoice from:coxmills.com after:2024-02-01 before:2024-03-01",
-            Search(
-                keywords="invoice", sender="coxmills.com", after="2024-02-01", before="2024-03-01"
-            ),
-        ),
-        ("SEARCH: meeting to:joseph", Search(keywords="meeting", to="joseph")),
-        ("READ: e012", Read(id="e012")),
-        ("READ: [E012]", Read(id="e012")),
-        ("I will read it.\nREAD: email e7 please", Read(id="e7")),
-        ("READ: msg-77", Read(id="msg-77")),
+        ("search", None, "invoice", "emails found"),
+        ("SEARCH", None, "invoice sender:nobody@example.org", "No emails match"),
+        ("search", None, "invoice after:2099-01-01", "No emails match"),
+        ("search", '{"keywords": ["invoice", "due"]}', None, "emails found"),
+        ("search", '{"keywords": "invoice", "before": "1999-01-01"}', None, "No emails match"),
+        ("read", None, "[E001]", "[e001]"),
+        ("read", None, "email e001 please", "[e001]"),
+        ("read", '{"id": "e001"}', None, "Subject:"),
+    ],
+)
+async def test_tools_in_both_protocols(
+    tools: dict, name: str, arguments: str | None, rest: str | None, shows: str
+) -> None:
+    observation, ran = await run_call(tools, name, arguments, rest)
+    assert ran == name.lower() and shows in observation
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "rest", "message"),
+    [
+        ("delete_inbox", "{}", None, "unknown tool 'delete_inbox'"),
+        (None, "{}", None, "unknown tool"),
+        ("read", "{not json", None, "not valid JSON"),
+        ("read", "[1, 2]", None, "must be a JSON object"),
+        ("read", "{}", None, "read: id: Field required"),
+        ("read", None, "msg-77", "no email with id 'msg-77'"),
+        ("search", '{"keywords": {"a": 1}}', None, "search: keywords"),
+        ("search", None, "the of and", "keywords"),
+        ("read", "[" * 100_000, None, "not valid JSON"),
+    ],
+)
+async def test_malformed_calls_become_one_line_errors(
+    tools: dict, name: str | None, arguments: str | None, rest: str | None, message: str
+) -> None:
+    observation, ran = await run_call(tools, name, arguments, rest)
+    assert ran is None and observation.startswith("Error: ")
+    assert message in observation and "\n" not in observation
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
         ("ANSWER: Room 4B | e012", Answer(answer="Room 4B", source_ids=("e012",))),
         ("ANSWER: $1,234.50 | e003, e005", Answer(answer="$1,234.50", source_ids=("e003", "e005"))),
         ("ANSWER: not in the inbox |", Answer(answer="not in the inbox")),
@@ -136,77 +163,30 @@ def test_search_filters(store: InboxStore) -> None:
         ("ANSWER:\nThe Harbor Room | e2", Answer(answer="The Harbor Room", source_ids=("e2",))),
         ("ANSWER: a | b | e3", Answer(answer="a | b", source_ids=("e3",))),
         ("ANSWER：Room 4B | e12", Answer(answer="Room 4B", source_ids=("e12",))),
-        ("Let me think.\nSEARCH: flight\nANSWER: x | e1", Search(keywords="flight")),
         (
-            "ANSWER: | e3",
-            Invalid(error="ANSWER: give the answer text, e.g. ANSWER: Room 4B | e012"),
+            "It is Room 4B, see e7.",
+            Answer(answer="It is Room 4B, see e7.", source_ids=("e7",), implicit=True),
         ),
-        ("READ:", Invalid(error="READ: give an email id, e.g. READ: e012")),
-        ("The meeting is in Room 4B.", None),
+        ("ANSWER: | e3", Answer(answer="ANSWER: | e3", source_ids=("e3",), implicit=True)),
         ("", None),
         (None, None),
-        ("SEARCHING: invoices", None),
-        ("My answer: nothing here", None),
     ],
 )
-def test_text_protocol_parser(text: str | None, expected: object) -> None:
-    assert parse_text_action(text) == expected
+def test_final_replies_parse_into_answers(reply: str | None, expected: Answer | None) -> None:
+    assert parse_answer(reply) == expected
 
 
-@pytest.mark.parametrize(
-    ("name", "arguments", "expected"),
-    [
-        ("search_inbox", '{"keywords": "invoice"}', Search(keywords="invoice")),
-        (
-            "search_inbox",
-            '{"keywords": ["budget", "review"], "from": "anna", "after": "2024-01-01"}',
-            Search(keywords="budget review", sender="anna", after="2024-01-01"),
-        ),
-        ("search_inbox", '{"keywords": null}', Search(keywords="")),
-        ("read_email", '{"id": "e012"}', Read(id="e012")),
-        ("read_email", '{"id": 12}', Read(id="12")),
-        (
-            "return_final_answer",
-            '{"answer": "Room 4B", "source_ids": ["e1", "e2"]}',
-            Answer(answer="Room 4B", source_ids=("e1", "e2")),
-        ),
-        (
-            "return_final_answer",
-            '{"answer": 42, "source_ids": "e1, e2"}',
-            Answer(answer="42", source_ids=("e1", "e2")),
-        ),
-        ("return_final_answer", '{"answer": "x"}', Answer(answer="x")),
-    ],
-)
-def test_tool_call_parser(name: str, arguments: str, expected: object) -> None:
-    assert parse_tool_call(name, arguments) == expected
+@pytest.mark.parametrize(("answer", "ids"), [("Room 4B", ("e1", "e22")), ("not in the inbox", ())])
+def test_answer_lines_read_back(answer: str, ids: tuple[str, ...]) -> None:
+    assert parse_answer(answer_line(answer, ids)) == Answer(answer=answer, source_ids=ids)
 
 
-@pytest.mark.parametrize(
-    ("name", "arguments", "message"),
-    [
-        ("delete_inbox", "{}", "unknown tool 'delete_inbox'"),
-        (None, "{}", "unknown tool"),
-        ("read_email", "{not json", "not valid JSON"),
-        ("read_email", "[1, 2]", "must be a JSON object"),
-        ("read_email", "{}", "read_email: id: Field required"),
-        ("return_final_answer", '{"source_ids": []}', "return_final_answer: answer"),
-        ("search_inbox", '{"keywords": {"a": 1}}', "search_inbox: keywords"),
-        ("read_email", "[" * 100_000, "not valid JSON"),
-    ],
-)
-def test_malformed_tool_calls_become_errors(name: str | None, arguments: str, message: str) -> None:
-    action = parse_tool_call(name, arguments)
-    assert isinstance(action, Invalid)
-    assert message in action.error
-    assert "\n" not in action.error
-
-
-def test_tool_schemas_are_openai_functions() -> None:
-    names = [tool["function"]["name"] for tool in TOOLS]
-    assert names == [t.value for t in ToolName]
-    for tool in TOOLS:
-        assert tool["type"] == "function"
-        json.dumps(tool)  # plain JSON
-        params = tool["function"]["parameters"]
+def test_tool_schemas_are_openai_functions(tools: dict) -> None:
+    assert list(tools) == ["search", "read"]
+    for tool in tools.values():
+        schema = tool.schema()
+        assert schema["type"] == "function"
+        json.dumps(schema)  # plain JSON
+        params = schema["function"]["parameters"]
         assert set(params["required"]) <= set(params["properties"])
+        assert all(p.get("description") for p in params["properties"].values())

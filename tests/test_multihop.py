@@ -1,5 +1,5 @@
 """The multihop task: the generated corpus, BM25 retrieval, retrieval and answer scores, the
-action parser, scripted episodes (fault injection) and one real rollout.
+tools and the final answer, scripted episodes (fault injection) and one real rollout.
 
 The scripted tests drive the rollout with `ScriptedPolicy` (the email tests' stand-in for
 `art.Model`); the slow test runs the real SmolLM2-135M through rlvr's TorchBackend.
@@ -15,26 +15,18 @@ import art
 import pytest
 from openai.types.chat.chat_completion import Choice
 
+from rlvr.agent import Call, EpisodeEnd, as_tools
+from rlvr.agent.episode import run_call
 from rlvr.config import ConfigError
 from rlvr.plugins import resolve_task, task_config
 from rlvr.types import Item, Sampling
 from rlvr.warmstart import demonstrations
-from scenarios.email.scenario import END_PREFIX, EpisodeEnd
 from scenarios.multihop import Options, oracle
-from scenarios.multihop.actions import (
-    Answer,
-    Invalid,
-    Read,
-    Search,
-    parse_text_action,
-    parse_tool_call,
-    shown_ids,
-    turn_actions,
-)
 from scenarios.multihop.corpus import Corpus, Question, generate_corpus, read_fact
 from scenarios.multihop.index import PassageIndex
 from scenarios.multihop.scenario import Metric, MultihopScenario, make_scenario
 from scenarios.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
+from scenarios.multihop.tools import Answer, answer_line, corpus_tools, parse_answer, shown_ids
 from tests.real_policy import real_rollout
 from tests.scripted import ScriptedPolicy, Turn
 from tests.test_email_rollout import BAD_TURNS, choices
@@ -204,55 +196,71 @@ def test_answer_rewards(
     assert reward_score(kind, answer, "Port Kelly", retrieval) == pytest.approx(expected)
 
 
-# --- Actions --------------------------------------------------------------------------------------
+# --- Tools and answers ----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("text", "expected"),
+    ("name", "arguments", "rest", "shows"),
     [
-        ("SEARCH: Acme Inc headquarters", Search(query="Acme Inc headquarters")),
-        ("**SEARCH:** Jane Doe", Search(query="Jane Doe")),
-        ("Let me look.\nREAD: [P012]", Read(ref="p012")),
-        ("read: Port Kelly.", Read(ref="Port Kelly")),
+        ("search", None, "Acme Inc headquarters", "passages found"),
+        ("SEARCH", '{"query": ["Jane", "Doe"]}', None, "passages"),
+        ("read", None, "[P001]", "[p001]"),
+        ("read", '{"passage_id": "p001"}', None, "[p001]"),
+        ("read", None, "TITLE", "[p005]"),
+    ],
+)
+async def test_tools_in_both_protocols(
+    corpus: Corpus,
+    index: PassageIndex,
+    name: str,
+    arguments: str | None,
+    rest: str | None,
+    shows: str,
+) -> None:
+    rest = corpus.passages[4].title if rest == "TITLE" else rest
+    observation, ran = await run_call(as_tools(corpus_tools(index, 3)), name, arguments, rest)
+    assert ran == name.lower() and shows in observation
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "rest", "message"),
+    [
+        ("search", None, "?!", "Error: search: give a few keywords"),
+        ("search", None, "the of and", "Error: search: give a few keywords"),
+        ("read", None, "p9999", "Error: read: no passage 'p9999'"),
+        ("read", None, "nobody at all", "Error: read: no passage 'nobody at all'"),
+        ("read", "{}", None, "Error: read: passage_id: Field required"),
+        ("read", "{not json", None, "Error: read: arguments are not valid JSON"),
+        (
+            "answer",
+            '{"answer": "x"}',
+            None,
+            "Error: unknown tool 'answer'; the tools are search, read",
+        ),
+    ],
+)
+async def test_failed_calls_are_one_line_errors(
+    index: PassageIndex, name: str, arguments: str | None, rest: str | None, message: str
+) -> None:
+    observation, ran = await run_call(as_tools(corpus_tools(index, 3)), name, arguments, rest)
+    assert ran is None and observation.startswith(message) and "\n" not in observation
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
         ("ANSWER: Norway", Answer(text="Norway")),
         ("- answer： 'Port Kelly' | p012", Answer(text="Port Kelly")),
         ("ANSWER:\n\nNorway", Answer(text="Norway")),
-        ("READ:", Invalid(error="READ: give a passage id, e.g. READ: p012")),
-        ("ANSWER:   ", Invalid(error="ANSWER: give the answer text, e.g. ANSWER: Oslo")),
-        ("The answer is Norway.", None),
-    ],
-)
-def test_text_actions(text: str, expected: object) -> None:
-    assert parse_text_action(text) == expected
-
-
-@pytest.mark.parametrize(
-    ("content", "expected"),
-    [
         ("The answer is Norway.", Answer(text="Norway.", implicit=True)),
         ("I think\nPort Kelly", Answer(text="I think\nPort Kelly", implicit=True)),
         ("My answer:\nPort Kelly", Answer(text="Port Kelly", implicit=True)),
-        ("  \n ", Invalid(error="Empty reply. Write one action line: SEARCH:, READ: or ANSWER:.")),
+        ("  \n ", None),
+        (None, None),
     ],
 )
-def test_plain_replies_under_the_text_protocol(content: str, expected: object) -> None:
-    assert turn_actions(content, [], "text") == [(expected, None)]
-
-
-@pytest.mark.parametrize(
-    ("name", "arguments", "expected"),
-    [
-        ("search", '{"query": ["Jane", "Doe"]}', Search(query="Jane Doe")),
-        ("read", '{"passage_id": 12}', Read(ref="12")),
-        ("answer", '{"answer": "Norway"}', Answer(text="Norway")),
-        ("answer", "{not json", Invalid(error="answer: arguments are not valid JSON")),
-        ("read", "[1, 2]", Invalid(error="read: arguments must be a JSON object")),
-        ("drop_table", "{}", Invalid(error="unknown tool 'drop_table'; the tools are search, read, answer")),
-        ("read", "{}", Invalid(error="read: passage_id: Field required")),
-    ],
-)  # fmt: skip
-def test_tool_calls(name: str, arguments: str, expected: object) -> None:
-    assert parse_tool_call(name, arguments) == expected
+def test_final_replies_parse_into_answers(reply: str | None, expected: Answer | None) -> None:
+    assert parse_answer(reply) == expected
 
 
 def test_shown_ids_reads_tags_only() -> None:
@@ -297,11 +305,11 @@ async def test_text_episode_searches_reads_and_answers(hops: int) -> None:
     assert "[p" not in request["messages"][1]["content"]  # nothing shown at this level
     assert len(choices(trajectory)) == 2 * hops + 1
     metrics = trajectory.metrics
-    assert metrics[Metric.SEARCHES] == metrics[Metric.READS] == hops
-    assert metrics[Metric.INVALID_ACTIONS] == 0 and metrics[Metric.TEXT_ACTIONS] == 2 * hops + 1
+    assert metrics["calls/search"] == metrics["calls/read"] == hops
+    assert metrics["tool_errors"] == 0 and metrics["tool_calls"] == 2 * hops
     assert metrics[Metric.RECALL] == 1.0 and 0.0 < metrics[Metric.PRECISION] <= 1.0
     assert metrics[Metric.EXACT_MATCH] == metrics[Metric.F1] == 1.0
-    assert metrics[END_PREFIX + EpisodeEnd.ANSWERED] == 1.0
+    assert trajectory.metadata["end"] == EpisodeEnd.REPLIED
     assert await scenario.check(item, trajectory) == scenario.reward(item, trajectory) == 1.0
     art.TrajectoryGroup([trajectory])  # a valid ART trajectory
 
@@ -314,11 +322,12 @@ async def test_tools_episode() -> None:
         [
             [("search", json.dumps({"query": hop.question}))],
             [("read", json.dumps({"passage_id": hop.passage_id}))],
-            [("answer", json.dumps({"answer": item.answer}))],
+            item.answer,
         ]
     )
     trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert trajectory.tools == scenario.tools == policy.requests[0]["tools"]
+    schemas = [t.schema() for t in as_tools(corpus_tools(scenario.index, scenario.top_k)).values()]
+    assert trajectory.tools == schemas == policy.requests[0]["tools"]
     tool_messages = [m for m in trajectory.messages_and_choices if isinstance(m, dict)][2:]
     assert [m["role"] for m in tool_messages] == ["tool", "tool"]
     assert tool_messages[0]["tool_call_id"] == "call1-0"
@@ -329,36 +338,34 @@ async def test_tools_episode() -> None:
     assert expected.recall >= 0.5  # the first hop's passage, maybe more among the hits
     assert trajectory.metrics[Metric.RECALL] == expected.recall
     assert trajectory.metrics[Metric.PRECISION] == expected.precision
-    assert trajectory.metrics[Metric.TEXT_ACTIONS] == 0
     assert await scenario.check(item, trajectory) == 1.0
 
 
 @pytest.mark.parametrize("turn", BAD_TURNS, ids=range(len(BAD_TURNS)))
-async def test_garbled_actions_are_invalid_observations(turn: Turn) -> None:
-    """The email tests' malformed turns (bad JSON, unknown tools, injections, empty verbs)."""
+async def test_garbled_calls_are_error_observations(turn: Turn) -> None:
+    """The email tests' malformed turns (bad JSON, unknown tools, injections)."""
     scenario = scenario_for("medium", protocol="auto")
     item = first_item(scenario)
     before = scenario.index.count()
     trajectory = await scenario.rollout(ScriptedPolicy([turn, "ANSWER: no idea"]), item, SAMPLING)
     observation = trajectory.messages_and_choices[3]
-    assert isinstance(observation, dict) and observation["content"].startswith("Error:")
+    assert isinstance(observation, dict) and observation["content"]
     assert len(choices(trajectory)) == 2  # the episode went on to the answer
-    assert trajectory.metrics[Metric.INVALID_ACTIONS] >= 1
+    assert trajectory.metrics["tool_errors"] == observation["content"].startswith("Error:")
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
     assert scenario.index.count() == before and scenario.index.integrity()
 
 
 @pytest.mark.parametrize(
-    "turn",
-    ["SEARCH: ?!", "SEARCH: the of and", "READ: p9999", "READ: nobody at all", "ANSWER:", "  "],
+    "turn", ["SEARCH: ?!", "SEARCH: the of and", "READ: p9999", "READ: nobody at all"]
 )
-async def test_garbled_text_actions_count_as_invalid(turn: str) -> None:
+async def test_garbled_text_calls_are_errors(turn: str) -> None:
     scenario = scenario_for("medium")
     item = first_item(scenario)
     trajectory = await scenario.rollout(ScriptedPolicy([turn] * 9), item, SAMPLING)
-    assert trajectory.metrics[Metric.INVALID_ACTIONS] == scenario.spec.max_turns
-    assert trajectory.metrics[Metric.TOOL_CALLS] == 0
-    assert trajectory.metrics[END_PREFIX + EpisodeEnd.TURN_LIMIT] == 1.0
+    assert trajectory.metrics["tool_errors"] == scenario.spec.max_turns
+    assert trajectory.metrics["calls/search"] == trajectory.metrics["calls/read"] == 0
+    assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
     assert all(m["content"].startswith("Error:") for m in observations(trajectory))
     assert await scenario.check(item, trajectory) == scenario.reward(item, trajectory) == 0.0
 
@@ -372,9 +379,9 @@ async def test_turn_limit_nudges_then_ends() -> None:
     item = first_item(scenario)
     policy = ScriptedPolicy(["SEARCH: company"] * 20)
     trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics[Metric.TURNS]
+    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics["turns"]
     assert "One turn left" in policy.requests[-1]["messages"][-1]["content"]
-    assert trajectory.metrics[END_PREFIX + EpisodeEnd.TURN_LIMIT] == 1.0
+    assert trajectory.metrics["turn_limit"] == 1.0
     assert trajectory.metrics[Metric.ANSWERED] == 0.0
 
 
@@ -415,9 +422,7 @@ async def test_stored_trajectories_rescore_the_same() -> None:
     scenario = scenario_for("medium", protocol="auto", reward="gated")
     item = first_item(scenario)
     hop = scenario.questions[item.data["question_id"]].hops[0]
-    policy = ScriptedPolicy(
-        [f"SEARCH: {hop.question}", [("answer", json.dumps({"answer": item.answer}))]]
-    )
+    policy = ScriptedPolicy([f"SEARCH: {hop.question}", f"ANSWER: {item.answer}"])
     live = await scenario.rollout(policy, item, SAMPLING)
     stored = art.Trajectory(messages_and_choices=live.messages(), metadata=live.metadata)
     assert scenario.reward(item, stored) == scenario.reward(item, live) == 1.0
@@ -439,15 +444,15 @@ async def test_oracle_solves_every_item_through_the_episode_loop(
     demos, rejected = await demonstrations(scenario, items)
     assert rejected == 0 and len(demos) == len(items)
     for item, demo in zip(items, demos, strict=True):
-        assert demo.metadata["policy"] == "oracle" and demo.reward == 1.0
+        assert demo.metadata["policy"] == "scripted" and demo.reward == 1.0
         assert not choices(demo)  # plain messages: supervised targets, not samples
         metrics = demo.metrics
-        assert metrics[END_PREFIX + EpisodeEnd.ANSWERED] == 1.0
-        assert metrics[Metric.INVALID_ACTIONS] == 0
+        assert demo.metadata["end"] == EpisodeEnd.REPLIED
+        assert metrics["tool_errors"] == 0
         assert metrics[Metric.RECALL] == 1.0
         if difficulty != "easy":
-            assert metrics[Metric.SEARCHES] == metrics[Metric.READS] == item.data["hops"]
-            assert metrics[Metric.TURNS] == 2 * item.data["hops"] + 1 <= scenario.spec.max_turns
+            assert metrics["calls/search"] == metrics["calls/read"] == item.data["hops"]
+            assert metrics["turns"] == 2 * item.data["hops"] + 1 <= scenario.spec.max_turns
 
 
 def test_oracle_answers_from_passage_text_not_the_label(corpus: Corpus) -> None:
@@ -462,7 +467,9 @@ def test_oracle_answers_from_passage_text_not_the_label(corpus: Corpus) -> None:
             )
         }
     )
-    assert oracle.plan(question, altered, evidence_in_prompt=True) == [Answer(text="Atlantis")]
+    assert oracle.plan(question, altered, evidence_in_prompt=True) == [answer_line("Atlantis")]
+    planned = oracle.plan(question, altered, evidence_in_prompt=False)
+    assert all(isinstance(turn, Call) for turn in planned[:-1])
 
 
 # --- The task -------------------------------------------------------------------------------------
@@ -506,9 +513,9 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     assert sampled and all(isinstance(c, Choice) and c.logprobs is not None for c in sampled)
     assert trajectory.messages()[0]["role"] == "system"
     metrics = trajectory.metrics
-    assert metrics[Metric.TURNS] == len(sampled) <= scenario.spec.max_turns
+    assert metrics["turns"] == len(sampled) <= scenario.spec.max_turns
     assert 0.0 <= metrics[Metric.RECALL] <= 1.0 and 0.0 <= metrics[Metric.PRECISION] <= 1.0
-    assert sum(metrics[END_PREFIX + e] for e in EpisodeEnd) == 1.0
+    assert trajectory.metadata["end"] in set(EpisodeEnd)
     assert 0.0 <= await scenario.check(item, trajectory) <= 1.0
     assert 0.0 <= scenario.reward(item, trajectory) <= 1.0
     art.TrajectoryGroup([trajectory])

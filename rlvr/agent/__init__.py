@@ -4,9 +4,11 @@
 
 - `tools`: a Python function becomes a tool (schema from its signature, arguments validated);
 - `episode`: `tool_episode` plays the turns under the `tools`, `text` or `auto` protocol, with a
-  model or with a scripted policy (demonstrations for the warm start).
+  model or with a scripted policy (demonstrations for the warm start);
+- `search`: model-written keywords as a safe SQLite FTS5 query, for search tools.
 """
 
+from rlvr.agent import search
 from rlvr.agent.episode import (
     PROTOCOLS,
     EpisodeEnd,
@@ -30,6 +32,7 @@ __all__ = [
     "as_tool",
     "as_tools",
     "final_reply",
+    "search",
     "text_call",
     "text_instructions",
     "tool_episode",

@@ -70,12 +70,16 @@ class EpisodeMetric(StrEnum):
     TURN_LIMIT = "turn_limit"  # ended at max_turns without a final reply
 
 
+CALLS_PREFIX = "calls/"  # + tool name: that tool's successful calls in the episode
+
+
 class _Counts:
     """Mutable tallies of one episode (never leave `tool_episode`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, tools: Iterable[str]) -> None:
         self.turns = self.calls = self.errors = 0
         self.truncated = False
+        self.by_tool = dict.fromkeys(tools, 0)
 
 
 def with_instructions(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
@@ -118,8 +122,9 @@ def turn_calls(
 
 async def run_call(
     tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
-) -> tuple[str, bool]:
-    """One call's observation and whether it failed; never raises."""
+) -> tuple[str, str | None]:
+    """One call's observation, and the tool's name when it ran (None: the call failed); never
+    raises."""
     try:
         tool = lookup(tools, name)
         values = (
@@ -127,9 +132,9 @@ async def run_call(
             if rest is not None
             else parse_json_arguments(tool, arguments)
         )
-        return await tool.run(values), False
+        return await tool.run(values), tool.name
     except ToolError as error:
-        return f"Error: {error}", True
+        return f"Error: {error}", None
 
 
 def scripted_message(
@@ -174,7 +179,7 @@ async def tool_episode(
 ) -> art.Trajectory:
     """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
     0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
-    `turn_limit`. `tools` are plain functions (or `rlvr.agent.Tool`s); `script` replaces the
+    `turn_limit` and `calls/<tool>` (successful calls per tool). `tools` are plain functions (or `rlvr.agent.Tool`s); `script` replaces the
     model with a scripted policy; `instructions=False` leaves the text protocol's instructions
     out of the system prompt (write your own); `last_turn_note` is added to the observations
     before the last turn (small models rarely count turns)."""
@@ -214,7 +219,7 @@ async def tool_episode(
         )
         return response.choices[0]
 
-    counts = _Counts()
+    counts = _Counts(by_name)
     end = EpisodeEnd.TURN_LIMIT
     for turn in range(max_turns):
         try:
@@ -235,9 +240,11 @@ async def tool_episode(
             break
         note = f"\n\n{last_turn_note}" if last_turn_note and turn == max_turns - 2 else ""
         for name, arguments, rest, call_id in calls:
-            observation, failed = await run_call(by_name, name, arguments, rest)
+            observation, ran = await run_call(by_name, name, arguments, rest)
             counts.calls += 1
-            counts.errors += failed
+            counts.errors += ran is None
+            if ran is not None:
+                counts.by_tool[ran] += 1
             trajectory.messages_and_choices.append(
                 {"role": "tool", "tool_call_id": call_id, "content": observation + note}
                 if call_id is not None
@@ -247,11 +254,12 @@ async def tool_episode(
     trajectory.metadata["policy"] = "scripted" if script is not None else "sampled"
     trajectory.metrics.update(
         {
-            EpisodeMetric.TURNS: counts.turns,
-            EpisodeMetric.TOOL_CALLS: counts.calls,
-            EpisodeMetric.TOOL_ERRORS: counts.errors,
+            EpisodeMetric.TURNS: float(counts.turns),
+            EpisodeMetric.TOOL_CALLS: float(counts.calls),
+            EpisodeMetric.TOOL_ERRORS: float(counts.errors),
             EpisodeMetric.TRUNCATED: float(counts.truncated),
             EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
+            **{f"{CALLS_PREFIX}{name}": float(n) for name, n in counts.by_tool.items()},
         }
     )
     return trajectory

@@ -267,9 +267,11 @@ def text_arguments(tool: Tool, rest: str) -> dict[str, Any]:
 
 
 def _is_list(annotation: Any) -> bool:
+    """A list parameter (or an optional one); a parameter that also takes a string keeps it."""
     if get_origin(annotation) in (list, tuple, set):
         return True
-    return any(get_origin(a) in (list, tuple, set) for a in typing.get_args(annotation))
+    options = typing.get_args(annotation)
+    return str not in options and any(get_origin(a) in (list, tuple, set) for a in options)
 
 
 def text_call(tool: Tool, arguments: Mapping[str, Any]) -> str:

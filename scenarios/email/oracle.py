@@ -19,24 +19,16 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.agent import Call
 from rlvr.types import Item
-from scenarios.email.actions import (
-    Answer,
-    Protocol,
-    Read,
-    Search,
-    show_email,
-    text_action,
-    tool_call,
-)
 from scenarios.email.inbox import MONTHS, NOT_IN_INBOX, Email, Inbox, fmt_money
 from scenarios.email.store import InboxStore
+from scenarios.email.tools import answer_line, show_email
 
-OracleAction = Search | Read | Answer
+OracleTurn = Call | str  # a tool call, or the final reply
 
 
 class Rule(StrEnum):
@@ -160,16 +152,17 @@ def month_bounds(month: str) -> tuple[str, str]:
 
 def find(
     form: Form, groups: dict[str, str], question: str, inbox: str, store: InboxStore, want: set[str]
-) -> Search:
+) -> Call:
     """The first search (the form's keywords, then the question as asked) whose hits show every
     email in `want`; the first one tried when none does (the check then tells)."""
     after, before = month_bounds(groups["month"]) if form.month_filter else (None, None)
+    dates = {k: v for k, v in (("after", after), ("before", before)) if v}
     searches = [
-        Search(keywords=keywords, after=after, before=before)
+        Call(name="search", arguments={"keywords": keywords, **dates})
         for keywords in (*(t.format(**groups) for t in form.searches), question)
     ]
     for search in searches:
-        hits = store.search(inbox, search.keywords, after=search.after, before=search.before)
+        hits = store.search(inbox, search.arguments["keywords"], after=after, before=before)
         if want <= {hit.id for hit in hits}:
             return search
     return searches[0]
@@ -202,22 +195,23 @@ def reads(form: Form, emails: list[Email]) -> list[Email]:
 
 def plan(
     item: Item, inbox: Inbox, store: InboxStore, evidence_in_prompt: bool, max_turns: int
-) -> tuple[OracleAction, ...]:
-    """The actions a correct agent takes on `item`, one per turn, ending with the answer."""
+) -> tuple[OracleTurn, ...]:
+    """The turns a correct agent plays on `item`: tool calls, then the final answer."""
     support = tuple(item.data["supporting_ids"])
     form, groups = match_form(item.prompt)
     if not support:  # nothing in the inbox answers it: look (unless all is shown), then say so
-        absent = Answer(answer=NOT_IN_INBOX)
+        absent = answer_line(NOT_IN_INBOX)
         search = find(form, groups, item.prompt, inbox.id, store, set())
         return (absent,) if evidence_in_prompt else (search, absent)
     emails = sorted((inbox.email(i) for i in support), key=lambda e: e.date)
     if evidence_in_prompt:  # the prompt shows every supporting email: answer at once
-        return (Answer(answer=conclude(form, emails), source_ids=support),)
+        return (answer_line(conclude(form, emails), support),)
     search = find(form, groups, item.prompt, inbox.id, store, set(support))
-    # The answer comes from the emails as the READ tool returns them, the policy's only view.
+    # The answer comes from the emails as the read tool returns them, the policy's only view.
     shown = [read(store, inbox.id, e.id) for e in reads(form, emails)]
     answer = conclude(form, emails if form.rule is Rule.COUNT else shown)
-    actions = (search, *(Read(id=e.id) for e in shown), Answer(answer=answer, source_ids=support))
+    reading = [Call(name="read", arguments={"id": e.id}) for e in shown]
+    actions = (search, *reading, answer_line(answer, support))
     if len(actions) > max_turns:
         raise OracleError(f"{item.id}: {len(actions)} actions do not fit in {max_turns} turns")
     return actions
@@ -228,15 +222,3 @@ def read(store: InboxStore, inbox: str, email_id: str) -> Email:
     if email is None:
         raise OracleError(f"{inbox}/{email_id}: a supporting email is missing from the store")
     return email
-
-
-def message(action: OracleAction, protocol: Protocol, turn: int) -> dict[str, Any]:
-    """The assistant message for `action`: a text action line, or (tools protocol) a tool call
-    with an empty text, as `art.Trajectory.messages()` renders a sampled tool call."""
-    if protocol == "tools":
-        return {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [tool_call(action, f"call{turn}")],
-        }
-    return {"role": "assistant", "content": text_action(action)}

@@ -11,7 +11,6 @@ word tokens and each is quoted as a literal term before it is bound.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -19,26 +18,14 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.agent import ToolError, search
+from rlvr.agent.search import fts_match
 from scenarios.email.inbox import Email, Inbox
 
-MAX_KEYWORD_CHARS = 500
-MAX_TERMS = 16
-MAX_TERM_CHARS = 40
 MAX_FILTER_CHARS = 200
 SEARCH_LIMIT = 5
-
-# Words that carry no signal in a question ("what is the amount ...") and would only add noise to
-# an OR query.
-# fmt: off
-STOPWORDS = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had",
-    "has", "have", "how", "i", "in", "is", "it", "its", "me", "my", "of", "on", "or", "our",
-    "please", "show", "tell", "that", "the", "their", "them", "there", "this", "to", "was", "we",
-    "were", "what", "when", "where", "which", "who", "whom", "why", "will", "with", "you", "your",
-    "can", "could", "would", "should", "about", "any", "all", "find", "email", "emails", "inbox",
-    "search", "now",
-))
-# fmt: on
+# Inbox words carry no signal in an inbox search.
+STOPWORDS = search.STOPWORDS | {"email", "emails", "inbox"}
 
 _SCHEMA = """
 CREATE TABLE emails (
@@ -91,22 +78,13 @@ class SearchHit(BaseModel):
     snippet: str
 
 
-class ToolInputError(ValueError):
+class ToolInputError(ToolError, ValueError):
     """A tool argument the model got wrong; its message is shown to the model as the observation."""
 
 
 def search_terms(keywords: str) -> list[str]:
-    """Word tokens of `keywords`, lowercased, without stopwords or duplicates, bounded in count
-    and length. Tokens are `\\w+` runs, so they never contain quotes or FTS5 operators."""
-    words = re.findall(r"\w+", keywords[:MAX_KEYWORD_CHARS].lower())
-    kept = [w[:MAX_TERM_CHARS] for w in words if w not in STOPWORDS]
-    return list(dict.fromkeys(kept))[:MAX_TERMS]
-
-
-def fts_match(terms: Sequence[str]) -> str:
-    """An FTS5 query matching any of the terms, each a quoted literal (`"term"`). Quotes inside a
-    term are doubled, FTS5's escape, although `search_terms` never produces any."""
-    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+    """Word tokens of `keywords` without the inbox stopwords (rlvr.agent.search)."""
+    return search.search_terms(keywords, STOPWORDS)
 
 
 def parse_day(value: str | None, field: str) -> str | None:

@@ -1,8 +1,8 @@
 """BM25 search over the passages: SQLite FTS5 in memory, bound parameters only.
 
 A corpus is a few hundred short passages, so the index is built in memory per scenario (well under
-a second) and switched to `query_only`. Model-written queries go through the email store's
-`search_terms` / `fts_match` (word tokens, each quoted as an FTS5 literal), so no query can reach
+a second) and switched to `query_only`. Model-written queries go through `rlvr.agent.search`
+(`search_terms`, `fts_match`: word tokens, each quoted as an FTS5 literal), so no query can reach
 FTS5's operators or SQL.
 """
 
@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from scenarios.email.store import ToolInputError, fts_match, search_terms
+from rlvr.agent import ToolError
+from rlvr.agent.search import fts_match, search_terms
 from scenarios.multihop.corpus import Passage
 
 MAX_REF_CHARS = 200
@@ -79,11 +80,11 @@ class PassageIndex:
         return fts == rows and ok == "ok"
 
     def search(self, query: str, k: int) -> list[Hit]:
-        """The `k` best passages for `query`, best first. Raises ToolInputError for a query with
+        """The `k` best passages for `query`, best first. Raises ToolError for a query with
         no usable words."""
         terms = search_terms(query or "")
         if not terms:
-            raise ToolInputError("search: give a few keywords, e.g. SEARCH: Acme Inc headquarters")
+            raise ToolError("give a few keywords, e.g. SEARCH: Acme Inc headquarters")
         params = {"match": fts_match(terms), "limit": k, "tokens": SNIPPET_TOKENS}
         with self._lock:
             rows = self._db.execute(_SEARCH, params).fetchall()

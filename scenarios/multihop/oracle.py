@@ -16,47 +16,25 @@ takes five turns and a 3-hop plan seven, the turn limits of medium and hard.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from scenarios.multihop.actions import Answer, Protocol, Read, Search, ToolName
+from rlvr.agent import Call
 from scenarios.multihop.corpus import SUB_QUESTIONS, Corpus, Question, read_fact
+from scenarios.multihop.tools import answer_line
 
-OracleAction = Search | Read | Answer
+OracleTurn = Call | str  # a tool call, or the final reply
 
 
-def plan(question: Question, corpus: Corpus, evidence_in_prompt: bool) -> list[OracleAction]:
-    """The oracle's actions for `question`."""
+def plan(question: Question, corpus: Corpus, evidence_in_prompt: bool) -> list[OracleTurn]:
+    """The oracle's turns for `question`: tool calls, then the answer."""
     entity = question.hops[0].subject  # the one entity the question names
-    actions: list[OracleAction] = []
+    turns: list[OracleTurn] = []
     for hop in question.hops:
         passage = corpus.passage(hop.passage_id)
         if not evidence_in_prompt:
-            actions += [
-                Search(query=SUB_QUESTIONS[hop.relation].format(entity)),
-                Read(ref=passage.id),
+            turns += [
+                Call(
+                    name="search", arguments={"query": SUB_QUESTIONS[hop.relation].format(entity)}
+                ),
+                Call(name="read", arguments={"passage_id": passage.id}),
             ]
         entity = read_fact(hop.relation, passage.text) or "unknown"
-    return [*actions, Answer(text=entity)]
-
-
-def _call(action: OracleAction) -> tuple[ToolName, dict[str, str]]:
-    if isinstance(action, Search):
-        return ToolName.SEARCH, {"query": action.query}
-    if isinstance(action, Read):
-        return ToolName.READ, {"passage_id": action.ref}
-    return ToolName.ANSWER, {"answer": action.text}
-
-
-def message(action: OracleAction, protocol: Protocol, turn: int) -> dict[str, Any]:
-    """The assistant message for `action`: a text action line ("SEARCH: ..."), or (tools
-    protocol) a tool call with empty text, as `art.Trajectory.messages()` renders a sampled one."""
-    name, arguments = _call(action)
-    if protocol == "tools":
-        call = {"name": name.value, "arguments": json.dumps(arguments)}
-        return {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": f"call{turn}", "type": "function", "function": call}],
-        }
-    return {"role": "assistant", "content": f"{name.name}: {next(iter(arguments.values()))}"}
+    return [*turns, answer_line(entity)]

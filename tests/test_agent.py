@@ -1,0 +1,488 @@
+"""The episode layer (rlvr.agent): plain functions as tools, one episode loop, both protocols.
+
+Fast tests drive `tool_episode` with a scripted stand-in for the policy endpoint (fault
+injection: tools that raise, unknown tools, bad arguments, truncated and refused turns) and with
+a scripted policy (demonstrations). The slow test writes a tool agent in a folder outside the
+repository and trains it 2 real steps with `rlvr train file.py:make`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import art
+import httpx
+import openai
+import pytest
+
+import rlvr
+from rlvr.agent import Call, EpisodeEnd, ToolError, as_tool, as_tools, text_call, tool_episode
+from rlvr.agent.episode import run_call
+from rlvr.agent.tools import text_arguments
+from rlvr.config import ConfigError
+from rlvr.metrics import M
+from rlvr.tasks import PluginError, Task
+from rlvr.types import Item, Sampling
+from tests.scripted import ScriptedPolicy
+
+CAPITALS = {"france": "Paris", "peru": "Lima", "kenya": "Nairobi"}
+
+
+def lookup(country: str) -> str:
+    """Look up the capital of a country.
+
+    Args:
+        country: the country's name, e.g. France
+    """
+    return CAPITALS[country.strip().lower()]  # KeyError for the rest: a tool that raises
+
+
+async def multiply(a: int, b: int = 2) -> int:
+    """Multiply two whole numbers."""
+    return a * b
+
+
+def note(text: str, tags: list[str] | None = None) -> dict[str, Any]:
+    """Keep a note."""
+    return {"text": text, "tags": tags or []}
+
+
+TOOLS = [lookup, multiply]
+ITEM = Item(id="q1", prompt="What is the capital of Peru?", answer="Lima")
+SAMPLING = Sampling(temperature=0.5, top_p=0.9, max_tokens=32, step=4)
+MESSAGES = [
+    {"role": "system", "content": "Answer with the capital."},
+    {"role": "user", "content": ITEM.prompt},
+]
+
+
+# --- tools from functions -------------------------------------------------------------------------
+
+
+def test_the_schema_comes_from_the_signature_and_docstring() -> None:
+    schema = as_tool(lookup).schema()
+    assert schema["type"] == "function"
+    function = schema["function"]
+    assert function["name"] == "lookup"
+    assert function["description"] == "Look up the capital of a country."
+    assert function["parameters"]["required"] == ["country"]
+    assert function["parameters"]["properties"]["country"] == {
+        "type": "string",
+        "description": "the country's name, e.g. France",
+    }
+    assert json.loads(json.dumps(as_tool(multiply).schema()))["function"]["parameters"] == {
+        "additionalProperties": False,
+        "properties": {"a": {"type": "integer"}, "b": {"default": 2, "type": "integer"}},
+        "required": ["a"],
+        "type": "object",
+    }
+
+
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [
+        (lambda x: x, "give it a name"),
+        (lambda *args: None, "give it a name"),
+    ],
+)
+def test_what_cannot_be_a_tool_is_a_type_error(fn: Any, message: str) -> None:
+    with pytest.raises(TypeError, match=message):
+        as_tool(fn)
+
+
+def test_variadic_parameters_are_refused() -> None:
+    def spread(*words: str) -> str:
+        return " ".join(words)
+
+    with pytest.raises(TypeError, match="spread: parameter 'words'"):
+        as_tool(spread)
+    with pytest.raises(TypeError, match="two tools share"):
+        as_tools([lookup, as_tool(multiply, name="LOOKUP")])
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "rest", "observation", "failed"),
+    [
+        ("lookup", '{"country": "France"}', None, "Paris", False),
+        ("LOOKUP", None, "peru", "Lima", False),
+        ("multiply", '{"a": 6, "b": 7}', None, "42", False),
+        ("multiply", None, "6 | 7", "42", False),
+        ("multiply", None, "6 b:5", "30", False),
+        ("multiply", '{"a": "6"}', None, "12", False),  # lax: "6" is a whole number
+        (
+            "lookup",
+            '{"country": "Atlantis"}',
+            None,
+            "Error: lookup failed: KeyError: 'atlantis'",
+            True,
+        ),
+        ("lookup", "{}", None, "Error: lookup: country: Field required", True),
+        (
+            "lookup",
+            '{"country": "France", "city": 1}',
+            None,
+            "Error: lookup: city: Extra inputs",
+            True,
+        ),
+        (
+            "multiply",
+            '{"a": "six"}',
+            None,
+            "Error: multiply: a: Input should be a valid integer",
+            True,
+        ),
+        ("lookup", "{oops", None, "Error: lookup: arguments are not valid JSON", True),
+        ("lookup", "[1]", None, "Error: lookup: arguments must be a JSON object", True),
+        (
+            "divide",
+            "{}",
+            None,
+            "Error: unknown tool 'divide'; the tools are lookup, multiply",
+            True,
+        ),
+        (None, "{}", None, "Error: unknown tool", True),
+    ],
+)
+async def test_calls_are_validated_and_failures_are_one_line(
+    name: str | None, arguments: str | None, rest: str | None, observation: str, failed: bool
+) -> None:
+    shown, ran = await run_call(as_tools(TOOLS), name, arguments, rest)
+    assert shown.startswith(observation) and (ran is None) is failed
+    assert "\n" not in shown
+
+
+async def test_a_tool_error_raised_by_the_tool_is_shown_as_written() -> None:
+    def read(id: str) -> str:
+        """Read a page."""
+        raise ToolError(f"no page {id!r}; search first")
+
+    shown, ran = await run_call(as_tools([read]), "read", '{"id": "p9"}', None)
+    assert (shown, ran) == ("Error: read: no page 'p9'; search first", None)
+
+
+@pytest.mark.parametrize(
+    ("tool", "rest", "expected"),
+    [
+        (lookup, "France", {"country": "France"}),
+        (lookup, "'New Zealand'", {"country": "New Zealand"}),
+        (lookup, "a | b", {"country": "a | b"}),  # one free parameter takes the whole line
+        (multiply, "3 | 4", {"a": "3", "b": "4"}),
+        (multiply, "b:4 3", {"a": "3", "b": "4"}),
+        (note, "buy milk tags:home,shop", {"text": "buy milk", "tags": ["home", "shop"]}),
+        (note, "at 10:30 sharp", {"text": "at 10:30 sharp"}),  # only parameter names are keys
+        (note, "", {}),
+    ],
+)
+def test_text_arguments(tool: Any, rest: str, expected: dict[str, Any]) -> None:
+    assert text_arguments(as_tool(tool), rest) == expected
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments"),
+    [
+        (lookup, {"country": "Peru"}),
+        (multiply, {"a": 3, "b": 4}),
+        (multiply, {"a": 3}),
+        (note, {"text": "call Ana back", "tags": ["work"]}),
+    ],
+)
+def test_text_calls_read_back(tool: Any, arguments: dict[str, Any]) -> None:
+    made = as_tool(tool)
+    line = text_call(made, arguments)
+    assert line.startswith(made.name.upper() + ":")
+    parsed = made.validate_arguments(text_arguments(made, line.split(":", 1)[1]))
+    assert parsed == made.validate_arguments(arguments)
+
+
+# --- episodes with a scripted policy endpoint -----------------------------------------------------
+
+EPISODE_TURNS = {
+    "tools": [
+        [("lookup", '{"country": "Atlantis"}')],
+        [("lookup", '{"country": "Peru"}'), ("multiply", '{"a": 2}')],
+        "Lima",
+    ],
+    "text": ["LOOKUP: Atlantis", "Let me check.\nlookup: Peru", "Lima"],
+}
+
+
+@pytest.mark.parametrize("protocol", ["tools", "text"])
+async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> None:
+    policy = ScriptedPolicy(EPISODE_TURNS[protocol])
+    trajectory = await tool_episode(
+        policy,  # type: ignore[arg-type]
+        ITEM,
+        MESSAGES,
+        TOOLS,
+        SAMPLING,
+        max_turns=5,
+        protocol=protocol,  # type: ignore[arg-type]
+    )
+    request = policy.requests[0]
+    assert request["model"] == "policy@4" and request["logprobs"] is True
+    assert (request["temperature"], request["top_p"], request["max_tokens"]) == (0.5, 0.9, 32)
+    schemas = [as_tool(t).schema() for t in TOOLS]
+    if protocol == "tools":
+        assert request["tools"] == trajectory.tools == schemas
+        assert request["messages"][0] == MESSAGES[0]  # no text instructions
+    else:
+        assert "tools" not in request and trajectory.tools is None
+        assert "LOOKUP: country" in request["messages"][0]["content"]
+    # The model saw exactly what the trajectory holds, observation by observation.
+    assert policy.requests[-1]["messages"] == trajectory.messages()[:-1]
+    observations = [m["content"] for m in trajectory.messages() if m["role"] in ("tool", "user")]
+    assert observations[1].startswith("Error: lookup failed: KeyError")
+    assert "Lima" in observations[2]
+    calls = 3 if protocol == "tools" else 2
+    assert trajectory.metrics == {
+        "turns": 3,
+        "tool_calls": calls,
+        "tool_errors": 1,
+        "truncated": 0.0,
+        "turn_limit": 0.0,
+        "calls/lookup": 1.0,
+        "calls/multiply": calls - 2.0,
+    }
+    assert trajectory.metadata["end"] == EpisodeEnd.REPLIED
+    assert rlvr.completion_text(trajectory) == rlvr.final_reply(trajectory) == "Lima"
+    art.TrajectoryGroup([trajectory])  # a valid ART trajectory
+
+
+async def test_auto_uses_tool_calls_when_the_model_emits_them() -> None:
+    policy = ScriptedPolicy([[("lookup", '{"country": "Kenya"}')], "LOOKUP: Peru", "Nairobi"])
+    trajectory = await tool_episode(policy, ITEM, MESSAGES, TOOLS, SAMPLING, protocol="auto")  # type: ignore[arg-type]
+    roles = [m["role"] for m in trajectory.messages()]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
+    assert (
+        "tools" in policy.requests[0] and "LOOKUP:" in policy.requests[0]["messages"][0]["content"]
+    )
+    assert trajectory.metrics["tool_calls"] == 2 and trajectory.metrics["tool_errors"] == 0
+
+
+async def test_the_tools_protocol_ends_at_a_reply_without_tool_calls() -> None:
+    policy = ScriptedPolicy(["LOOKUP: Peru"])
+    trajectory = await tool_episode(policy, ITEM, MESSAGES, TOOLS, SAMPLING, protocol="tools")  # type: ignore[arg-type]
+    assert trajectory.metrics["tool_calls"] == 0
+    assert rlvr.final_reply(trajectory) == "LOOKUP: Peru"
+
+
+async def test_the_turn_limit_and_truncation_are_counted() -> None:
+    policy = ScriptedPolicy([], then="LOOKUP: Peru", finish_reason="length")
+    trajectory = await tool_episode(
+        policy,  # type: ignore[arg-type]
+        ITEM,
+        MESSAGES,
+        TOOLS,
+        SAMPLING,
+        max_turns=3,
+        protocol="text",
+    )
+    assert len(policy.requests) == 3
+    assert trajectory.metrics["turn_limit"] == 1.0 and trajectory.metrics["truncated"] == 1.0
+    assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
+    assert rlvr.final_reply(trajectory) is None
+    assert "One turn left" in policy.requests[-1]["messages"][-1]["content"]
+
+
+def _refused() -> openai.BadRequestError:
+    request = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    response = httpx.Response(400, request=request, json={"error": "context length exceeded"})
+    return openai.BadRequestError("context length exceeded", response=response, body=None)
+
+
+async def test_a_refused_later_turn_ends_the_episode_a_refused_first_turn_raises() -> None:
+    ended = await tool_episode(
+        ScriptedPolicy(["LOOKUP: Peru", _refused()]),  # type: ignore[arg-type]
+        ITEM,
+        MESSAGES,
+        TOOLS,
+        SAMPLING,
+        protocol="text",
+    )
+    assert ended.metadata["end"] == EpisodeEnd.POLICY_ERROR and ended.metrics["turns"] == 1
+    with pytest.raises(openai.BadRequestError):
+        await tool_episode(ScriptedPolicy([_refused()]), ITEM, MESSAGES, TOOLS, SAMPLING)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"protocol": "xml"}, "protocol='xml'"),
+        ({"max_turns": 0}, "max_turns=0"),
+    ],
+)
+async def test_bad_episode_settings_are_value_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        await tool_episode(ScriptedPolicy([]), ITEM, MESSAGES, TOOLS, SAMPLING, **kwargs)  # type: ignore[arg-type]
+
+
+# --- scripted policies (demonstrations) -----------------------------------------------------------
+
+
+def script(messages: list[dict[str, Any]], turn: int) -> Call | list[Call] | str:
+    return [
+        Call(name="lookup", arguments={"country": "Peru"}),
+        [Call(name="multiply", arguments={"a": 3, "b": 4})],
+        "Lima",
+    ][turn]
+
+
+@pytest.mark.parametrize("protocol", ["tools", "text"])
+async def test_a_script_plays_the_same_episode(protocol: str) -> None:
+    demo = await tool_episode(
+        None, ITEM, MESSAGES, TOOLS, Sampling(), protocol=protocol, script=script
+    )  # type: ignore[arg-type]
+    assert demo.metadata["policy"] == "scripted"
+    assert demo.metrics["tool_calls"] == 2 and demo.metrics["tool_errors"] == 0
+    assert rlvr.final_reply(demo) == "Lima"
+    # A model that replies with the script's messages gets the same episode.
+    assistant = [m for m in demo.messages() if m["role"] == "assistant"]
+    turns: list[Any] = [
+        [(c["function"]["name"], c["function"]["arguments"]) for c in m["tool_calls"]]
+        if m.get("tool_calls")
+        else m["content"]
+        for m in assistant
+    ]
+    replayed = await tool_episode(
+        ScriptedPolicy(turns), ITEM, MESSAGES, TOOLS, Sampling(), protocol=protocol
+    )  # type: ignore[arg-type]
+    assert without_ids(replayed.messages()) == without_ids(demo.messages())
+    assert replayed.metrics == demo.metrics
+
+
+def without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages without call ids (a server and a script number calls their own way)."""
+    return [
+        {
+            k: [{**c, "id": ""} for c in v] if k == "tool_calls" else v
+            for k, v in m.items()
+            if k != "tool_call_id"
+        }
+        for m in messages
+    ]
+
+
+# --- the Scenario protocol's hooks ----------------------------------------------------------------
+
+
+class Bare:
+    """A scenario written before the hooks were declared."""
+
+    name = "bare"
+    default_scorer = "verifier"
+
+    def load(self) -> list[Item]:
+        return [ITEM]
+
+    async def rollout(self, model: Any, item: Item, sampling: Sampling) -> art.Trajectory:
+        raise NotImplementedError
+
+    async def check(self, item: Item, trajectory: art.Trajectory) -> float:
+        return 0.0
+
+    def reward(self, item: Item, trajectory: art.Trajectory) -> float:
+        return 0.0
+
+
+class Based(rlvr.ScenarioBase, Bare):
+    pass
+
+
+def test_the_hooks_are_declared_with_defaults() -> None:
+    cfg = rlvr.build_config({"task": "x"})
+    with pytest.raises(
+        PluginError, match=r"missing demonstrate, judged_check, ruler_rubric.*ScenarioBase"
+    ):
+        Task(name="bare", make=Bare).build(cfg)
+    built = Task(name="based", make=Based).build(cfg)
+    assert isinstance(built, rlvr.Scenario)
+    assert (built.demonstrate, built.judged_check, built.ruler_rubric) == (None, False, None)
+
+
+def test_sft_without_demonstrate_is_a_config_error() -> None:
+    from rlvr.warmstart import check_can_demonstrate
+
+    with pytest.raises(ConfigError, match="sft_steps=2: task bare has no demonstrate"):
+        check_can_demonstrate(rlvr.build_config({"task": "x", "sft_steps": 2}), Based())
+
+
+# --- a user's tool agent, trained for real --------------------------------------------------------
+
+USER_AGENT = '''
+"""A user's tool agent: capitals, two tools (one raises on an unknown country)."""
+import rlvr
+
+CAPITALS = {"france": "Paris", "peru": "Lima", "kenya": "Nairobi", "japan": "Tokyo",
+            "chile": "Santiago", "egypt": "Cairo", "canada": "Ottawa", "india": "New Delhi"}
+
+
+def lookup(country: str) -> str:
+    """Look up the capital of a country."""
+    return CAPITALS[country.strip().lower()]
+
+
+def spell(word: str) -> str:
+    """Spell a word letter by letter."""
+    return "-".join(word)
+
+
+def load():
+    asked = ("What is the capital of {}?", "Which city is the capital of {}?")
+    return [{"id": f"{c}-{n}", "prompt": q.format(c.title()), "answer": city, "data": {"country": c}}
+            for c, city in CAPITALS.items() for n, q in enumerate(asked)]
+
+
+def messages(item):
+    return [{"role": "system", "content": "Answer with the city only."},
+            {"role": "user", "content": item.prompt}]
+
+
+async def rollout(model, item, sampling):
+    return await rlvr.tool_episode(model, item, messages(item), [lookup, spell], sampling,
+                                   max_turns=2, protocol="PROTOCOL")
+
+
+async def demonstrate(item):
+    turns = [rlvr.Call(name="lookup", arguments={"country": item.data["country"]}), item.answer]
+    return await rlvr.tool_episode(None, item, messages(item), [lookup, spell], rlvr.Sampling(),
+                                   max_turns=2, protocol="PROTOCOL", script=lambda _, n: turns[n])
+
+
+def check(item, trajectory):
+    return float(item.answer.lower() in (rlvr.final_reply(trajectory) or "").lower())
+
+
+def make():
+    return rlvr.scenario(name="capitals", load=load, rollout=rollout, check=check,
+                         demonstrate=demonstrate)
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("protocol", ["text"])
+def test_a_users_tool_agent_trains_from_its_file(tmp_path: Path, protocol: str) -> None:
+    from rlvr import store
+    from tests.test_custom_task import TINY, fresh_cli, only_run
+
+    agent = tmp_path / "elsewhere" / "capitals_agent.py"
+    agent.parent.mkdir()
+    agent.write_text(USER_AGENT.replace("PROTOCOL", protocol))
+    runs = tmp_path / "runs"
+    settings = {**TINY, "max_tokens": 16, "sft_steps": 1, "sft_batch_size": 4}
+    fresh_cli(
+        "train",
+        f"{agent}:make",
+        *(f"{k}={v}" for k, v in settings.items()),
+        f"runs_root={runs}",
+    )
+    run_dir = only_run(runs)
+    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    assert [r[M.STEP] for r in rows] == [1, 2]
+    for row in rows:
+        for key in ("rollout/turns", "rollout/tool_calls", "rollout/tool_errors"):
+            assert isinstance(row[key], float), key
+        assert 1.0 <= row["rollout/turns"] <= 2.0
+    warm = next(r for r in store.read_metrics(run_dir) if "warm/demonstrations" in r)
+    assert warm["warm/demonstrations"] == 4 and warm["warm/rejected"] == 0
