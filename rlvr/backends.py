@@ -78,6 +78,11 @@ def rewind_policy(cfg: TrainConfig, run_dir: Path, policy_step: int) -> list[int
     return newer
 
 
+# Backends whose train() takes ART's allow_training_without_logprobs (rlvr's TorchBackend, ART's
+# LocalBackend); the others train sampled turns with logprobs only.
+TRAINS_WITHOUT_LOGPROBS = ("local", "art-local")
+
+
 def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     """Keyword arguments of `backend.train`, in the names each backend's signature uses (ART's
     LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`; ServerlessBackend: `ppo`).

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack, nullcontext
@@ -22,12 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import art
+from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.panel import Panel
 
 from rlvr import faults, runlock, store
-from rlvr.backends import ART_DIR, Policy, open_policy, rewind_policy, train_kwargs
+from rlvr.backends import (
+    ART_DIR,
+    TRAINS_WITHOUT_LOGPROBS,
+    Policy,
+    open_policy,
+    rewind_policy,
+    train_kwargs,
+)
 from rlvr.config import TrainConfig
 from rlvr.failures import Failure, FailureLog, RunFailed, failures_of, require_some
 from rlvr.hints import decision_hints
@@ -47,6 +56,7 @@ from rlvr.paired import describe_block, test_block
 from rlvr.plugins import resolve_task
 from rlvr.redact import install_log_redaction
 from rlvr.report import plot_report
+from rlvr.rollout_model import RolloutModel
 from rlvr.scoring import make_scorer
 from rlvr.split import Split, split_items
 from rlvr.stopping import (
@@ -130,7 +140,7 @@ async def rollout_groups(
 
     async def one(item: Item) -> art.Trajectory:
         async with limit:
-            trajectory = await rollout(policy.model, item, sampling)
+            trajectory = await rollout(RolloutModel(policy.model, sampling), item, sampling)
         trajectory.metadata["item_id"] = item.id
         return trajectory
 
@@ -285,8 +295,13 @@ async def train_step(
 
     train_started = time.monotonic()
     result_metrics: dict[str, float] = {}
+    without_logprobs = turns_without_logprobs(trainable)
     if trainable:
-        result = await policy.backend.train(policy.model, trainable, **train_kwargs(cfg))
+        kwargs = train_kwargs(cfg)
+        if without_logprobs and cfg.backend in TRAINS_WITHOUT_LOGPROBS:
+            kwargs["allow_training_without_logprobs"] = True
+            trainable = [as_messages_without_logprobs(g) for g in trainable]
+        result = await policy.backend.train(policy.model, trainable, **kwargs)
         result_metrics = dict(result.metrics)
     train_s = time.monotonic() - train_started
 
@@ -313,6 +328,7 @@ async def train_step(
         M.COMPLETION_TOKENS: stats.completion_tokens_mean,
         M.SKIPPED: len(groups) - len(kept),
         M.ROLLOUT_ERRORS: rollout_errors,
+        M.NO_LOGPROB_TURNS: without_logprobs,
         M.KL: result_metrics.get("kl"),
         M.LOSS: result_metrics.get("loss"),
         M.INDEPENDENT: sum(truths_kept) / len(truths_kept) if truths_kept else None,
@@ -334,6 +350,35 @@ async def train_step(
     return row, table
 
 
+def turns_without_logprobs(groups: list[art.TrajectoryGroup]) -> int:
+    """Sampled turns (Choices) that came back without logprobs (a rollout that asked for none)."""
+    return sum(
+        isinstance(m, Choice) and m.logprobs is None
+        for g in groups
+        for t in g.trajectories
+        for m in t.messages_and_choices
+    )
+
+
+def as_messages_without_logprobs(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
+    """`group` with each Choice that has no logprobs replaced by its assistant message as ART
+    renders it. ART trains such messages under allow_training_without_logprobs, its loss taking
+    the current (= sampling) adapter's logprobs for the missing ones; a Choice without logprobs
+    it cannot tokenise (ART 0.5.18, preprocessing/tokenize.py: no sentinel for it)."""
+
+    def converted(t: art.Trajectory) -> art.Trajectory:
+        rendered = t.messages()
+        parts = [
+            rendered[i] if isinstance(m, Choice) and m.logprobs is None else m
+            for i, m in enumerate(t.messages_and_choices)
+        ]
+        return t.model_copy(update={"messages_and_choices": parts})
+
+    return art.TrajectoryGroup(
+        [converted(t) for t in group.trajectories], metadata=dict(group.metadata), exceptions=[]
+    )
+
+
 # --- the run ----------------------------------------------------------------------------------
 
 
@@ -350,6 +395,7 @@ def _restore_state(rows: list[dict[str, Any]]) -> _State:
                     val=row[M.VAL_ACCURACY],
                     reward=row.get(M.VAL_TRAIN_REWARD),
                     val_items=row.get(M.VAL_ITEMS),
+                    val_std=row.get(M.VAL_STD),
                 )
             )
             state.policy_steps[step] = int(row.get(M.POLICY_STEP, 0))
@@ -589,11 +635,13 @@ async def run_training(
                 step,
                 store.trajectory_rows(groups, [i.id for i in done], step=step, split="val"),
             )
+            values = [g.trajectories[0].reward for g in groups]
             point = EvalPoint(
                 step=step,
                 val=accuracy,
                 reward=_window_reward(rows, step, cfg.eval_every),
                 val_items=len(done),
+                val_std=statistics.pstdev(values) if values else None,
             )
             state.evals.append(point)
             state.policy_steps[step] = policy_step
@@ -603,6 +651,7 @@ async def run_training(
                 M.POLICY_STEP: policy_step,
                 M.VAL_TRAIN_REWARD: point.reward,
                 M.VAL_ITEMS: len(done),
+                M.VAL_STD: point.val_std,
                 M.VAL_ERRORS: len(val_items) - len(done),
                 M.EVAL_SECONDS: time.monotonic() - t0,
             }

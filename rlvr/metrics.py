@@ -29,6 +29,9 @@ class M(StrEnum):
     TRAINED_GROUPS = "train/trained_groups"
     REWARD_ERRORS = "train/reward_errors"
     ROLLOUT_ERRORS = "train/rollout_errors"
+    # Sampled turns (Choices) that came without logprobs: trained with the sampling adapter's
+    # logprobs recomputed (ART's allow_training_without_logprobs), never skipped.
+    NO_LOGPROB_TURNS = "train/turns_without_logprobs"
     INDEPENDENT = "train/independent_reward_mean"
     TRUTH_ROLLOUTS = "train/truth_rollouts"  # scored rollouts the ground truth was measured on
     COMPLETION_TOKENS = "train/completion_tokens_mean"
@@ -40,6 +43,7 @@ class M(StrEnum):
     VAL_ACCURACY = "val/accuracy"
     VAL_TRAIN_REWARD = "val/train_reward"  # mean training reward since the previous evaluation
     VAL_ITEMS = "val/items"  # items the accuracy is measured on (its noise)
+    VAL_STD = "val/std"  # standard deviation of the per-item scores (noise of a non-[0,1] check)
     VAL_ERRORS = (
         "val/errors"  # validation rollouts that raised (not scored; accuracy is over the rest)
     )

@@ -1,6 +1,7 @@
 """Deterministic scorers and composition.
 
 - VerifierScorer wraps a scenario's deterministic reward under the verifier contract.
+- RolloutScorer keeps the reward the rollout set (ART's idiom), unclipped.
 - LengthScorer is deliberately hackable (reward grows with reply length); it exists to show the
   divergence alarm and the suspicious-rollout view catching a gamed reward.
 - WeightedScorer sums parts with weights; GatedScorer counts B only where A passes.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
@@ -78,6 +80,37 @@ class VerifierScorer:
     def pop_metrics(self) -> dict[str, float]:
         counts, self._counts = dict(self._counts), Counter()
         return {M.REWARD_ERRORS: 0.0, **counts}
+
+
+class RolloutScorer:
+    """The reward each rollout set, as it is (ART's idiom: shaped rewards, negative ones too;
+    group-relative advantages need no [0, 1]). A reward that is not a finite number is a reward
+    error: its group is skipped and counted, never trained on as a made-up 0.0."""
+
+    name = "rollout"
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+
+    async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
+        rewards = [_number(t.reward) for t in group.trajectories]
+        bad = sum(r is None for r in rewards)
+        if bad:
+            self._counts[M.REWARD_ERRORS] += bad
+            return None
+        return rescored(group, [r for r in rewards if r is not None])
+
+    def pop_metrics(self) -> dict[str, float]:
+        counts, self._counts = dict(self._counts), Counter()
+        return {M.REWARD_ERRORS: 0.0, **counts}
+
+
+def _number(value: object) -> float | None:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
 
 
 class LengthScorer:

@@ -37,6 +37,7 @@ class EvalPoint(BaseModel):
     val: float
     reward: float | None = None
     val_items: int | None = None  # how many items the accuracy is measured on (its noise)
+    val_std: float | None = None  # std of the per-item scores (checks outside [0, 1])
 
 
 class Alarm(BaseModel):
@@ -180,7 +181,12 @@ def val_noise(points: list[EvalPoint]) -> float:
     if not n:
         return 0.0
     p = sum(point.val for point in points) / len(points)
-    return math.sqrt(2 * p * (1 - p) / n)
+    if 0.0 <= p <= 1.0:
+        return math.sqrt(2 * p * (1 - p) / n)
+    # A check that is not an accuracy (ART's idiom without one: the rollout's own reward, any
+    # real number): the measured spread of the per-item scores.
+    std = points[-1].val_std or 0.0
+    return math.sqrt(2 / n) * std
 
 
 def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool:

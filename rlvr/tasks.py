@@ -129,17 +129,37 @@ class Task(BaseModel):
 
 # --- the function form --------------------------------------------------------------------------
 
-RolloutFn = Callable[[art.Model, Item, Sampling], Awaitable[art.Trajectory]]
-CheckFn = Callable[[Item, art.Trajectory], float | Awaitable[float]]
+RolloutFn = Callable[..., Awaitable[art.Trajectory]]  # (model, item, sampling) or (model, scenario)
+CheckFn = Callable[[Any, art.Trajectory], float | Awaitable[float]]
 
 
-def as_items(rows: Iterable[Item | Mapping[str, Any]], source: str) -> list[Item]:
-    """Items from Items or dicts (`prompt`, optional `id`, `answer`, `data`). A bad row is one line
-    naming the source, the row and the field."""
+def wrapped(row: Any, default_id: str) -> Item:
+    """An Item carrying any object (ART's idiom: a scenario object) as its `source`: its `id`
+    and `answer` where it has them (attribute or key), `prompt` where it is text."""
+
+    def get(key: str) -> Any:
+        return row.get(key) if isinstance(row, Mapping) else getattr(row, key, None)
+
+    answer, prompt = get("answer"), get("prompt")
+    return Item(
+        id=str(get("id") if get("id") is not None else default_id),
+        prompt=prompt if isinstance(prompt, str) else "",
+        answer=None if answer is None else str(answer),
+        source=row,
+    )
+
+
+def as_items(rows: Iterable[Any], source: str, objects: bool = False) -> list[Item]:
+    """Items from Items or dicts (`prompt`, optional `id`, `answer`, `data`); with `objects`
+    (ART's idiom), any other object is carried as the item's `source` (`wrapped`). A bad row is
+    one line naming the source, the row and the field."""
     items: list[Item] = []
     for number, row in enumerate(rows, start=1):
         if isinstance(row, Item):
             items.append(row)
+            continue
+        if objects:
+            items.append(wrapped(row, f"{source}-{number}"))
             continue
         if not isinstance(row, Mapping):
             raise ConfigError(
@@ -165,13 +185,31 @@ async def _maybe_await(value: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
+def takes_two(fn: Callable[..., Any]) -> bool:
+    """True for a rollout in ART's idiom, `rollout(model, scenario)`: two positional
+    parameters, no third."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = [p for p in positional if p.default is p.empty]
+    return len(required) == 2 and not any(p.kind is p.VAR_POSITIONAL for p in params)
+
+
+async def _own_reward(item: Any, trajectory: art.Trajectory) -> float:
+    """The check of a task without one: the reward its rollout set."""
+    return float(trajectory.reward)
+
+
 class FunctionScenario(ScenarioBase):
-    """A Scenario made of plain functions; see `scenario`."""
+    """A Scenario made of plain functions; see `scenario`. A rollout in ART's idiom (two
+    arguments) gets the objects `load()` returned, and so do `check` and `reward`."""
 
     def __init__(
         self,
         name: str,
-        load: Callable[[], Iterable[Item | Mapping[str, Any]]],
+        load: Callable[[], Iterable[Any]],
         rollout: RolloutFn,
         check: CheckFn,
         reward: CheckFn | None,
@@ -181,31 +219,44 @@ class FunctionScenario(ScenarioBase):
         ruler_rubric: str | Callable[[Item], str] | None = None,
     ) -> None:
         self.name, self.default_scorer, self.judged_check = name, default_scorer, judged_check
-        self.demonstrate, self.ruler_rubric = demonstrate, ruler_rubric
         self._load, self._rollout, self._check = load, rollout, check
         self._reward = reward or check
+        self.art_idiom = takes_two(rollout)
+        self._demonstrate, self.ruler_rubric = demonstrate, ruler_rubric
+        if demonstrate is not None:
+            self.demonstrate = self._demonstrated
+
+    async def _demonstrated(self, item: Item) -> art.Trajectory:
+        assert self._demonstrate is not None
+        return await self._demonstrate(self._theirs(item))
+
+    def _theirs(self, item: Item) -> Any:
+        """What the user's functions receive: their own object in ART's idiom, else the Item."""
+        return item.source if self.art_idiom and item.source is not None else item
 
     def load(self) -> list[Item]:
-        return as_items(self._load(), f"task {self.name}: load()")
+        return as_items(self._load(), f"task {self.name}: load()", objects=self.art_idiom)
 
     async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+        if self.art_idiom:  # the model carries the sampling settings (rlvr.rollout_model)
+            return await self._rollout(model, self._theirs(item))
         return await self._rollout(model, item, sampling)
 
     async def check(self, item: Item, trajectory: art.Trajectory) -> float:
-        return float(await _maybe_await(self._check(item, trajectory)))
+        return float(await _maybe_await(self._check(self._theirs(item), trajectory)))
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float | Awaitable[float]:
-        return self._reward(item, trajectory)
+        return self._reward(self._theirs(item), trajectory)
 
 
 def scenario(
     *,
     name: str,
-    load: Callable[[], Iterable[Item | Mapping[str, Any]]],
+    load: Callable[[], Iterable[Any]],
     rollout: RolloutFn,
-    check: CheckFn,
+    check: CheckFn | None = None,
     reward: CheckFn | None = None,
-    default_scorer: str = "verifier",
+    default_scorer: str | None = None,
     judged_check: bool = False,
     demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None = None,
     ruler_rubric: str | Callable[[Item], str] | None = None,
@@ -217,6 +268,13 @@ def scenario(
     - `check(item, trajectory) -> float` (sync or async) is the ground truth in [0, 1] used for
       validation and test;
     - `reward(item, trajectory)` is the training reward of `scorer=verifier` (default: `check`).
+
+    ART's idiom runs as written: `async rollout(model, scenario) -> art.Trajectory` (two
+    arguments) gets whatever objects `load()` returned (pydantic models, dataclasses, dicts; the
+    item id is their `id` where they have one), and so do `check`, `reward` and `demonstrate`;
+    the model fills in the run's sampling settings and logprobs (`rlvr.rollout_model`). Without
+    a `check`, validation and test measure the reward the rollout set, and the default scorer is
+    `rollout`, which trains on that reward as it is (any real number).
     `judged_check=True` says the check calls a judge, so the loop does not run it on every
     training rollout. `demonstrate(item)` (async) plays the episode with a scripted policy for the
     warm start (`sft_steps=`; `rlvr.tool_episode(..., script=...)` does it for tool agents);
@@ -228,8 +286,18 @@ def scenario(
         raise PluginError(
             f"task {name}: rollout must be an async function (async def rollout(model, item, sampling))"
         )
+    if default_scorer is None:
+        default_scorer = "verifier" if check is not None else "rollout"
     return FunctionScenario(
-        name, load, rollout, check, reward, default_scorer, judged_check, demonstrate, ruler_rubric
+        name,
+        load,
+        rollout,
+        check or _own_reward,
+        reward,
+        default_scorer,
+        judged_check,
+        demonstrate,
+        ruler_rubric,
     )
 
 

@@ -15,14 +15,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class Item(BaseModel):
     """One task instance. `answer` is the ground-truth label; scorers used for training only ever
-    see training items, so validation and test labels never reach the reward."""
+    see training items, so validation and test labels never reach the reward. `source` is the
+    object a task's `load()` returned when it was not an Item (ART's idiom: any scenario object);
+    it travels with the item and is never stored."""
 
     model_config = ConfigDict(frozen=True)
 
     id: str
-    prompt: str
+    prompt: str = ""
     answer: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    source: Any = Field(None, exclude=True, repr=False)
 
 
 class Sampling(BaseModel):
