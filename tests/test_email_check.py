@@ -137,25 +137,27 @@ ITEM = Item(
 
 
 @pytest.mark.parametrize(
-    ("reply", "end", "score"),
+    ("reply", "end", "score", "correct"),
     [
-        ("ANSWER: Room 4B | e3", "replied", 1.0),
-        ("**Answer:** Room 4B | [e3]", "replied", 1.0),
-        ("I think it is Room 4B.", "replied", A),  # a plain reply is the answer
-        ("It is in Room 4B, see [e3].", "replied", 1.0),  # ...and cites what it names
-        ("ANSWER: zzz | e3", "replied", S),
-        ("   ", "replied", 0.0),  # empty: no answer
-        ("SEARCH: budget", "turn_limit", 0.0),  # the episode ended without a final reply
-        ("ANSWER: Room 4B | e3", "policy_error", 0.0),
+        ("ANSWER: Room 4B | e3", "replied", 1.0, 1.0),
+        ("**Answer:** Room 4B | [e3]", "replied", 1.0, 1.0),
+        ("I think it is Room 4B.", "replied", A, 1.0),  # a plain reply is the answer
+        ("It is in Room 4B, see [e3].", "replied", 1.0, 1.0),  # ...and cites what it names
+        ("ANSWER: zzz | e3", "replied", S, 0.0),  # the sources earn reward, not correctness
+        ("   ", "replied", 0.0, 0.0),  # empty: no answer
+        ("SEARCH: budget", "turn_limit", 0.0, 0.0),  # the episode ended without a final reply
+        ("ANSWER: Room 4B | e3", "policy_error", 0.0, 0.0),
     ],
 )
-async def test_check_reads_the_final_answer(reply: str, end: str, score: float) -> None:
+async def test_check_and_reward_read_the_final_answer(
+    reply: str, end: str, score: float, correct: float
+) -> None:
     trajectory = art.Trajectory(
         messages_and_choices=[{"role": "user", "content": ITEM.prompt}, _choice(reply)],
         metadata={"end": end},
     )
     scenario = EmailScenario.__new__(EmailScenario)  # check and reward need no inboxes
-    assert await scenario.check(ITEM, trajectory) == pytest.approx(score)
+    assert await scenario.check(ITEM, trajectory) == correct
     assert scenario.reward(ITEM, trajectory) == pytest.approx(score)
     answer = final_answer(trajectory)
     assert (answer is not None) == (score > 0)

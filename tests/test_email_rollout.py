@@ -107,7 +107,8 @@ async def test_auto_protocol_accepts_both() -> None:
     assert trajectory.metrics["tool_calls"] == 2
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
     assert trajectory.metrics[Metric.SOURCE_FOUND] == 1.0
-    assert await scenario.check(item, trajectory) == pytest.approx(0.8)  # right, no source cited
+    assert await scenario.check(item, trajectory) == 1.0  # a correct answer
+    assert scenario.reward(item, trajectory) == pytest.approx(0.8)  # no source cited
 
 
 BAD_TURNS: list[Turn] = [

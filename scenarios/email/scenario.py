@@ -231,10 +231,18 @@ class EmailScenario(ScenarioBase):
         return trajectory.finish()
 
     async def check(self, item: Item, trajectory: art.Trajectory) -> float:
-        return self.reward(item, trajectory)
+        """1.0 when the final answer is correct (answer_score >= CORRECT_THRESHOLD), else 0.0:
+        validation and test measure the share of questions answered correctly, never partial
+        credit (which is the training reward's job)."""
+        answer = final_answer(trajectory)
+        if answer is None:
+            return 0.0
+        score = answer_score(item.answer or "", AnswerType(item.data["answer_type"]), answer.answer)
+        return float(score >= CORRECT_THRESHOLD)
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float:
-        """The ground-truth score of the episode's final answer (scoring module docstring)."""
+        """The training reward: the episode's final answer scored with partial credit for a close
+        answer and for citing the supporting emails (scoring module docstring)."""
         answer = final_answer(trajectory)
         return score_answer(
             item.answer or "",
