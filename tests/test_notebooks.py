@@ -1,5 +1,6 @@
 """The notebooks, executed headless with nbclient (a failing cell fails the test): the inspection
-notebook on the shared tiny run, the quickstart with its own tiny training run."""
+notebook on the shared tiny run, the quickstart and the tool agent with their own tiny training
+runs."""
 
 from __future__ import annotations
 
@@ -94,3 +95,16 @@ def test_custom_task_notebook_trains_an_inline_task(tmp_path, monkeypatch):
     text = outputs(notebook)
     assert f"stop: {summary['stop_reason']}" in text
     assert "What is" in text  # the inline task's rollouts rendered
+
+
+@pytest.mark.slow
+def test_tool_agent_notebook_trains_an_agent(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVR_RUNS_ROOT", str(tmp_path / "runs"))
+    notebook = execute("tool_agent.ipynb")
+    [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2
+    text = outputs(notebook)
+    assert f"stop: {summary['stop_reason']}" in text
+    assert "LOOKUP: france" in text and "Paris" in text  # the scripted episode, shown
+    assert "rollout/tool_calls" in text and "rollout/tool_errors" in text
