@@ -21,27 +21,27 @@ _EXPORTS = {
     "Call": "rlvr.agent",
     "ConfigError": "rlvr.config",
     "Item": "rlvr.types",
-    "PluginError": "rlvr.tasks",
-    "RunResult": "rlvr.loop",
+    "PluginError": "rlvr.tasks.api",
+    "RunResult": "rlvr.training",
     "Sampling": "rlvr.types",
     "Scenario": "rlvr.types",
     "ScenarioBase": "rlvr.types",
     "Scorer": "rlvr.types",
-    "StopReason": "rlvr.loop",
-    "Task": "rlvr.tasks",
+    "StopReason": "rlvr.training",
+    "Task": "rlvr.tasks.api",
     "TrainConfig": "rlvr.config",
     "build_config": "rlvr.config",
-    "chat_turn": "rlvr.rollouts",
+    "chat_turn": "rlvr.tasks.rollouts",
     "completion_text": "rlvr.types",
     "final_reply": "rlvr.agent",
-    "group_scorer": "rlvr.scorers",
+    "group_scorer": "rlvr.scoring.scorers",
     "parse_overrides": "rlvr.config",
-    "resolve_task": "rlvr.plugins",
-    "reward_scorer": "rlvr.scorers",
-    "run_training": "rlvr.loop",
-    "scenario": "rlvr.tasks",
-    "single_turn": "rlvr.rollouts",
-    "task_config": "rlvr.plugins",
+    "resolve_task": "rlvr.tasks.plugins",
+    "reward_scorer": "rlvr.scoring.scorers",
+    "run_training": "rlvr.training",
+    "scenario": "rlvr.tasks.api",
+    "single_turn": "rlvr.tasks.rollouts",
+    "task_config": "rlvr.tasks.plugins",
     "tool_episode": "rlvr.agent",
 }
 __all__ = sorted(_EXPORTS)
@@ -63,11 +63,11 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds it to _EXPORTS
     from rlvr.agent import Call, final_reply, tool_episode  # noqa: F401
     from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides  # noqa: F401
-    from rlvr.loop import RunResult, StopReason, run_training  # noqa: F401
-    from rlvr.plugins import resolve_task, task_config  # noqa: F401
-    from rlvr.rollouts import chat_turn, single_turn  # noqa: F401
-    from rlvr.scorers import group_scorer, reward_scorer  # noqa: F401
-    from rlvr.tasks import PluginError, Task, scenario  # noqa: F401
+    from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
+    from rlvr.tasks.api import PluginError, Task, scenario  # noqa: F401
+    from rlvr.tasks.plugins import resolve_task, task_config  # noqa: F401
+    from rlvr.tasks.rollouts import chat_turn, single_turn  # noqa: F401
+    from rlvr.training import RunResult, StopReason, run_training  # noqa: F401
     from rlvr.types import (  # noqa: F401
         BudgetExhausted,
         Item,

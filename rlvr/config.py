@@ -33,7 +33,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # What to train on: an installed task name or a reference to your own (rlvr.plugins), and
+    # What to train on: an installed task name or a reference to your own (rlvr.tasks.plugins), and
     # that task's own options (validated by the task's options model; see `rlvr tasks`).
     task: str = Field(
         "math",
@@ -132,7 +132,7 @@ class TrainConfig(BaseModel):
     patience: int = Field(3, ge=1, description="evaluations without gain before stopping")
     min_delta: float = Field(0.02, ge=0, description="validation gain that counts as progress")
 
-    # Divergence alarm (reward hacking) and convergence warning; see rlvr.stopping.
+    # Divergence alarm (reward hacking) and convergence warning; see rlvr.training.stopping.
     on_divergence: OnDivergence = "stop"
     divergence_window: int = Field(3, ge=2, description="evaluations the trends are measured over")
     divergence_reward_rise: float = Field(

@@ -21,7 +21,7 @@ class FaultPoint(StrEnum):
     OPTIMIZER = "optimizer"  # the optimizer updated the weights; their checkpoint is not written
     CHECKPOINT = "checkpoint"  # halfway through the checkpoint: adapter written, optimizer not
     METRICS = "metrics"  # halfway through the step's first metrics line: a torn last line
-    # Replacing a directory (`rlvr.atomic.writing_dir`; the "step" is the directory's name):
+    # Replacing a directory (`rlvr.runs.atomic.writing_dir`; the "step" is the directory's name):
     ASIDE = "aside"  # the old directory is set aside, the new one not yet in its place
     SWAPPED = "swapped"  # the new directory is in place, the old one not yet removed
 

@@ -119,7 +119,7 @@ def table_row(row: dict[str, Any]) -> list[Any]:
     """A store.trajectory_rows row as the W&B table's cells: ids, rewards, prompt, completion."""
     import json
 
-    from rlvr.inspect import last_text
+    from rlvr.inspection import last_text
 
     messages = json.loads(row["messages"]) if row.get("messages") else []
     return [

@@ -14,7 +14,7 @@ A credential is:
 Child processes rlvr starts get `child_env()`: the environment without credential variables.
 
 Every output boundary runs its data through these: config.json (`TrainConfig.public_dict`),
-metrics.jsonl, summary.json and parquet (`rlvr.store`), W&B (`rlvr.integrations`), error text
+metrics.jsonl, summary.json and parquet (`rlvr.runs.store`), W&B (`rlvr.integrations`), error text
 (ConfigError, the judge client, the CLI) and log records (`install_log_redaction`).
 """
 
@@ -110,7 +110,7 @@ def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
 
 
 def redact_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Trajectory table rows (`rlvr.store.trajectory_rows`) with credentials removed from every
+    """Trajectory table rows (`rlvr.runs.store.trajectory_rows`) with credentials removed from every
     text cell; `logs`, which carries error text, also loses key-shaped strings."""
     secrets = secret_values()
 

@@ -7,10 +7,13 @@ Data that flows (Item, Sampling) are small frozen pydantic models. The protocols
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import art
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from rlvr.config import TrainConfig
 
 
 class Item(BaseModel):
@@ -37,6 +40,15 @@ class Sampling(BaseModel):
     top_p: float = 1.0
     max_tokens: int = 64
     step: int | None = None
+
+    @classmethod
+    def from_config(
+        cls, cfg: TrainConfig, split: Literal["train", "val", "test"], step: int | None = None
+    ) -> Sampling:
+        """The run's sampling for a split: training samples at `temperature`; validation and
+        test at `val_temperature` (0 = greedy)."""
+        temperature = cfg.temperature if split == "train" else cfg.val_temperature
+        return cls(temperature=temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, step=step)
 
 
 @runtime_checkable

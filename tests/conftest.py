@@ -1,7 +1,7 @@
 """Shared fixtures.
 
 `tiny_run` (session scope, for slow tests): ONE real training run on the CPU policy, shared by
-every test that only reads a run directory (rlvr.inspect, `rlvr inspect`, the notebooks):
+every test that only reads a run directory (rlvr.inspection, `rlvr inspect`, the notebooks):
 
     math / easy, 2 groups of 4 rollouts, 2 steps, validation after every step, 16 new tokens,
     40 items (32 train / 4 val / 4 test), scorer = the task's verifier, no judge.
@@ -39,13 +39,13 @@ class TinyRun(BaseModel):
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     run_dir: Path
-    result: object  # rlvr.loop.RunResult
+    result: object  # rlvr.training.RunResult
 
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     from rlvr.config import TrainConfig
-    from rlvr.loop import run_training
+    from rlvr.training import run_training
 
     run_dir = tmp_path_factory.mktemp("tiny") / "math-tiny"
     result = asyncio.run(run_training(TrainConfig(**TINY_RUN, run_dir=run_dir)))

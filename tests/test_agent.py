@@ -23,7 +23,7 @@ from rlvr.agent.episode import run_call
 from rlvr.agent.tools import text_arguments
 from rlvr.config import ConfigError
 from rlvr.metrics import M
-from rlvr.tasks import PluginError, Task
+from rlvr.tasks.api import PluginError, Task
 from rlvr.types import Item, Sampling
 from tests.scripted import ScriptedPolicy
 
@@ -402,7 +402,7 @@ def test_the_hooks_are_declared_with_defaults() -> None:
 
 
 def test_sft_without_demonstrate_is_a_config_error() -> None:
-    from rlvr.warmstart import check_can_demonstrate
+    from rlvr.training.warmstart import check_can_demonstrate
 
     with pytest.raises(ConfigError, match="sft_steps=2: task bare has no demonstrate"):
         check_can_demonstrate(rlvr.build_config({"task": "x", "sft_steps": 2}), Based())
@@ -463,7 +463,7 @@ def make():
 @pytest.mark.slow
 @pytest.mark.parametrize("protocol", ["text"])
 def test_a_users_tool_agent_trains_from_its_file(tmp_path: Path, protocol: str) -> None:
-    from rlvr import store
+    from rlvr.runs import store
     from tests.test_custom_task import TINY, fresh_cli, only_run
 
     agent = tmp_path / "elsewhere" / "capitals_agent.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.stopping import AlarmName, EvalPoint, Thresholds, divergence
+from rlvr.training.stopping import AlarmName, EvalPoint, Thresholds, divergence
 
 DATA = Path(__file__).parent / "data"
 

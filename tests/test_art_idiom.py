@@ -23,11 +23,11 @@ from pydantic import BaseModel
 
 import rlvr
 from rlvr.config import ConfigError
-from rlvr.loop import turns_without_logprobs
 from rlvr.metrics import M
-from rlvr.rollout_model import RolloutModel, with_defaults
-from rlvr.scorers import RolloutScorer
-from rlvr.tasks import as_items, takes_two
+from rlvr.scoring.scorers import RolloutScorer
+from rlvr.tasks.api import as_items, takes_two
+from rlvr.tasks.rollout_model import RolloutModel, with_defaults
+from rlvr.training.step import turns_without_logprobs
 from rlvr.types import Item, Sampling
 from tests.scripted import ScriptedPolicy
 
@@ -234,7 +234,7 @@ def make():
 def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str) -> None:
     """As ART's examples are written (the client asks for logprobs for them), and with logprobs
     explicitly refused: the turns are then trained with recomputed logprobs, not skipped."""
-    from rlvr import store
+    from rlvr.runs import store
     from tests.test_custom_task import TINY, fresh_cli, only_run
 
     task = tmp_path / "elsewhere" / "art_style.py"

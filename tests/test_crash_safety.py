@@ -26,10 +26,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from rlvr import atomic, faults, store
-from rlvr.backends import ART_DIR, rewind_policy
+from rlvr import faults
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from rlvr.runs import atomic, store
+from rlvr.training.backends import ART_DIR, rewind_policy
 from tests import warm
 
 ROOT = Path(__file__).resolve().parents[1]

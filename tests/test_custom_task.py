@@ -15,8 +15,9 @@ import polars as pl
 import pytest
 
 import rlvr
-from rlvr import plugins, store
 from rlvr.metrics import M
+from rlvr.runs import store
+from rlvr.tasks import plugins
 from scenarios.dataset import EXAMPLE
 from tests import warm
 

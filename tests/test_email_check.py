@@ -101,8 +101,8 @@ def test_source_f1(cited: list[str], supporting: list[str], score: float) -> Non
     [
         (AnswerType.TEXT, "Room 4B", ["e3"], 1.0),
         (AnswerType.TEXT, "Room 4B", [], A),
-        (AnswerType.TEXT, "Room 9", ["e3"], A * 0.5 + S),  # wrong room, right email
-        (AnswerType.TEXT, "zzz", ["e3"], S),  # wrong answer, right email: partial credit
+        (AnswerType.TEXT, "Room 9", ["e3"], S),  # a near miss earns no answer credit
+        (AnswerType.TEXT, "zzz", ["e3"], S),  # wrong answer, right email: source credit
         (AnswerType.TEXT, None, ["e3"], 0.0),  # no final answer: nothing
         (AnswerType.ABSENT, "not in the inbox", [], 1.0),
         (AnswerType.ABSENT, "not in the inbox", ["e3"], 1.0),

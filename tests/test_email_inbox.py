@@ -195,8 +195,8 @@ def test_make_scenario_items(level: Level) -> None:
     assert scenario.default_scorer == "verifier"
 
 
-def test_default_difficulty_is_easy_and_medium_is_the_default_level() -> None:
-    assert make_scenario(Options(num_items=10)).level is Level.EASY
+def test_the_default_is_the_agent_level_medium() -> None:
+    assert make_scenario(Options(num_items=10)).level is Level.MEDIUM
     assert make_scenario(Options(difficulty="default", num_items=10)).level is Level.MEDIUM
 
 

@@ -201,7 +201,8 @@ async def test_auto_protocol_gets_text_demonstrations() -> None:
     played = make_scenario(Options(difficulty="medium", tool_protocol="auto", num_items=20))
     for item in played.load():
         demo = await played.demonstrate(item)
-        assert demo.reward == 1.0 and demo.metadata["protocol"] == "text"
+        tools = as_tools(inbox_tools(played.store, item.data["inbox"]))
+        assert demo.tools == [t.schema() for t in tools.values()] and demo.reward == 1.0
         assert all("tool_calls" not in m for m in assistant_messages(demo))
         assert demo.metrics["tool_calls"] == demo.metrics["turns"] - 1
 

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import art
 import pytest
 
-from rlvr.failures import Failure, FailureLog, RunFailed, failures_of, user_frame
-from rlvr.loop import evaluate
+from rlvr.training.evaluation import evaluate
+from rlvr.training.failures import Failure, FailureLog, RunFailed, failures_of, user_frame
 from rlvr.types import Item, Sampling
 
 RLVR = str(Path(sys.executable).parent / "rlvr")

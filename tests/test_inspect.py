@@ -1,4 +1,4 @@
-"""rlvr.inspect on run directories written with rlvr.store from real art.Trajectory objects."""
+"""rlvr.inspection on run directories written with rlvr.runs.store from real art.Trajectory objects."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from openai.types.chat.chat_completion_message_tool_call import (
 )
 from rich.console import Console
 
-from rlvr import inspect as ri
-from rlvr import store
+from rlvr import inspection as ri
 from rlvr.config import TrainConfig
+from rlvr.inspection.conversations import RUBRIC_VERDICTS, RULER_EXPLANATION
 from rlvr.metrics import M
+from rlvr.runs import store
 
 SYSTEM = {"role": "system", "content": "You are a calculator."}
 
@@ -328,7 +329,7 @@ def _render(renderable) -> str:
 def test_ruler_explanation_and_score_come_from_logs_and_metrics():
     t = trajectory("5", 0.9, 1.0)
     t.metrics["ruler_score"] = 0.9
-    t.log(f"{ri.RULER_EXPLANATION}Correct and concise.")
+    t.log(f"{RULER_EXPLANATION}Correct and concise.")
     conv = ri.conversation(_row(t))
     assert conv.judge.scores == {"ruler_score": 0.9}
     assert conv.judge.explanations == ["Correct and concise."]
@@ -338,7 +339,7 @@ def test_ruler_explanation_and_score_come_from_logs_and_metrics():
 def test_rubric_verdicts_from_the_real_rubric_scorer_output():
     from judges.rubric import VERDICTS_KEY, Verdict, with_verdicts
 
-    assert VERDICTS_KEY == ri.RUBRIC_VERDICTS
+    assert VERDICTS_KEY == RUBRIC_VERDICTS
     verdicts = [
         Verdict(criterion=1, text="Gives the number", points=2, met=True, rationale="It says 5."),
         Verdict(criterion=2, text="Rambles", points=-1, met=True, rationale="Three sentences."),
@@ -368,7 +369,7 @@ def test_ruler_log_prefix_is_arts():
     import inspect as stdlib_inspect
 
     source = stdlib_inspect.getsource(importlib.import_module("art.rewards.ruler"))
-    assert f'f"{ri.RULER_EXPLANATION}{{score.explanation}}"' in source
+    assert f'f"{RULER_EXPLANATION}{{score.explanation}}"' in source
 
 
 # --- hacking candidates -------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def test_rollout_text_prints_verbatim_never_as_markup(tmp_path, markup: str, vie
     (it used to crash --suspicious and --step with a MarkupError)."""
     import art
 
-    from rlvr import store
+    from rlvr.runs import store
     from tests.test_inspect import trajectory
 
     run_dir = make_run(tmp_path / "run")

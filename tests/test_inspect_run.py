@@ -1,4 +1,4 @@
-"""rlvr.inspect and `rlvr inspect` on real runs (slow tier): the shared tiny run, and a run with a
+"""rlvr.inspection and `rlvr inspect` on real runs (slow tier): the shared tiny run, and a run with a
 planted hack (scorer=length: reward grows with reply length, validation stays correctness)."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import polars as pl
 import pytest
 from typer.testing import CliRunner
 
-from rlvr import inspect as ri
+from rlvr import inspection as ri
 from rlvr.cli import app
+from rlvr.inspection.views import summary_line
 from rlvr.metrics import M
 
 pytestmark = pytest.mark.slow
@@ -73,7 +74,7 @@ def test_cli_on_the_tiny_run(tiny_run):
 @pytest.fixture(scope="module")
 def hacked_run(tmp_path_factory):
     from rlvr.config import TrainConfig
-    from rlvr.loop import run_training
+    from rlvr.training import run_training
 
     from .conftest import TINY_RUN
 
@@ -127,4 +128,4 @@ def test_the_tiny_runs_summary_has_the_paired_test_block(tiny_run):
     assert test["final"] == pytest.approx(summary["test_accuracy"])
     assert "bootstrap" in test["method"]
     run = ri.load_run(tiny_run.run_dir)
-    assert "on 4 test items (p=" in ri._summary_line(run)
+    assert "on 4 test items (p=" in summary_line(run)

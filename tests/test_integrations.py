@@ -14,8 +14,8 @@ import art
 import pytest
 
 from rlvr import integrations as ig
-from rlvr import store
 from rlvr.config import TrainConfig
+from rlvr.runs import store
 
 CLOSED_PORT_URL = (
     "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused

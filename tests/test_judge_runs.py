@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from rlvr.config import TrainConfig
-from rlvr.loop import run_training
+from rlvr.training import run_training
 from tests.fault_server import Fault, FaultServer
 
 pytestmark = pytest.mark.slow
@@ -210,8 +210,8 @@ async def test_reference_guided_ruler_sees_training_labels_only(
     """scorer=ruler_ref puts each item's label in the judge's prompt: asserted on the prompts
     the judge received, every one is a training item's with its own label, and no validation
     or test item (question or label) ever reaches the judge."""
-    from rlvr.plugins import resolve_task
-    from rlvr.split import split_items
+    from rlvr.tasks.plugins import resolve_task
+    from rlvr.training.split import split_items
 
     server.schedule([])
     server.bodies.clear()

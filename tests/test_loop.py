@@ -5,10 +5,10 @@ import json
 import polars as pl
 import pytest
 
-from rlvr import store
 from rlvr.config import TrainConfig
-from rlvr.loop import StopReason, run_training
 from rlvr.metrics import M
+from rlvr.runs import store
+from rlvr.training import StopReason, run_training
 
 pytestmark = pytest.mark.slow
 

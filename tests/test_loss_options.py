@@ -14,9 +14,9 @@ import pytest
 import pytest_asyncio
 from typer.testing import CliRunner
 
-from rlvr.backends import train_kwargs
 from rlvr.cli import app
 from rlvr.config import ConfigError, TrainConfig, parse_overrides
+from rlvr.training.backends import train_kwargs
 
 
 @pytest.mark.parametrize(

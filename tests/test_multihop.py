@@ -18,9 +18,9 @@ from openai.types.chat.chat_completion import Choice
 from rlvr.agent import Call, EpisodeEnd, as_tools
 from rlvr.agent.episode import run_call
 from rlvr.config import ConfigError
-from rlvr.plugins import resolve_task, task_config
+from rlvr.tasks.plugins import resolve_task, task_config
+from rlvr.training.warmstart import demonstrations
 from rlvr.types import Item, Sampling
-from rlvr.warmstart import demonstrations
 from scenarios.multihop import Options, oracle
 from scenarios.multihop.corpus import Corpus, Question, generate_corpus, read_fact
 from scenarios.multihop.index import PassageIndex

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from rlvr import inspect as ri
+from rlvr import inspection as ri
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores

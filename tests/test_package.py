@@ -69,3 +69,46 @@ print(sorted({{m.split(".")[0] for m in sys.modules}} & set({HEAVY!r})))
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-500:]
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("outside", ["judges", "scenarios"])
+def test_rlvr_never_imports_judges_or_tasks(outside: str) -> None:
+    """Judges, tasks and their commands plug in through entry points, as anyone's do."""
+    importers = [
+        str(path.relative_to(ROOT))
+        for path in (ROOT / "rlvr").rglob("*.py")
+        if any(m == outside or m.startswith(f"{outside}.") for m in imported_modules(path))
+    ]
+    assert importers == []
+
+
+def test_no_module_shares_a_name_with_a_standard_module_rlvr_uses() -> None:
+    """A reader of `import inspect` beside an `rlvr/inspect.py` cannot tell which one is meant."""
+    ours = {p.stem for p in (ROOT / "rlvr").rglob("*.py")}
+    used = {
+        m.partition(".")[0]
+        for path in (ROOT / "rlvr").rglob("*.py")
+        for m in imported_modules(path)
+        if m.partition(".")[0] in sys.stdlib_module_names
+    }
+    assert ours & used == set()
+
+
+def test_a_judged_run_without_a_judge_provider_is_one_line(monkeypatch) -> None:
+    from rlvr.config import build_config
+    from rlvr.tasks import plugins
+
+    monkeypatch.setattr(plugins, "_entry_points", lambda group: {})
+    with pytest.raises(plugins.PluginError, match=r"judge=local: no judge provider is installed"):
+        plugins.open_judge(build_config({"task": "math", "judge": "local"}))

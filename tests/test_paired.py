@@ -68,7 +68,7 @@ def test_unpaired_input_is_refused(before, after) -> None:
 def _run_with_test_scores(run_dir, scores: dict[str, float]):
     import art
 
-    from rlvr import store
+    from rlvr.runs import store
 
     groups = [
         art.TrajectoryGroup(

@@ -291,7 +291,8 @@ async def test_trained_positions_logprobs_equal_the_full_vocabulary_forward(
     from art.loss import shift_tensor
 
     from rlvr.policy.backend import pack_groups
-    from rlvr.policy.engine import _trained_positions, _trimmed, group_attention_mask
+    from rlvr.policy.sampler import group_attention_mask
+    from rlvr.policy.trainer import _trained_positions, _trimmed
 
     group = await rollout_group(policy, "Name a planet.", [1, 2, 3, 4], lambda s, _: float(s % 2))
     engine = backend._engines[policy.name]

@@ -19,15 +19,11 @@ import pytest_asyncio
 import torch
 
 from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.engine import (
-    PRECISION_ENV,
-    _trained_positions,
-    _trimmed,
-    choose_autocast,
-    group_attention_mask,
-    run_head_in_fp32,
-)
+from rlvr.policy.common import PRECISION_ENV
+from rlvr.policy.device import choose_autocast, run_head_in_fp32
 from rlvr.policy.models import DEFAULT_MODEL
+from rlvr.policy.sampler import group_attention_mask
+from rlvr.policy.trainer import _trained_positions, _trimmed
 
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured.
 KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3}

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import faults, store
+from rlvr import faults
+from rlvr.runs import store
 
 WRITER = """
 import sys
 from pathlib import Path
-from rlvr import store
+from rlvr.runs import store
 store.save_checkpoint(Path(sys.argv[1]), Path(sys.argv[2]), "best")
 """
 

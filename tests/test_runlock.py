@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import runlock
 from rlvr.config import TrainConfig
+from rlvr.runs import runlock
 
 RLVR = str(Path(sys.executable).parent / "rlvr")
 HOLDER = """
 import sys, time
 from pathlib import Path
-from rlvr.runlock import hold
+from rlvr.runs.runlock import hold
 with hold(Path(sys.argv[1])):
     print("held", flush=True)
     time.sleep(120)

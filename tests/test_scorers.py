@@ -3,10 +3,10 @@ import pytest
 
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.metrics import M, agreement, group_stats, has_signal
-from rlvr.scorers import GatedScorer, LengthScorer, VerifierScorer, WeightedScorer
-from rlvr.scoring import make_scorer
+from rlvr.scoring.scorers import GatedScorer, LengthScorer, VerifierScorer, WeightedScorer
+from rlvr.scoring.verifiers import contains_answer
+from rlvr.tasks.scorer_spec import make_scorer
 from rlvr.types import Item, completion_text
-from rlvr.verifiers import contains_answer
 from scenarios.math import MathScenario
 
 ITEM = Item(id="q1", prompt="Calculate 7 + 5.", answer="12")

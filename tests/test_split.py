@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.split import split_items, split_sizes
+from rlvr.training.split import split_items, split_sizes
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.stopping import (
+from rlvr.training.stopping import (
     AlarmName,
     EvalPoint,
     StepPoint,

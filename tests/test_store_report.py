@@ -4,11 +4,11 @@ import art
 import polars as pl
 import pytest
 
-from rlvr import store
 from rlvr.config import TrainConfig
-from rlvr.hints import decision_hints
 from rlvr.metrics import M
-from rlvr.report import plot_report
+from rlvr.runs import store
+from rlvr.runs.report import plot_report
+from rlvr.training.hints import decision_hints
 
 
 def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):

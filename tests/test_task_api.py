@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 import rlvr
-from rlvr import plugins
 from rlvr.cli import app
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.metrics import M, trajectory_metric_means
-from rlvr.scaffold import ScaffoldError, write_task
-from rlvr.scoring import make_scorer
-from rlvr.tasks import PluginError, Task, as_items
+from rlvr.tasks import plugins
+from rlvr.tasks.api import PluginError, Task, as_items
+from rlvr.tasks.scaffold import ScaffoldError, write_task
+from rlvr.tasks.scorer_spec import make_scorer
 
 TASK_FILE = """
 import rlvr
@@ -274,7 +274,7 @@ async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> 
     [
         (
             "nonsense",
-            r"unknown scorer 'nonsense'; installed: length, rubric, ruler, ruler_ref, verifier",
+            r"unknown scorer 'nonsense'; installed: length, rollout, rubric, ruler, ruler_ref, verifier",
         ),
         ("ruler", r"ruler: this scorer needs a judge"),
         ("{file}:NOT_CALLABLE", r"int is not a scorer or a scorer factory"),

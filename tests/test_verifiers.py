@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from rlvr.verifiers import (
+from rlvr.scoring.verifiers import (
     VERIFIERS,
     contains_answer,
     exact_match,

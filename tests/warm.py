@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 ROOT = Path(__file__).resolve().parents[1]
-PRELOAD = ["rlvr.cli", "rlvr.loop", "rlvr.policy.backend", "tests.warm"]
+PRELOAD = ["rlvr.cli", "rlvr.training.loop", "rlvr.policy.backend", "tests.warm"]
 
 
 class Finished(BaseModel):

@@ -15,6 +15,7 @@ from rlvr.agent.episode import (
     EpisodeMetric,
     Protocol,
     Script,
+    chat,
     final_reply,
     tool_episode,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "ToolError",
     "as_tool",
     "as_tools",
+    "chat",
     "final_reply",
     "search",
     "text_call",

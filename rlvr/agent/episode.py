@@ -82,6 +82,11 @@ class _Counts:
         self.by_tool = dict.fromkeys(tools, 0)
 
 
+def chat(system: str, user: str) -> list[dict[str, Any]]:
+    """The usual start of an episode: a system prompt and the user's message."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def with_instructions(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
     """`messages` with `text` appended to the system message (one is added when there is none)."""
     if messages and messages[0].get("role") == "system":
@@ -176,13 +181,16 @@ async def tool_episode(
     script: Script | None = None,
     instructions: bool = True,
     last_turn_note: str | None = LAST_TURN_NOTE,
+    metadata: Mapping[str, str | int | float | bool | None] | None = None,
 ) -> art.Trajectory:
     """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
     0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
     `turn_limit` and `calls/<tool>` (successful calls per tool). `tools` are plain functions (or `rlvr.agent.Tool`s); `script` replaces the
     model with a scripted policy; `instructions=False` leaves the text protocol's instructions
     out of the system prompt (write your own); `last_turn_note` is added to the observations
-    before the last turn (small models rarely count turns)."""
+    before the last turn (small models rarely count turns); `metadata` is added to the
+    trajectory's. Under `auto` a script writes text actions (the prompt shows them) while the
+    schemas are offered, as a model sees it."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
     if max_turns < 1:
@@ -197,7 +205,7 @@ async def tool_episode(
     trajectory = art.Trajectory(
         messages_and_choices=shown,
         tools=schemas if protocol != "text" and schemas else None,
-        metadata={"item_id": item.id, "protocol": protocol},
+        metadata={**(metadata or {}), "item_id": item.id, "protocol": protocol},
         reward=0.0,
     )
 

@@ -217,17 +217,15 @@ def lookup(tools: Mapping[str, Tool], name: str | None) -> Tool:
 _DECOR = r"[\s>*_`#\-]*"
 
 
-def _line_pattern(tools: Mapping[str, Tool]) -> re.Pattern[str]:
-    names = "|".join(re.escape(n) for n in sorted(tools, key=len, reverse=True))
-    return re.compile(rf"^{_DECOR}({names})[\s*_`]*[:：][\s*_`]*(.*)$", re.IGNORECASE)
-
-
-def find_text_call(text: str | None, tools: Mapping[str, Tool]) -> tuple[Tool, str] | None:
-    """The first action line of `text`: its tool and the rest of the line (or, when the line
-    ends at the colon, the next non-empty line). None when the text holds no action."""
-    if not tools:
+def marked_line(text: str | None, verbs: Iterable[str]) -> tuple[str, str] | None:
+    """The first line of `text` that starts with one of `verbs` and a colon (any case, markdown
+    decoration tolerated): (the verb as written, the rest of the line — or, when the line ends at
+    the colon, the next non-empty line). None when no line does. Final-answer lines
+    (`ANSWER: …`) are read with it too."""
+    names = "|".join(re.escape(v) for v in sorted(verbs, key=len, reverse=True))
+    if not names:
         return None
-    pattern = _line_pattern(tools)
+    pattern = re.compile(rf"^{_DECOR}({names})[\s*_`]*[:：][\s*_`]*(.*)$", re.IGNORECASE)
     lines = (text or "").splitlines()
     for n, line in enumerate(lines):
         found = pattern.match(line)
@@ -236,8 +234,15 @@ def find_text_call(text: str | None, tools: Mapping[str, Tool]) -> tuple[Tool, s
         rest = found.group(2).strip()
         if not rest:
             rest = next((later.strip() for later in lines[n + 1 :] if later.strip()), "")
-        return lookup(tools, found.group(1)), rest
+        return found.group(1), rest
     return None
+
+
+def find_text_call(text: str | None, tools: Mapping[str, Tool]) -> tuple[Tool, str] | None:
+    """The first action line of `text`: its tool and the rest of the line. None when the text
+    holds no action."""
+    found = marked_line(text, tools)
+    return None if found is None else (lookup(tools, found[0]), found[1])
 
 
 def text_arguments(tool: Tool, rest: str) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from typing import Any, Literal
 
 import art
 from art import dev
-from art._backend_training import build_rl_train_configs
 from art.local.checkpoints import delete_checkpoints
 from art.metrics_taxonomy import build_training_summary_metrics, summarize_trajectory_groups
 from art.preprocessing.pack import packed_tensors_from_tokenized_results
@@ -41,12 +40,13 @@ from art.types import LocalTrainResult, TrainSFTConfig
 from art.utils.get_model_step import get_step_from_dir
 from art.utils.output_dirs import get_model_dir
 
-from rlvr import atomic
-from rlvr.policy import engine as engine_module
+from rlvr.art_private import build_rl_train_configs
+from rlvr.policy import common as engine_names
 from rlvr.policy.engine import Engine, LoraSettings, OptimSettings, Precision
 from rlvr.policy.models import resolve_model
 from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
 from rlvr.redact import redact_data
+from rlvr.runs import atomic
 
 logger = logging.getLogger(__name__)
 
@@ -391,10 +391,10 @@ def _tokenize_pack_train(
     if packed is None:  # nothing to learn from: the step still advances, as in ART
         engine.save_step(step)
         return {
-            engine_module.LOSS: 0.0,
-            engine_module.KL: 0.0,
-            engine_module.GRAD_NORM: 0.0,
-            engine_module.NUM_TOKENS: 0.0,
-            engine_module.GRADIENT_STEPS: 0.0,
+            engine_names.LOSS: 0.0,
+            engine_names.KL: 0.0,
+            engine_names.GRAD_NORM: 0.0,
+            engine_names.NUM_TOKENS: 0.0,
+            engine_names.GRADIENT_STEPS: 0.0,
         }
     return engine.train(packed, config, dev_config, step=step, num_substeps=num_substeps)

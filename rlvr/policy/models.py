@@ -21,7 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr import atomic
+from rlvr.runs import atomic
 
 DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "RLVR_CACHE"

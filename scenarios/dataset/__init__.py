@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks import Task
+from rlvr.tasks.api import Task
 
 if TYPE_CHECKING:
     from rlvr.types import Scenario

@@ -11,9 +11,9 @@ from typing import Any
 import art
 
 from rlvr.config import ConfigError
-from rlvr.rollouts import single_turn
+from rlvr.scoring.verifiers import VERIFIERS, RewardFn, contains_answer
+from rlvr.tasks.rollouts import single_turn
 from rlvr.types import Item, Sampling, Scenario, ScenarioBase, completion_text
-from rlvr.verifiers import VERIFIERS, RewardFn, contains_answer
 from scenarios.dataset import Options
 
 log = logging.getLogger("rlvr.scenarios.dataset")

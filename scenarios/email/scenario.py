@@ -23,7 +23,7 @@ from typing import Any
 import art
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.agent import Protocol, final_reply, tool_episode
+from rlvr.agent import Protocol, chat, final_reply, tool_episode
 from rlvr.config import ConfigError
 from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.email import Options, oracle
@@ -185,27 +185,15 @@ class EmailScenario(ScenarioBase):
         self, model: art.Model | None, item: Item, sampling: Sampling, script: Any = None
     ) -> art.Trajectory:
         inbox = self.inboxes[item.data["inbox"]]
-        messages = [
-            {"role": "system", "content": system_prompt(inbox, self.spec.max_turns)},
-            {"role": "user", "content": question_prompt(item, inbox, self.spec)},
-        ]
-        trajectory = await tool_episode(
-            model,
-            item,
-            messages,
-            inbox_tools(self.store, inbox.id),
-            sampling,
-            max_turns=self.spec.max_turns,
-            # auto shows the text protocol too, so its demonstrations are text
-            protocol="text" if script is not None and self.protocol == "auto" else self.protocol,
-            script=script,
+        about = {"inbox": inbox.id, "question_id": item.data["question_id"]}
+        prompt = chat(
+            system_prompt(inbox, self.spec.max_turns), question_prompt(item, inbox, self.spec)
         )
-        trajectory.metadata |= {
-            "inbox": inbox.id,
-            "question_id": item.data["question_id"],
-            "kind": item.data["kind"],
-            "difficulty": self.level.value,
-        }
+        tools = inbox_tools(self.store, inbox.id)
+        trajectory = await tool_episode(
+            model, item, prompt, tools, sampling, self.spec.max_turns, self.protocol, script=script,
+            metadata={**about, "kind": item.data["kind"], "difficulty": self.level.value},
+        )  # fmt: skip
         return self._measure(item, trajectory)
 
     def _measure(self, item: Item, trajectory: art.Trajectory) -> art.Trajectory:

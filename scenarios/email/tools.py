@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.agent import ToolError
+from rlvr.agent.tools import marked_line
 from scenarios.email.inbox import Email
 from scenarios.email.store import InboxStore, SearchHit, ToolInputError
 
@@ -35,7 +36,6 @@ MAX_SOURCE_IDS = 20
 ANSWER_VERB = "ANSWER"
 
 _EMAIL_ID = re.compile(r"\be\d{1,4}\b", re.IGNORECASE)
-_ANSWER_LINE = re.compile(rf"^[\s>*_`#\-]*{ANSWER_VERB}[\s*_`]*[:：][\s*_`]*(.*)$", re.IGNORECASE)
 
 
 class Answer(BaseModel):
@@ -55,13 +55,9 @@ def email_ids(text: str) -> tuple[str, ...]:
 def parse_answer(reply: str | None) -> Answer | None:
     """The answer of a final reply: the first `ANSWER: text | ids` line (the answer may sit on
     the next line), else the whole reply with the ids it mentions; None for an empty reply."""
-    lines = (reply or "").splitlines()
-    for n, line in enumerate(lines):
-        found = _ANSWER_LINE.match(line)
-        if found is None:
-            continue
-        rest = found.group(1).strip() or next((x.strip() for x in lines[n + 1 :] if x.strip()), "")
-        text, bar, ids = rest.rpartition("|") if "|" in rest else (rest, "", "")
+    marked = marked_line(reply, [ANSWER_VERB])
+    if marked is not None:
+        text, bar, ids = marked[1].rpartition("|") if "|" in marked[1] else (marked[1], "", "")
         text = text.strip().strip("\"'`").strip()
         if text:
             return Answer(answer=text[:MAX_ANSWER_CHARS], source_ids=email_ids(ids) if bar else ())

@@ -7,7 +7,7 @@ the moves that change it.
 An episode is a fold of `step` over the policy's replies, starting from the item's seeded board
 (`start`). `step` is pure, so the reward and the check re-play an episode from its stored
 messages (`replay`) by the very rules the rollout used. Each reply is sampled with
-`rlvr.rollouts.chat_turn` and its `Choice` kept, so ART trains on the sampled tokens.
+`rlvr.tasks.rollouts.chat_turn` and its `Choice` kept, so ART trains on the sampled tokens.
 
 A reply that names no direction (unparsed) or a direction that changes nothing (no-op) is an
 invalid move: counted in `game/invalid_moves`, it costs `invalid_penalty` of reward and, under
@@ -31,7 +31,7 @@ import art
 import openai
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.rollouts import chat_turn
+from rlvr.tasks.rollouts import chat_turn
 from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.game2048.game import Board, Direction, Game, legal_moves, render
 from scenarios.game2048.moves import directions_named, parse_move

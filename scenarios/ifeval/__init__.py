@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks import Task
+from rlvr.tasks.api import Task
 
 if TYPE_CHECKING:
     from scenarios.ifeval.scenario import IFEvalScenario

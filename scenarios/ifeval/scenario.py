@@ -30,7 +30,7 @@ from typing import Any
 
 import art
 
-from rlvr.rollouts import single_turn
+from rlvr.tasks.rollouts import single_turn
 from rlvr.types import Item, Sampling, ScenarioBase, completion_text
 from scenarios.ifeval.checkers import Evaluation, Instruction, evaluate
 

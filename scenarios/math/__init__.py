@@ -17,10 +17,10 @@ import art
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.config import ConfigError, TrainConfig
-from rlvr.rollouts import single_turn
-from rlvr.tasks import Task
+from rlvr.scoring.verifiers import contains_answer, numeric_match
+from rlvr.tasks.api import Task
+from rlvr.tasks.rollouts import single_turn
 from rlvr.types import Item, Sampling, ScenarioBase, completion_text
-from rlvr.verifiers import contains_answer, numeric_match
 
 SYSTEM = "You are a calculator. Reply with only the final number."
 

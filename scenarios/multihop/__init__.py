@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks import Task
+from rlvr.tasks.api import Task
 from scenarios.multihop.scoring import RewardKind
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from typing import Any
 import art
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.agent import Protocol, final_reply, tool_episode
+from rlvr.agent import Protocol, chat, final_reply, tool_episode
 from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.multihop import Options, oracle
 from scenarios.multihop.corpus import Corpus, Question, generate_corpus
@@ -212,27 +212,19 @@ class MultihopScenario(ScenarioBase):
         script: Any = None,
     ) -> art.Trajectory:
         shown = shown_passages(question, self.spec, self.distractors)
-        messages = [
-            {"role": "system", "content": system_prompt(self.spec.max_turns)},
-            {"role": "user", "content": question_prompt(question, self.corpus, shown)},
-        ]
-        trajectory = await tool_episode(
-            model,
-            item,
-            messages,
-            corpus_tools(self.index, self.top_k),
-            sampling,
-            max_turns=self.spec.max_turns,
-            # auto shows the text protocol too, so its demonstrations are text
-            protocol="text" if script is not None and self.protocol == "auto" else self.protocol,
-            script=script,
+        prompt = chat(
+            system_prompt(self.spec.max_turns), question_prompt(question, self.corpus, shown)
         )
-        trajectory.metadata |= {
+        about = {
             "question_id": question.id,
             "kind": question.kind.value,
             "hops": len(question.hops),
-            "difficulty": self.level.value,
         }
+        trajectory = await tool_episode(
+            model, item, prompt, corpus_tools(self.index, self.top_k), sampling,
+            self.spec.max_turns, self.protocol, script=script,
+            metadata={**about, "difficulty": self.level.value},
+        )  # fmt: skip
         return self._measure(question, trajectory)
 
     def _measure(self, question: Question, trajectory: art.Trajectory) -> art.Trajectory:

@@ -18,7 +18,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.verifiers import exact_match, token_f1
+from rlvr.scoring.verifiers import exact_match, token_f1
 
 
 class RewardKind(StrEnum):

@@ -25,7 +25,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.agent import ToolError
-from rlvr.verifiers import final_answer
+from rlvr.agent.tools import marked_line
+from rlvr.scoring.verifiers import final_answer
 from scenarios.multihop.corpus import Passage
 from scenarios.multihop.index import Hit, PassageIndex
 
@@ -35,7 +36,6 @@ ANSWER_VERB = "ANSWER"
 
 PASSAGE_ID = re.compile(r"\bp\d{1,4}\b", re.IGNORECASE)
 _SHOWN_TAG = re.compile(r"\[(p\d{1,4})\]")
-_ANSWER_LINE = re.compile(rf"^[\s>*_`#\-]*{ANSWER_VERB}[\s*_`]*[:：][\s*_`]*(.*)$", re.IGNORECASE)
 
 
 class Answer(BaseModel):
@@ -47,15 +47,10 @@ class Answer(BaseModel):
 
 def parse_answer(reply: str | None) -> Answer | None:
     """The answer of a final reply (module docstring); None for an empty reply."""
-    lines = (reply or "").splitlines()
-    for n, line in enumerate(lines):
-        found = _ANSWER_LINE.match(line)
-        if found is None:
-            continue
-        rest = found.group(1).strip() or next((x.strip() for x in lines[n + 1 :] if x.strip()), "")
-        text = rest.split("|")[0].strip().strip("\"'`*").strip()
-        if text:
-            return Answer(text=text[:MAX_ANSWER_CHARS])
+    marked = marked_line(reply, [ANSWER_VERB])
+    text = marked[1].split("|")[0].strip().strip("\"'`*").strip() if marked else ""
+    if text:
+        return Answer(text=text[:MAX_ANSWER_CHARS])
     text = (reply or "").strip()
     if not text:
         return None

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.tasks import Task
+from rlvr.tasks.api import Task
 
 if TYPE_CHECKING:
     from judges.client import JudgeClient

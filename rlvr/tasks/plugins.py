@@ -1,8 +1,9 @@
-"""Resolution of task and scorer names: the one place where a name becomes an object.
+"""Resolution of task, scorer and judge names: the one place where a name becomes an object.
 
 A name is one of
-- an entry point of an installed package: group `rlvr.scenarios` (tasks) or `rlvr.scorers`
-  (scorers) — rlvr's own tasks and scorers are registered this way, with no privileged path;
+- an entry point of an installed package: group `rlvr.scenarios` (tasks), `rlvr.scorers`
+  (scorers) or `rlvr.judges` (the judge client's opener) — rlvr's own are registered this way,
+  with no privileged path (so `rlvr` never imports `judges`);
 - a file reference `path/to/file.py:attr` (the file's folder goes on sys.path, so it may import
   its neighbours);
 - a module reference `package.module:attr`.
@@ -12,6 +13,7 @@ PluginError whose message is one line naming the reference.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -24,11 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import TrainConfig
-from rlvr.tasks import PluginError, Task, call_factory, config_for
+from rlvr.tasks.api import PluginError, Task, call_factory, config_for
 from rlvr.types import Scenario, Scorer
 
 SCENARIO_GROUP = "rlvr.scenarios"
 SCORER_GROUP = "rlvr.scorers"
+# Judges plug in like tasks and scorers: an entry point `open` in this group is
+# `open(cfg) -> async context manager yielding the judge client` (rlvr's own: judges:open_judge).
+JUDGE_GROUP = "rlvr.judges"
+JUDGE_OPENER = "open"
 
 
 def is_reference(name: str) -> bool:
@@ -168,7 +174,7 @@ def as_scorer(obj: Any, ref: str, **available: Any) -> Scorer:
     - a function over a group, `fn(group, item) -> list[float] | TrajectoryGroup | None`;
     - a per-trajectory reward, `fn(completion, ground_truth) -> float`;
     - a factory (class or function) taking any of cfg, judge, scenario by name."""
-    from rlvr.scorers import group_scorer, reward_scorer
+    from rlvr.scoring.scorers import group_scorer, reward_scorer
 
     if isinstance(obj, Scorer) and not inspect.isclass(obj):
         return obj
@@ -210,3 +216,16 @@ def resolve_scorer(name: str, **available: Any) -> Scorer:
         f"config: scorer: unknown scorer '{name}'; installed: {', '.join(scorer_names())}, or "
         "path/to/file.py:name; combine as a+b, a*0.3+b*0.7 or a>b"
     )
+
+
+def open_judge(cfg: TrainConfig) -> Any:
+    """The run's judge client as an async context manager, from the installed judge provider
+    (entry point `open` in group `rlvr.judges`); None inside for judge=none."""
+    if cfg.judge == "none":
+        return contextlib.nullcontext(None)
+    if JUDGE_OPENER not in _entry_points(JUDGE_GROUP):
+        raise PluginError(
+            f"judge={cfg.judge}: no judge provider is installed (entry point '{JUDGE_OPENER}' in "
+            f"group {JUDGE_GROUP}); install rlvr with its judges package, or set judge=none"
+        )
+    return _load_entry_point(JUDGE_GROUP, JUDGE_OPENER)(cfg)

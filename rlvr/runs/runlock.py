@@ -18,7 +18,9 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-LOCK_FILE = ".lock"
+from rlvr.runs import layout
+
+LOCK_FILE = layout.LOCK_FILE
 
 
 class RunLocked(RuntimeError):

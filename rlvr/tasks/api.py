@@ -4,7 +4,7 @@ A `Task` is a name, a factory that builds a Scenario, the task's own options mod
 `key=value` settings, validated by pydantic) and the TrainConfig defaults it starts from. The
 built-in tasks are Tasks registered under the entry-point group `rlvr.scenarios` exactly as an
 installed package's tasks are; a user's own file or module is named by reference
-(`path/to/task.py:make`, `my_pkg.tasks:make`, resolved in `rlvr.plugins`).
+(`path/to/task.py:make`, `my_pkg.tasks:make`, resolved in `rlvr.tasks.plugins`).
 
 For the common case there is no class to write: `scenario(name=..., load=..., rollout=...,
 check=...)` turns plain functions into a Scenario, in ART's idiom (`async def rollout(model, item,
@@ -165,6 +165,8 @@ def as_items(rows: Iterable[Any], source: str, objects: bool = False) -> list[It
             raise ConfigError(
                 f"{source}: row {number}: expected an rlvr.Item or a dict, got {type(row).__name__}"
             )
+        if "prompt" not in row:  # an Item's prompt defaults to "" only for ART's idiom
+            raise ConfigError(f"{source}: row {number}: field 'prompt': Field required")
         values = {"id": f"{source}-{number}", **row}
         if values.get("answer") is not None and not isinstance(values["answer"], str):
             values["answer"] = str(values["answer"])
@@ -238,7 +240,7 @@ class FunctionScenario(ScenarioBase):
         return as_items(self._load(), f"task {self.name}: load()", objects=self.art_idiom)
 
     async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
-        if self.art_idiom:  # the model carries the sampling settings (rlvr.rollout_model)
+        if self.art_idiom:  # the model carries the sampling settings (rlvr.tasks.rollout_model)
             return await self._rollout(model, self._theirs(item))
         return await self._rollout(model, item, sampling)
 
@@ -272,7 +274,7 @@ def scenario(
     ART's idiom runs as written: `async rollout(model, scenario) -> art.Trajectory` (two
     arguments) gets whatever objects `load()` returned (pydantic models, dataclasses, dicts; the
     item id is their `id` where they have one), and so do `check`, `reward` and `demonstrate`;
-    the model fills in the run's sampling settings and logprobs (`rlvr.rollout_model`). Without
+    the model fills in the run's sampling settings and logprobs (`rlvr.tasks.rollout_model`). Without
     a `check`, validation and test measure the reward the rollout set, and the default scorer is
     `rollout`, which trains on that reward as it is (any real number).
     `judged_check=True` says the check calls a judge, so the loop does not run it on every

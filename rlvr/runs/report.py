@@ -10,7 +10,7 @@ import matplotlib
 matplotlib.use("Agg")  # headless: runs and CI have no display
 import matplotlib.pyplot as plt
 
-from rlvr import atomic
+from rlvr.runs import atomic
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.paired import describe_block
 

@@ -4,7 +4,7 @@ A scenario that can play its own items correctly (a scripted oracle through the 
 protocol as the policy) offers `demonstrate(item) -> art.Trajectory` with plain dict assistant
 turns. Before RL, `sft_steps` batches of such demonstrations of *training* items — only those the
 ground truth accepts — train the policy with cross-entropy on the assistant tokens through the
-backend's own `_train_sft` (ART's `model.train_sft` path; ART's tokenisation). It gives a small
+backend's own SFT path (`rlvr.art_private.train_sft`, ART's `model.train_sft`; ART's tokenisation). It gives a small
 policy the protocol and the answer format, so RL starts from groups that sometimes succeed.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 import art
 from art.types import TrainSFTConfig
 
+from rlvr import art_private
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.types import Item, Scenario
 
@@ -75,7 +76,7 @@ async def warm_start(
             f"{rejected} training items; check its demonstrate()"
         )
     config = TrainSFTConfig(learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_batch_size)
-    losses = [float(m["loss"]) async for m in model.backend()._train_sft(model, demos, config, {})]
+    losses = [float(m["loss"]) async for m in art_private.train_sft(model, demos, config)]
     return {
         WarmMetric.DEMONSTRATIONS: len(demos),
         WarmMetric.REJECTED: rejected,

@@ -21,15 +21,15 @@ from collections.abc import Awaitable, Callable
 import art
 
 from rlvr.metrics import M
+from rlvr.scoring.verifiers import guarded
 from rlvr.types import Item, Scenario, Scorer, completion_text
-from rlvr.verifiers import guarded
 
 ItemReward = Callable[[Item, art.Trajectory], float | Awaitable[float]]
 GroupFn = Callable[
     [art.TrajectoryGroup, Item],
     "list[float] | art.TrajectoryGroup | Awaitable[list[float] | art.TrajectoryGroup | None] | None",
 ]
-log = logging.getLogger("rlvr.scorers")
+log = logging.getLogger("rlvr.scoring.scorers")
 
 
 def rescored(

@@ -1,15 +1,7 @@
-"""The run directory: everything a run writes, in the layout of design.md §2.
+"""The run directory: everything a run writes (file names: `rlvr.runs.layout`).
 
-runs/<task>-<timestamp>/
-  config.json                 resolved TrainConfig (no secrets: keys live in the environment)
-  metrics.jsonl               one JSON object per step (and per evaluation)
-  trajectories/step-NNNN.parquet   every scored training trajectory of a step
-  trajectories/val-NNNN.parquet    validation rollouts at an evaluation step
-  trajectories/test.parquet        the single test evaluation
-  checkpoints/step-NNNN/, checkpoints/best/   LoRA adapters
-  summary.json, report.png
 Crash safety (a run can be SIGKILLed at any instant and resumed):
-- every file is written to a temporary name, fsynced and renamed (`rlvr.atomic`); checkpoint
+- every file is written to a temporary name, fsynced and renamed (`rlvr.runs.atomic`); checkpoint
   directories too, so a half-written one is never taken for complete;
 - metrics.jsonl is appended one fsynced line per row; a row counts once its newline is on disk.
   A torn last line (killed mid-append) is dropped with a warning, and `recover` cuts it off
@@ -33,18 +25,18 @@ import art
 import polars as pl
 from openai.types.chat.chat_completion import Choice
 
-from rlvr import atomic, faults, runlock
+from rlvr.runs import atomic
+from rlvr import faults
+from rlvr.runs import layout
+from rlvr.runs import runlock
 from rlvr.config import TrainConfig
 from rlvr.redact import redact_data, redact_rows
 
 log = logging.getLogger(__name__)
 
-CONFIG = "config.json"
-METRICS = "metrics.jsonl"
-SUMMARY = "summary.json"
-REPORT = "report.png"
-TRAJECTORIES = "trajectories"
-CHECKPOINTS = "checkpoints"
+# The names, re-exported for the modules that read them from here.
+CONFIG, METRICS, SUMMARY, REPORT = layout.CONFIG, layout.METRICS, layout.SUMMARY, layout.REPORT
+TRAJECTORIES, CHECKPOINTS = layout.TRAJECTORIES, layout.CHECKPOINTS
 
 
 def new_run_dir(cfg: TrainConfig, now: datetime | None = None, name: str | None = None) -> Path:
@@ -154,9 +146,9 @@ def recover(run_dir: Path) -> list[dict[str, Any]]:
         if torn:
             atomic.write_text(path, "".join(f"{line}\n" for line in text.split("\n")[: torn - 1]))
     done = max((int(r["step"]) for r in rows if "train/reward_mean" in r), default=0)
-    for parquet in (run_dir / TRAJECTORIES).glob("step-*.parquet"):
-        number = parquet.stem.removeprefix("step-")
-        if number.isdigit() and int(number) > done:
+    for parquet in (run_dir / TRAJECTORIES).glob(f"*{layout.TABLE_SUFFIX}"):
+        step = layout.table_step(parquet)
+        if step is not None and step > done:
             parquet.unlink()
     return rows
 
@@ -205,9 +197,8 @@ def trajectory_rows(
 
 
 def write_trajectories(run_dir: Path, name: str, rows: list[dict[str, Any]]) -> Path:
-    folder = run_dir / TRAJECTORIES
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.parquet"
+    path = layout.table(run_dir, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
     schema = {
         "step": pl.Int64,
         "split": pl.Utf8,

@@ -23,7 +23,7 @@ from rich.markup import escape
 _MACHINERY = tuple(
     str(Path(p).resolve())
     for p in (
-        Path(__file__).parent,  # rlvr itself
+        Path(__file__).parents[1],  # rlvr itself
         Path(art.__file__).parent,
         sysconfig.get_paths()["stdlib"],
         sysconfig.get_paths()["purelib"],

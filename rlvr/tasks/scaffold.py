@@ -35,7 +35,7 @@ from pathlib import Path
 import art
 
 import rlvr
-from rlvr.verifiers import contains_answer, numeric_match
+from rlvr.scoring.verifiers import contains_answer, numeric_match
 
 HERE = Path(__file__).parent
 SYSTEM = "You are a calculator. Reply with only the final number."

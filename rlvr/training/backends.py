@@ -17,10 +17,10 @@ from typing import Any
 import art
 from pydantic import BaseModel, ConfigDict
 
-from rlvr import atomic
 from rlvr.config import TrainConfig
+from rlvr.runs import atomic, layout
 
-ART_DIR = ".art"  # ART's own layout (checkpoints per policy step) inside the run directory
+ART_DIR = layout.ART_DIR  # ART's own layout (checkpoints per policy step) in the run directory
 
 
 class Policy(BaseModel):

@@ -12,13 +12,13 @@ from pathlib import Path
 
 import polars as pl
 
-from rlvr import store
 from rlvr.paired import PairedGain, paired_gain
+from rlvr.runs import layout
 
 
 def final_test_scores(run_dir: Path) -> dict[str, float]:
     """item id -> ground-truth score of the run's final checkpoint on its test split."""
-    path = run_dir / store.TRAJECTORIES / "test.parquet"
+    path = layout.table(run_dir, layout.test_name())
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no test rollouts; has the run finished?")
     frame = pl.read_parquet(path, columns=["item_id", "reward"])

@@ -1,7 +1,7 @@
 """Build the training scorer from its spec string.
 
 verifier | length | ruler | rubric      one installed scorer (entry-point group rlvr.scorers)
-path/to/file.py:fn, pkg.module:fn        a scorer of your own (see rlvr.plugins.as_scorer)
+path/to/file.py:fn, pkg.module:fn        a scorer of your own (see rlvr.tasks.plugins.as_scorer)
 verifier+ruler, verifier*0.3+ruler*0.7  weighted sum (weights default to 1)
 verifier>ruler                           gated: ruler counts only where verifier passes
 default                                  the scenario's own default
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlvr.config import ConfigError, TrainConfig
-from rlvr.plugins import resolve_scorer
-from rlvr.scorers import GatedScorer, WeightedScorer
+from rlvr.scoring.scorers import GatedScorer, WeightedScorer
+from rlvr.tasks.plugins import resolve_scorer
 from rlvr.types import Scenario, Scorer
 
 

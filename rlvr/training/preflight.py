@@ -7,19 +7,19 @@ import asyncio
 import random
 import tempfile
 from collections import Counter
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from rlvr.backends import open_policy
 from rlvr.config import TrainConfig
-from rlvr.failures import FailureLog, require_some
-from rlvr.loop import _open_judge, rollout_groups
 from rlvr.metrics import group_stats
-from rlvr.plugins import resolve_task
-from rlvr.scoring import make_scorer
-from rlvr.split import split_items
+from rlvr.training.backends import open_policy
+from rlvr.training.evaluation import rollout_groups
+from rlvr.training.failures import FailureLog, require_some
+from rlvr.training.session import resolve
+from rlvr.training.split import split_items
 from rlvr.types import Sampling
 
 
@@ -43,18 +43,15 @@ class PreflightReport(BaseModel):
 
 
 async def preflight(cfg: TrainConfig, items: int = 4) -> PreflightReport:
-    async with _open_judge(cfg) as judge:
-        scenario = resolve_task(cfg.task).build(cfg, judge)
-        scorer = make_scorer(cfg, scenario, judge)
+    async with AsyncExitStack() as stack:
+        cfg, scenario, scorer, _ = await resolve(cfg, stack, None, None, resuming=True)
         split = split_items(
             scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
         )
         batch = random.Random(cfg.seed).sample(split.train, min(items, len(split.train)))
         with tempfile.TemporaryDirectory(prefix="rlvr-preflight-") as tmp:
             async with open_policy(cfg, Path(tmp) / "preflight") as policy:
-                sampling = Sampling(
-                    temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
-                )
+                sampling = Sampling.from_config(cfg, "train")
                 groups, done, _, failures = await rollout_groups(
                     scenario.rollout,
                     policy,

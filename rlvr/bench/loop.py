@@ -8,10 +8,10 @@ import json
 import time
 from pathlib import Path
 
-from rlvr import store
 from rlvr.config import TrainConfig
-from rlvr.loop import run_training
 from rlvr.metrics import ALARM_PREFIX, M
+from rlvr.runs import store
+from rlvr.training import run_training
 
 HACK_DEFAULTS = {
     "task": "math",

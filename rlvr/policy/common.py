@@ -1,0 +1,100 @@
+"""What the policy engine and its parts share: names of checkpoint files and metrics, the
+settings models, the rows a caller samples and what comes back."""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+logger = logging.getLogger(__name__)
+
+FinishReason = Literal["stop", "length"]
+Precision = Literal["fp32", "bf16"]
+LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
+PRECISION_ENV = "RLVR_PRECISION"  # "fp32" or "bf16" to override the automatic choice
+THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
+OLD_ADAPTERS_KEPT = 2
+# Packed rows at least this long recompute each layer in backward instead of keeping its
+# activations: under the group attention mask every layer keeps heads x S x S attention weights,
+# which made a 1,088-token email row peak near 5 GB; recomputing costs one more forward.
+CHECKPOINT_FROM_TOKENS = 384
+# A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
+# attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
+# ~900-token email prompts at once peaked 1 GB above the rest of a step.
+PREFILL_TOKENS = 4096
+OPTIMIZER_FILE = "optimizer.pt"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+# Keys of the metrics `train` returns (named once; the backend adds ART's data/* summary keys).
+LOSS = "loss"
+KL = "kl"
+KL_REF = "kl_ref"
+ENTROPY = "entropy"
+GRAD_NORM = "grad_norm"
+NUM_TOKENS = "num_tokens"
+NUM_SEQUENCES = "num_sequences"
+GRADIENT_STEPS = "num_gradient_steps"
+
+
+class UnknownStep(LookupError):
+    """A step with no checkpoint to serve."""
+
+
+class LoraSettings(BaseModel):
+    """The adapter of a fresh model; ART's defaults (rank 8, alpha 16, all linear layers)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    r: int = 8
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = (
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    )
+
+
+class OptimSettings(BaseModel):
+    """AdamW and clipping; ART's defaults for its Unsloth trainer."""
+
+    model_config = ConfigDict(frozen=True)
+
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.99
+    weight_decay: float = 0.1
+    max_grad_norm: float = 0.1
+
+
+class SampleRow(BaseModel):
+    """One sequence to sample. `forced_ids` start the completion without being sampled (a named
+    tool choice); they are returned with the completion and their model log-probabilities."""
+
+    model_config = ConfigDict(frozen=True)
+
+    prompt_ids: list[int]
+    forced_ids: list[int] = []
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    top_logprobs: int = 0
+
+
+class Sampled(BaseModel):
+    """One sampled completion: token ids (end-of-turn token included), their log-probabilities,
+    the top alternatives per position when asked, the text (stop string and special tokens cut)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[list[tuple[int, float]]]
+    text: str
+    finish_reason: FinishReason

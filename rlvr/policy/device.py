@@ -1,0 +1,76 @@
+"""Where and in which precision the policy runs: the device, the autocast dtype (bf16 where the CPU
+has native bf16, with the LM head kept in fp32), and returning freed memory to the system."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import torch
+
+from rlvr.policy.common import PRECISION_ENV, Precision
+
+
+def _libc() -> ctypes.CDLL | None:
+    try:
+        return ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return None
+
+
+_LIBC = _libc()
+
+
+M_ARENA_MAX = -8
+
+
+def release_memory() -> None:
+    """Hand memory freed by the last update back to the OS (glibc keeps it otherwise)."""
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def choose_device(device: str | None) -> torch.device:
+    if device:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _cpu_has_native_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def choose_autocast(device: torch.device, precision: Precision | None = None) -> torch.dtype | None:
+    """bf16 autocast or fp32 (None): `precision` if given, else RLVR_PRECISION, else by hardware.
+
+    Measured here (AVX2 CPU, no bf16 units): a LoRA step under bf16 autocast was 8x slower than
+    fp32, so plain CPUs use fp32. On CPUs with AVX512-BF16/AMX bf16 autocast was faster (design.md
+    §3); its sampler/trainer log-prob gap is measured in tests/test_precision.py.
+    """
+    forced = precision or os.environ.get(PRECISION_ENV, "").lower()
+    if forced in ("fp32", "bf16"):
+        return torch.bfloat16 if forced == "bf16" else None
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else None
+
+
+def run_head_in_fp32(model: torch.nn.Module) -> None:
+    """Make the LM head compute fp32 logits even under bf16 autocast, for the sampler and the
+    trainer alike. bf16 logits keep ~3 significant digits (a step of 0.125 near a logit of 20),
+    and two forwards of different shapes round differently: measured here, sampler and trainer
+    log-probs of the same tokens differed by up to 0.17 (mean 0.03), an off-policy error in the
+    PPO ratio; with the head in fp32 the bf16 body alone leaves the gap in the README."""
+    head = model.get_output_embeddings()
+    forward = head.forward
+
+    def fp32_forward(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return forward(hidden.float())
+
+    head.forward = fp32_forward

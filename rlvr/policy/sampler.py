@@ -1,0 +1,382 @@
+"""Batched sampling: prefill (shared prompt prefixes, the prefix cache), KV-cached decode with per-row
+temperature, top_p, max_tokens, stop strings and seed, and the sampled tokens' logprobs."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Hashable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Sampled, SampleRow
+from rlvr.policy.device import release_memory
+from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, worth_reusing
+
+
+def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+    """[B, 1, S, S] boolean mask for ART's packed rows: a token sees earlier tokens of its own
+    sequence and of the prompt it continues (whose group id is its parent id)."""
+    length = group_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=group_ids.device).tril()
+    same = group_ids[:, :, None] == group_ids[:, None, :]
+    prompt = parent_ids[:, :, None] == group_ids[:, None, :]
+    return (causal & (same | prompt))[:, None]
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position, computed in fp32 (cross-entropy fuses log-softmax and gather)."""
+    flat = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    )
+    return -flat.view(targets.shape)
+
+
+def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Zero the tail of each row beyond its nucleus (the most likely token is always kept)."""
+    sorted_probs, order = probs.sort(-1, descending=True)
+    outside = (sorted_probs.cumsum(-1) - sorted_probs) > top_p[:, None]
+    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+class _Decoding:
+    """Mutable per-row state of one `sample` call."""
+
+    def __init__(self, row: SampleRow, generator: torch.Generator) -> None:
+        self.row = row
+        self.generator = generator
+        self.ids: list[int] = []
+        self.logprobs: list[float] = []
+        self.top: list[list[tuple[int, float]]] = []
+        self.text: str | None = None  # set when a stop string cut it
+        self.forced_chars = 0
+        self.finish: FinishReason | None = None
+
+
+class Sampler:
+    """Batched, KV-cached sampling for many rows at once (mixed into Engine)."""
+
+    # Set by Engine.__init__ (rlvr.policy.engine).
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    autocast: torch.dtype | None
+    lock: threading.Lock
+    live_step: int
+    output_dir: Path
+    optimizer: torch.optim.Optimizer
+    optim: Any
+    stop_ids: frozenset[int]
+    max_context: int
+    passes: int
+    prefixes: PrefixCache
+    _old_adapters: OrderedDict[Path, str]
+    _token_bytes: dict[int, bytes]
+    _weights_version: int
+
+    def _stop_ids(self) -> frozenset[int]:
+        configured = self.model.generation_config.eos_token_id
+        ids = configured if isinstance(configured, list) else [configured]
+        return frozenset(i for i in [*ids, self.tokenizer.eos_token_id] if i is not None)
+
+    def autocast_context(self):
+        if self.autocast is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's text as UTF-8 (a partial character becomes U+FFFD, as vLLM reports it)."""
+        cached = self._token_bytes.get(token_id)
+        if cached is None:
+            cached = self._token_bytes[token_id] = self.tokenizer.decode([token_id]).encode("utf-8")
+        return cached
+
+    def sample(self, rows: list[SampleRow], step: int | None = None) -> list[Sampled]:
+        """Sample all rows in one batched pass with step's adapter (None: the latest)."""
+        if not rows:
+            return []
+        with self.lock, torch.inference_mode(), self.autocast_context(), self._adapter(step):
+            self.passes += 1
+            try:
+                return self._sample(rows, self._prefix_tag(step))
+            finally:
+                release_memory()  # a long prefill's transients would stay resident otherwise
+
+    def _sample(self, rows: list[SampleRow], tag: Hashable) -> list[Sampled]:
+        from transformers import DynamicCache
+
+        states = [_Decoding(row, self._generator(row.seed)) for row in rows]
+        inputs = [row.prompt_ids + row.forced_ids for row in rows]
+        if self.prefixes.enabled:
+            self._prefill_shared(rows, tag)
+        # Reuse what an earlier call of the same conversation computed; at least one prompt token
+        # is fed again, for the logits of the first sampled (or forced) token.
+        found = [
+            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1)
+            if self.prefixes.enabled
+            else None
+            for row, ids in zip(rows, inputs, strict=True)
+        ]
+        threshold = worth_reusing(
+            [len(ids) for ids in inputs], [p.length if p is not None else 0 for p in found]
+        )
+        prefixes = [p if p is not None and p.length >= threshold else None for p in found]
+        reused = [p.length if p is not None else 0 for p in prefixes]
+        if self.prefixes.enabled:
+            for ids, r in zip(inputs, reused, strict=True):
+                self.prefixes.count(len(ids), r)
+        cached = max(reused)
+        suffixes = [ids[r:] for ids, r in zip(inputs, reused, strict=True)]
+        width = max(len(ids) for ids in suffixes)
+        pad = self.tokenizer.pad_token_id or 0
+        # Row layout: [pad | reused prefix | pad | new tokens]; the mask hides both pads.
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in suffixes])
+        mask = torch.tensor(
+            [
+                [0] * (cached - r) + [1] * r + [0] * (width - len(ids)) + [1] * len(ids)
+                for ids, r in zip(suffixes, reused, strict=True)
+            ]
+        )
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
+        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
+        forced_width = max(len(row.forced_ids) for row in rows)
+        cache = (
+            self._cache_from(prefixes, cached) if cached else DynamicCache(config=self.model.config)
+        )
+        logits = self._prefill(input_ids, mask, positions, cache, keep=forced_width + 1)
+        if forced_width:
+            self._score_forced(states, logits, forced_width)
+        for state in states:
+            self._finish_if_done(state)
+        live = list(range(len(states)))
+        next_logits = logits[:, -1]
+        last_position = positions[:, -1]
+        while True:
+            live_now = [i for i in live if states[i].finish is None]
+            if len(live_now) < len(live):  # keep the finished rows' keys/values, then drop them
+                for b, i in enumerate(live):
+                    if states[i].finish is not None:
+                        self._keep_prefix(tag, inputs[i], states[i], cache, mask, b)
+            if not live_now:
+                break
+            if len(live_now) < len(live):  # drop finished rows from the batch and the cache
+                keep = torch.tensor([live.index(i) for i in live_now], device=self.device)
+                cache.batch_select_indices(keep)
+                mask, next_logits, last_position = (
+                    mask[keep],
+                    next_logits[keep],
+                    last_position[keep],
+                )
+                live = live_now
+            chosen = self._choose(next_logits, [states[i] for i in live])
+            for i in live:
+                self._finish_if_done(states[i])
+            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
+            last_position = last_position + 1
+            next_logits = self.model(
+                input_ids=chosen[:, None],
+                attention_mask=mask,
+                position_ids=last_position[:, None],
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+        return [
+            Sampled(
+                token_ids=s.ids,
+                logprobs=s.logprobs,
+                top_logprobs=s.top,
+                text=s.text if s.text is not None else self._decode(s.ids),
+                finish_reason=s.finish or "length",
+            )
+            for s in states
+        ]
+
+    def _prefill(
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache,
+        keep: int,
+    ) -> torch.Tensor:
+        """Feed the new columns `input_ids` ([B, N]) into `cache` in slices of about
+        PREFILL_TOKENS tokens; the logits of the last `keep` columns. `mask` covers the cached
+        columns and the new ones; `positions` the new ones."""
+        rows, width = input_ids.shape
+        past = mask.shape[1] - width
+        step = max(PREFILL_TOKENS // rows, 1)
+        # Slice boundaries counted from the end, so the last slice holds the `keep` columns.
+        cuts = sorted({0, *range(width - max(keep, step), 0, -step)})
+        logits = None
+        for start, end in zip(cuts, [*cuts[1:], width], strict=True):
+            logits = self.model(
+                input_ids=input_ids[:, start:end],
+                attention_mask=mask[:, : past + end],
+                position_ids=positions[:, start:end],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=keep if end == width else 1,
+            ).logits
+        return logits
+
+    def _prefix_tag(self, step: int | None) -> Hashable:
+        """Which weights computed a cache entry: the live adapter (its version changes with every
+        update) or an older step's checkpoint."""
+        if step is None or step == self.live_step:
+            return ("live", self._weights_version)
+        return ("step", step)
+
+    def _weights_changed(self) -> None:
+        self._weights_version += 1
+        self.prefixes.clear()
+
+    def _cache_from(self, prefixes: list[Prefix | None], length: int):
+        """A batched KV cache holding each row's reused prefix, right-aligned in `length`."""
+        from transformers import DynamicCache
+
+        first = next(p for p in prefixes if p is not None)
+        layers = []
+        for layer in range(len(first.keys)):
+            shape = (
+                len(prefixes),
+                *first.keys[layer].shape[:-2],
+                length,
+                first.keys[layer].shape[-1],
+            )
+            keys = first.keys[layer].new_zeros(shape)
+            values = first.values[layer].new_zeros(shape)
+            for b, prefix in enumerate(prefixes):
+                if prefix is not None:
+                    keys[b, :, length - prefix.length :] = prefix.keys[layer]
+                    values[b, :, length - prefix.length :] = prefix.values[layer]
+            layers.append((keys, values))
+        return DynamicCache(ddp_cache_data=layers, config=self.model.config)
+
+    def _prefill_shared(self, rows: list[SampleRow], tag: Hashable) -> None:
+        """Prefill once each uncached prompt that several rows share (a group's first turn) and
+        keep it, so those rows reuse it instead of each computing the same keys/values."""
+        from transformers import DynamicCache
+
+        counts = Counter(tuple(row.prompt_ids) for row in rows)
+        shared = [
+            list(ids[:-1])  # the last prompt token is fed with the row, for its logits
+            for ids, n in counts.items()
+            if n > 1
+            and len(ids) > MIN_REUSE
+            and self.prefixes.lookup(tag, list(ids), len(ids) - 1) is None
+        ]
+        if not shared:
+            return
+        width = max(len(ids) for ids in shared)
+        pad = self.tokenizer.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in shared])
+        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in shared])
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
+        cache = DynamicCache(config=self.model.config)
+        self._prefill(input_ids, mask, positions, cache, keep=1)
+        for b, ids in enumerate(shared):
+            self._store_row(tag, ids, cache, mask, b)
+
+    def _keep_prefix(
+        self, tag: Hashable, ids: list[int], state: _Decoding, cache, mask: torch.Tensor, b: int
+    ) -> None:
+        """Store row `b`'s keys/values (its real positions only) for the conversation's next turn."""
+        if not self.prefixes.enabled:
+            return
+        fed = ids + state.ids[len(state.row.forced_ids) :]
+        self._store_row(tag, fed, cache, mask, b)
+
+    def _store_row(self, tag: Hashable, fed: list[int], cache, mask: torch.Tensor, b: int) -> None:
+        """Keep row `b` of a batched cache: the keys/values of its real positions, which hold
+        the first tokens of `fed` (a token chosen but never fed has none)."""
+        if not self._plain_layers(cache):
+            return
+        real = mask[b].bool()
+        if int(real.sum()) > len(fed):
+            return
+        fed = fed[: int(real.sum())]
+        self.prefixes.store(
+            tag,
+            fed,
+            Prefix(
+                length=len(fed),
+                keys=tuple(layer.keys[b][:, real].clone() for layer in cache.layers),
+                values=tuple(layer.values[b][:, real].clone() for layer in cache.layers),
+            ),
+        )
+
+    @staticmethod
+    def _plain_layers(cache) -> bool:
+        from transformers.cache_utils import DynamicLayer
+
+        return all(type(layer) is DynamicLayer for layer in cache.layers)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        generator = torch.Generator(device=self.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        return generator
+
+    def _score_forced(self, states: list[_Decoding], logits: torch.Tensor, width: int) -> None:
+        """Record the model's log-probabilities of each row's forced prefix tokens."""
+        logprobs = torch.log_softmax(logits.float(), -1)
+        for b, state in enumerate(states):
+            forced = state.row.forced_ids
+            for j, token in enumerate(forced):
+                position = width - len(forced) + j
+                self._record(state, token, logprobs[b, position])
+            state.forced_chars = len(self._decode(forced))
+
+    def _record(self, state: _Decoding, token: int, logprobs: torch.Tensor) -> None:
+        state.ids.append(token)
+        state.logprobs.append(float(logprobs[token]))
+        if state.row.top_logprobs:
+            values, ids = logprobs.topk(state.row.top_logprobs)
+            state.top.append(list(zip(ids.tolist(), values.tolist(), strict=True)))
+
+    def _choose(self, logits: torch.Tensor, states: list[_Decoding]) -> torch.Tensor:
+        """Pick one token per live row and record it; returns the chosen ids."""
+        logits = logits.float()
+        logprobs = torch.log_softmax(logits, -1)
+        chosen = logprobs.argmax(-1)
+        temperatures = torch.tensor([s.row.temperature for s in states], device=logits.device)
+        sampled = temperatures > 0
+        if sampled.any():
+            probs = torch.softmax(logits / temperatures.clamp(min=1e-6)[:, None], -1)
+            top_p = torch.tensor([s.row.top_p for s in states], device=logits.device)
+            if (top_p < 1).any():
+                probs = top_p_filter(probs, top_p)
+            for b in sampled.nonzero().flatten().tolist():
+                chosen[b] = torch.multinomial(probs[b], 1, generator=states[b].generator)[0]
+        for b, state in enumerate(states):
+            self._record(state, int(chosen[b]), logprobs[b])
+        return chosen
+
+    def _finish_if_done(self, state: _Decoding) -> None:
+        """Set `finish` when the row hit an end token, a stop string or its token budget."""
+        row = state.row
+        if (len(state.ids) > len(row.forced_ids) and state.ids[-1] in self.stop_ids) or (
+            row.stop and self._cut_at_stop(state)
+        ):
+            state.finish = "stop"
+        elif len(state.ids) >= row.max_tokens:
+            state.finish = "length"
+
+    def _cut_at_stop(self, state: _Decoding) -> bool:
+        """Whether a stop string appeared after the forced prefix; if so keep the text before it."""
+        text = self.tokenizer.decode(state.ids, skip_special_tokens=True)
+        start = state.forced_chars
+        cuts = [i for i in (text.find(s, start) for s in state.row.stop if s) if i >= 0]
+        if cuts:
+            state.text = text[: min(cuts)]
+        return bool(cuts)

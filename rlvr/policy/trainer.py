@@ -1,0 +1,217 @@
+"""Training: one GRPO update on ART's packed tensors with ART's loss, and supervised steps for the
+warm start; long rows recompute their activations (gradient checkpointing)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr import faults
+from rlvr.policy.common import (
+    CHECKPOINT_FROM_TOKENS,
+    ENTROPY,
+    GRAD_NORM,
+    GRADIENT_STEPS,
+    KL,
+    KL_REF,
+    LOSS,
+    NUM_SEQUENCES,
+    NUM_TOKENS,
+)
+from rlvr.policy.device import release_memory
+from rlvr.policy.prefix import PrefixCache
+from rlvr.policy.sampler import group_attention_mask, token_logprobs
+
+
+def _trimmed(packed: dict, device: torch.device) -> dict[str, torch.Tensor]:
+    """The packed tensors on `device`, cut after the last column any row uses (ART pads rows to a
+    fixed length; attention cost grows with the square of it)."""
+    used = (packed["group_ids"] != -1).any(0).nonzero()
+    length = int(used.max()) + 1 if len(used) else 1
+    return {
+        key: value[:, :length].to(device)
+        for key, value in packed.items()
+        if isinstance(value, torch.Tensor)
+    }
+
+
+def _trained_positions(tensors: dict[str, torch.Tensor], row: int) -> torch.Tensor:
+    """Positions whose next token is trained on (ART's assistant mask shifted by one)."""
+    from art.loss import shift_tensor
+
+    return shift_tensor(tensors["assistant_mask"][row : row + 1], False)[0]
+
+
+class Trainer:
+    """GRPO and SFT updates of the live adapter (mixed into Engine)."""
+
+    # Set by Engine.__init__ (rlvr.policy.engine).
+    model: Any
+    tokenizer: Any
+    device: torch.device
+    autocast: torch.dtype | None
+    lock: threading.Lock
+    live_step: int
+    output_dir: Path
+    optimizer: torch.optim.Optimizer
+    optim: Any
+    stop_ids: frozenset[int]
+    max_context: int
+    passes: int
+    prefixes: PrefixCache
+    _old_adapters: OrderedDict[Path, str]
+    _token_bytes: dict[int, bytes]
+    _weights_version: int
+
+    def train(
+        self, packed: dict, config, dev_config: dict, *, step: int, num_substeps: int = 1
+    ) -> dict[str, float]:
+        """One GRPO update on ART's packed tensors (`art.preprocessing.pack.PackedTensors`),
+        saved as checkpoint `step`, which is served from then on.
+
+        The rows are split into `num_substeps` chunks; each chunk accumulates gradients of ART's
+        `loss_fn` (summed, divided by the chunk's trained tokens) and takes one AdamW step.
+        `config` is ART's `TrainConfig` (learning rate, kl_penalty_coef), `dev_config` ART's
+        `dev.TrainConfig` (loss variant, clipping). Returns the metrics named at the top.
+        """
+        with self.lock:
+            tensors = _trimmed(packed, self.device)
+            chunks = [
+                c.tolist() for c in torch.arange(len(tensors["tokens"])).tensor_split(num_substeps)
+            ]
+            chunks = [c for c in chunks if c]
+            totals: dict[str, float] = dict.fromkeys(
+                ("loss", "k3", "sampled", "entropy", "tokens", "kl_ref"), 0.0
+            )
+            grad_norms = []
+            for chunk in chunks:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = config.learning_rate
+                chunk_tokens = sum(_trained_positions(tensors, row).sum().item() for row in chunk)
+                for row in chunk:
+                    inputs = {key: value[row : row + 1] for key, value in tensors.items()}
+                    for key, value in self._train_row(
+                        inputs, dev_config, config.kl_penalty_coef, max(chunk_tokens, 1)
+                    ).items():
+                        totals[key] += value
+                norm = torch.nn.utils.clip_grad_norm_(
+                    self.trainable_parameters(), self.optim.max_grad_norm
+                )
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+                self._weights_changed()
+                self.optimizer.zero_grad(set_to_none=True)
+            tokens = max(totals["tokens"], 1.0)
+            metrics = {
+                LOSS: totals["loss"] / tokens,
+                KL: totals["k3"] / max(totals["sampled"], 1.0),
+                ENTROPY: totals["entropy"] / tokens,
+                GRAD_NORM: sum(grad_norms) / max(len(grad_norms), 1),
+                NUM_TOKENS: totals["tokens"],
+                NUM_SEQUENCES: float(len(tensors["tokens"])),
+                GRADIENT_STEPS: float(len(chunks)),
+            }
+            if config.kl_penalty_coef > 0:
+                metrics[KL_REF] = totals["kl_ref"] / tokens
+            faults.maybe_crash(faults.FaultPoint.OPTIMIZER, step)
+            self._save(step)
+            release_memory()
+            return metrics
+
+    def sft_batch(self, packed: dict, learning_rate: float) -> dict[str, float]:
+        """One supervised update on packed demonstrations: cross-entropy on the assistant
+        tokens only (ART's assistant mask), one AdamW step. Not saved: `save_step` once the
+        whole warm start is done. Returns the mean loss per trained token before the update."""
+        from art.loss import shift_tensor
+
+        with self.lock:
+            tensors = _trimmed(packed, self.device)
+            for group in self.optimizer.param_groups:
+                group["lr"] = learning_rate
+            tokens = float(shift_tensor(tensors["assistant_mask"], False).sum())
+            total = 0.0
+            for row in range(len(tensors["tokens"])):
+                inputs = {key: value[row : row + 1] for key, value in tensors.items()}
+                _, logprobs = self._forward_logprobs(inputs)
+                loss = -logprobs.sum() / max(tokens, 1.0)  # zero off the trained positions
+                loss.backward()
+                total += float(loss.detach()) * max(tokens, 1.0)
+            norm = torch.nn.utils.clip_grad_norm_(
+                self.trainable_parameters(), self.optim.max_grad_norm
+            )
+            self.optimizer.step()
+            self._weights_changed()
+            self.optimizer.zero_grad(set_to_none=True)
+            release_memory()
+            return {LOSS: total / max(tokens, 1.0), GRAD_NORM: float(norm), NUM_TOKENS: tokens}
+
+    def _forward_logprobs(
+        self, inputs: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log p(next token) for one packed row under ART's group attention mask, as ART's loss
+        wants it ([1, S]), and the logits of the trained positions ([K, V]). Only those K
+        positions go through the LM head: full-vocabulary logits for every packed position
+        were most of a step's memory (S x 49k floats, twice more in backward)."""
+        from art.loss import shift_tensor
+
+        positions = _trained_positions(inputs, 0).nonzero()[:, 0]
+        long_row = inputs["tokens"].shape[1] >= CHECKPOINT_FROM_TOKENS
+        with self.autocast_context(), self._recomputing(long_row and torch.is_grad_enabled()):
+            logits = self.model(
+                input_ids=inputs["tokens"],
+                attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
+                position_ids=inputs["input_pos"],
+                logits_to_keep=positions,
+                use_cache=False,  # training: no cache to fill (and none under checkpointing)
+            ).logits[0]
+        targets = shift_tensor(inputs["tokens"], 0)[0, positions]
+        kept = token_logprobs(logits, targets)
+        full = torch.zeros(inputs["tokens"].shape, dtype=kept.dtype, device=kept.device)
+        return logits, full.index_put((torch.zeros_like(positions), positions), kept)
+
+    @contextmanager
+    def _recomputing(self, on: bool):
+        """Gradient checkpointing for this forward (HF layers checkpoint only in train mode)."""
+        if not on:
+            yield
+            return
+        self.model.train()
+        try:
+            yield
+        finally:
+            self.model.eval()
+
+    def _train_row(
+        self, inputs: dict[str, torch.Tensor], dev_config: dict, kl_coef: float, chunk_tokens: float
+    ) -> dict[str, float]:
+        """Forward + backward of one packed row; returns sums for the step's metrics."""
+        from art.loss import loss_fn, shift_tensor
+
+        logits, new_logprobs = self._forward_logprobs(inputs)
+        ref_logprobs = None
+        if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
+            with torch.no_grad(), self.model.disable_adapter():
+                ref_logprobs = self._forward_logprobs(inputs)[1]
+        loss = loss_fn(inputs, new_logprobs, ref_logprobs, None, dev_config, reduction="sum")
+        (loss.policy_loss / chunk_tokens).backward()
+        with torch.no_grad():
+            trained = _trained_positions(inputs, 0)[None]
+            old = shift_tensor(inputs["logprobs"], float("nan"))
+            sampled = trained & ~torch.isnan(old)
+            # k3 estimate of KL(sampler || trainer) over the sampled tokens.
+            delta = (new_logprobs.detach() - old)[sampled]
+            log_probs = torch.log_softmax(logits.detach().float(), -1)  # trained positions
+            n_tokens = float(trained.sum())
+            return {
+                "loss": float(loss.policy_loss),
+                "k3": float((delta.exp() - 1 - delta).sum()),
+                "sampled": float(sampled.sum()),
+                "entropy": float(-(log_probs.exp() * log_probs).sum()),
+                "tokens": n_tokens,
+                "kl_ref": float(loss.kl_policy_ref or 0.0) * n_tokens,
+            }

@@ -1,0 +1,15 @@
+"""Training: the hybrid loop and what it is made of.
+
+- `loop`: `run_training` (warm start, steps, validations, the stop, the paired test) and
+  `evaluate_run`;
+- `session`: what a run opens before its first step (task, scorer, judge, run directory, lock,
+  policy), shared by training, evaluation and preflight;
+- `step`: one training step; `evaluation`: rollouts and held-out accuracy;
+- `state`: where a run stands and its stopping decisions; `checkpoints`: which are kept;
+- `output`: what a run prints.
+"""
+
+from rlvr.training.loop import evaluate_run, run_training
+from rlvr.training.state import RunResult, StopReason
+
+__all__ = ["RunResult", "StopReason", "evaluate_run", "run_training"]

@@ -1,0 +1,52 @@
+"""The run's checkpoints: which the backend keeps, which are copied into checkpoints/, and which
+the test split is evaluated for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlvr import art_private
+from rlvr.config import TrainConfig
+from rlvr.runs import layout, store
+from rlvr.training.backends import Policy
+from rlvr.training.state import RunState, warm_policy_step
+from rlvr.training.stopping import best_index, gain_threshold
+
+
+def checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
+    from art.utils.output_dirs import get_model_dir, get_step_checkpoint_dir
+
+    path = Path(
+        get_step_checkpoint_dir(
+            get_model_dir(model=policy.model, art_path=policy.model.base_path), policy_step
+        )
+    )
+    return path if path.is_dir() else None
+
+
+async def keep_checkpoints(
+    cfg: TrainConfig, policy: Policy, state: RunState, run_dir: Path, rows: list[dict[str, Any]]
+) -> None:
+    """Copy this evaluation's adapter into checkpoints/ every save_every steps; the backend keeps
+    only its latest and best adapters (ART's own checkpoint directory would grow every step)."""
+    step = state.evals[-1].step
+    source = checkpoint_path(policy, state.policy_steps[step])
+    if source is not None and step % cfg.save_every == 0:
+        store.save_checkpoint(run_dir, source, layout.step_name(step))
+    best = state.evals[
+        best_index([p.val for p in state.evals], gain_threshold(state.evals, cfg.min_delta))
+    ]
+    # The start and the warm start stay too: the test split is evaluated for them at the end.
+    warm = warm_policy_step(rows)
+    keep = sorted(
+        {await policy.model.get_step(), state.policy_steps[best.step], 0}
+        | ({warm} if warm is not None else set())
+    )
+    await art_private.delete_checkpoints(policy.backend, policy.model, keep)
+
+
+def save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:
+    source = checkpoint_path(policy, policy_step)
+    if source is not None:
+        store.save_checkpoint(run_dir, source, layout.BEST)

@@ -1,0 +1,305 @@
+"""The hybrid training loop, top to bottom.
+
+    split 80/10/10 -> baseline validation -> repeat:
+        sample training items -> roll out groups (ART gather) -> score (scorer) ->
+        drop no-signal groups (counted) -> train (backend) -> metrics, hints ->
+        every eval_every steps: validation accuracy from the scenario's ground truth ->
+        plateau? divergence? -> stop
+    restore the best checkpoint -> test split (start, after the warm start, final) ->
+    summary.json, report.png
+
+Training reward comes from the scorer; stopping comes only from held-out ground truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import TrainConfig
+from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M
+from rlvr.paired import test_block
+from rlvr.redact import install_log_redaction
+from rlvr.runs import layout, runlock, store
+from rlvr.runs.report import plot_report
+from rlvr.tasks.api import Task
+from rlvr.training.backends import open_policy
+from rlvr.training.checkpoints import keep_checkpoints, save_best
+from rlvr.training.evaluation import evaluate
+from rlvr.training.failures import FailureLog, RunFailed
+from rlvr.training.hints import decision_hints
+from rlvr.training.output import (
+    console,
+    print_alarm,
+    print_budget,
+    print_finished,
+    print_step,
+    print_warm_start,
+)
+from rlvr.training.session import Session, build_scenario, open_session
+from rlvr.training.split import split_items
+from rlvr.training.state import (
+    RunResult,
+    StopReason,
+    eval_due,
+    stop_after_eval,
+    tested_checkpoints,
+    warm_policy_step,
+)
+from rlvr.training.step import train_step
+from rlvr.training.stopping import (
+    AlarmName,
+    EvalPoint,
+    StepPoint,
+    best_index,
+    gain_threshold,
+    judge_disagrees,
+)
+from rlvr.training.warmstart import WarmMetric, warm_start
+from rlvr.types import BudgetExhausted, Sampling, Scenario, Scorer
+
+
+async def run_training(
+    cfg: TrainConfig,
+    *,
+    scenario: Scenario | Task | None = None,
+    scorer: Scorer | str | None = None,
+    resume: Path | None = None,
+) -> RunResult:
+    """Train until validation plateaus (or max_steps, a divergence alarm, the judge budget), then
+    evaluate the best checkpoint on the test split once, beside the starting model.
+
+    `scenario`: your own Scenario (e.g. from `rlvr.scenario(...)`) or Task; default: the task
+    `cfg.task` names. `scorer`: your own Scorer or a scorer spec; default: `cfg.scorer`.
+    `resume` continues a run directory from its last completed step (its config.json wins)."""
+    install_log_redaction()  # no credential reaches a log line, whoever logs it
+    if resume is not None:
+        cfg = store.read_config(resume)
+        if (resume / store.SUMMARY).exists():
+            raise ValueError(f"{resume}: this run already finished (summary.json exists)")
+    async with open_session(cfg, scenario, scorer, resume) as run:
+        stop = await train_until_stop(run)
+        best = run.state.evals[
+            best_index(
+                [p.val for p in run.state.evals], gain_threshold(run.state.evals, run.cfg.min_delta)
+            )
+        ]
+        best_policy_step = run.state.policy_steps.get(best.step, 0)
+        save_best(run.policy, best_policy_step, run.run_dir)
+        tested = (
+            (None, None)
+            if stop == StopReason.JUDGE_BUDGET
+            else await evaluate_tests(run, best, best_policy_step)
+        )
+        return finish(run, stop, best, *tested)
+
+
+async def train_until_stop(run: Session) -> StopReason:
+    """The warm start, the baseline validation, then steps and validations until a stopping rule
+    fires; a resumed run picks up where its metrics end."""
+    cfg, state = run.cfg, run.state
+    test_n, val_n = len(run.split.test), len(run.val_items)
+    stop: StopReason | None = None
+    try:
+        if cfg.sft_steps > 0 and not any(WarmMetric.SECONDS in r for r in run.rows):
+            await warm(run)
+        if not state.evals:
+            await run.validate(0)
+        elif state.evals[-1].step < state.step and eval_due(cfg, state.step):
+            await run.validate(state.step)  # killed between the step's row and its evaluation
+        elif state.evals[-1].step == state.step:  # its checkpoints may have been cut short
+            await keep_checkpoints(cfg, run.policy, state, run.run_dir, run.rows)
+        if 0 < state.step == state.evals[-1].step:  # the decision a killed run may have taken
+            stop = stop_after_eval(cfg, state, run.rows, test_n, val_n)
+        while stop is None and state.step < cfg.max_steps:
+            row, table = await train_step(
+                cfg,
+                state.step,
+                run.split,
+                run.scenario,
+                run.scorer,
+                run.policy,
+                run.limit,
+                run.rollout,
+                run.score,
+                run.failure_log,
+            )
+            run.save_trajectories(layout.step_name(state.step + 1), state.step + 1, table)
+            row[HINT_KEY] = decision_hints(row, cfg)
+            state.step += 1
+            judge_alarm(run, row)
+            run.emit(row)
+            print_step(row)
+            if eval_due(cfg, state.step):
+                await run.validate(state.step)
+                stop = stop_after_eval(cfg, state, run.rows, test_n, val_n)
+    except BudgetExhausted as error:
+        print_budget(str(error))
+        return StopReason.JUDGE_BUDGET
+    return stop or StopReason.MAX_STEPS
+
+
+async def warm(run: Session) -> None:
+    """Validation before the warm start (its own gain), then the warm start; one row."""
+    before, _, _, _ = await evaluate(
+        run.rollout,
+        run.scenario.check,
+        run.policy,
+        run.val_items,
+        Sampling.from_config(run.cfg, "val"),
+        run.limit,
+        "validate before warm start",
+        FailureLog(console),
+    )
+    row = await warm_start(run.cfg, run.scenario, run.policy.model, run.split.train)
+    saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
+    run.emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved})
+    print_warm_start(row, before)
+
+
+def judge_alarm(run: Session, row: dict[str, Any]) -> None:
+    """alarm/judge_disagrees on this step's row, unless it already fired within the window."""
+    cfg, state = run.cfg, run.state
+    points = [
+        StepPoint(
+            step=int(r[M.STEP]),
+            reward=r[M.REWARD_MEAN],
+            truth=r[M.INDEPENDENT],
+            n=int(r.get(M.TRUTH_ROLLOUTS) or 0),
+        )
+        for r in [*run.rows, row]
+        if r.get(M.INDEPENDENT) is not None and r.get(M.REWARD_MEAN) is not None
+    ]
+    alarm = judge_disagrees(points, cfg.divergence_window, cfg.judge_gap)
+    recent = [
+        a
+        for a in state.alarms
+        if a.name == AlarmName.JUDGE_DISAGREES and a.step > state.step - cfg.divergence_window
+    ]
+    if alarm is None or recent or alarm.step != state.step:
+        return
+    state.alarms.append(alarm)
+    row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
+    print_alarm(alarm)
+
+
+async def evaluate_tests(
+    run: Session, best: EvalPoint, best_policy_step: int
+) -> tuple[float | None, dict[str, Any] | None]:
+    """The test split for the final (best) checkpoint and, on the same items with the same greedy
+    sampling, for the starting model and the model after the warm start: (final accuracy, the
+    paired `test` block of summary.json, None where the start could not be evaluated)."""
+    accuracy_final: float | None = None
+    scores: dict[int, dict[str, float]] = {}  # policy step -> item id -> score
+    for name, policy_step in tested_checkpoints(run.rows, best_policy_step):
+        if policy_step in scores:
+            continue
+        try:
+            accuracy, groups, done, _ = await evaluate(
+                run.rollout,
+                run.scenario.check,
+                run.policy,
+                run.split.test,
+                Sampling.from_config(run.cfg, "test", step=policy_step),
+                run.limit,
+                f"test ({name})",
+                run.failure_log,
+            )
+        except RunFailed as error:
+            if name == "final":
+                raise
+            # A backend that keeps no older checkpoint cannot serve the start: the run still
+            # ends with its final test accuracy, without the paired gains.
+            console.print(f"[yellow]no paired test gain[/]: {error}", highlight=False)
+            continue
+        scores[policy_step] = {
+            i.id: float(g.trajectories[0].reward) for g, i in zip(groups, done, strict=True)
+        }
+        final = policy_step == best_policy_step
+        accuracy_final = accuracy if final else accuracy_final
+        rows = store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test")
+        run.save_trajectories(layout.test_name(None if final else name), best.step, rows)
+    warm_step = warm_policy_step(run.rows)
+    if 0 not in scores or (warm_step is not None and warm_step not in scores):
+        return accuracy_final, None
+    after_warm = scores[warm_step] if warm_step is not None else None
+    return accuracy_final, test_block(scores[0], after_warm, scores[best_policy_step])
+
+
+def finish(
+    run: Session,
+    stop: StopReason,
+    best: EvalPoint,
+    test_accuracy: float | None,
+    test: dict[str, Any] | None,
+) -> RunResult:
+    """summary.json (written last: a run with one is complete), report.png, the last lines."""
+    result = RunResult(
+        run_dir=run.run_dir,
+        task=run.cfg.task,
+        scorer=run.scorer.name,
+        stop_reason=stop,
+        steps=run.state.step,
+        baseline_val=run.state.evals[0].val,
+        best_val=best.val,
+        best_step=best.step,
+        test_accuracy=test_accuracy,
+        alarms=run.state.alarms,
+        wall_s=run.wall_s(),
+    )
+    summary = {
+        **result.model_dump(mode="json"),
+        "gain": result.best_val - result.baseline_val,
+        "val_items": len(run.val_items),
+        "test": test,
+    }
+    warmed = next((r for r in run.rows if WarmMetric.SECONDS in r), None)
+    if warmed is not None:  # the warm start's own gain, apart from RL's
+        summary["warm_start"] = {
+            k.removeprefix("warm/"): v for k, v in warmed.items() if k != M.STEP
+        }
+    plot_report(run.rows, summary, run.run_dir / store.REPORT)
+    store.write_summary(run.run_dir, summary)
+    print_finished(summary)
+    return result
+
+
+async def evaluate_run(
+    run_dir: Path, split_name: str = "test", scenario: Scenario | Task | None = None
+) -> float:
+    """Evaluate a finished run's best checkpoint on its validation or test split again
+    (`scenario`: the object it was trained with, where config.json names no installed task)."""
+    from contextlib import AsyncExitStack
+
+    cfg = store.read_config(run_dir)
+    summary = store.read_summary(run_dir)
+    policy_step = {
+        int(r[M.STEP]): int(r.get(M.POLICY_STEP, 0))
+        for r in store.read_metrics(run_dir)
+        if M.VAL_ACCURACY in r
+    }
+    best_policy_step = policy_step.get(int(summary["best_step"]), 0)
+    async with AsyncExitStack() as stack:
+        stack.enter_context(runlock.hold(run_dir))
+        cfg, built, _ = await build_scenario(cfg, stack, scenario, resuming=True)
+        split = split_items(
+            built.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
+        items = {"test": split.test, "val": split.val}[split_name]
+        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        accuracy, groups, done, _ = await evaluate(
+            built.rollout,
+            built.check,
+            policy,
+            items,
+            Sampling.from_config(cfg, "test", step=best_policy_step),
+            asyncio.Semaphore(cfg.rollout_concurrency),
+            f"eval {split_name}",
+            FailureLog(console),
+        )
+        rows = store.trajectory_rows(
+            groups, [i.id for i in done], step=int(summary["best_step"]), split=split_name
+        )
+        store.write_trajectories(run_dir, f"eval-{split_name}", rows)
+    return accuracy

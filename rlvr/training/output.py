@@ -1,0 +1,71 @@
+"""What a training run prints: the step line with its hints, alarms, validations, the warm start
+and the finished panel. Everything else of a run goes to its directory (rlvr.runs.store)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+
+from rlvr.metrics import HINT_KEY, M
+from rlvr.paired import describe_block
+from rlvr.training.stopping import Alarm, AlarmName
+from rlvr.training.warmstart import WarmMetric
+
+console = Console()
+
+
+def print_step(row: dict[str, Any]) -> None:
+    kl = row.get(M.KL)
+    console.print(
+        f"[bold]step {row[M.STEP]}[/] reward {row[M.REWARD_MEAN]:.3f}±{row[M.REWARD_STD]:.3f}  "
+        f"no-signal {row[M.NO_SIGNAL_RATE]:.0%} (all-0 {row[M.ALL_ZERO]}, all-1 {row[M.ALL_ONE]})  "
+        f"trunc {row[M.TRUNCATED_RATE]:.0%}  kl {'-' if kl is None else f'{kl:.4f}'}  "
+        f"skipped {row[M.SKIPPED]}  {row[M.STEP_SECONDS]:.0f}s",
+        highlight=False,
+    )
+    for hint in row.get(HINT_KEY, []):
+        console.print(f"  [yellow]hint:[/] {hint}", highlight=False)
+
+
+def print_alarm(alarm: Alarm) -> None:
+    style = "red" if alarm.name == AlarmName.REWARD_HACKING else "yellow"
+    console.print(Panel(alarm.message, title=f"ALARM: {alarm.name}", style=f"bold {style}"))
+
+
+def print_validation(step: int, accuracy: float, policy_step: int) -> None:
+    console.print(
+        f"[green]validation @ step {step}: {accuracy:.3f}[/] (policy step {policy_step})",
+        highlight=False,
+    )
+
+
+def print_warm_start(row: dict[str, Any], before: float) -> None:
+    console.print(
+        f"[green]warm start[/]: {row[WarmMetric.DEMONSTRATIONS]:.0f} demonstrations, loss "
+        f"{row[WarmMetric.LOSS_FIRST]:.3f} -> {row[WarmMetric.LOSS_LAST]:.3f}; validation before "
+        f"it {before:.3f} ({row[WarmMetric.SECONDS]:.0f}s)",
+        highlight=False,
+    )
+
+
+def print_budget(message: str) -> None:
+    console.print(Panel(message, title="judge budget reached", style="bold yellow"))
+
+
+def print_finished(summary: dict[str, Any]) -> None:
+    """The last lines of a run: how it stopped, validation, test, and the paired test gains."""
+    test = summary.get("test_accuracy")
+    console.print(
+        Panel(
+            f"stop: {summary['stop_reason']}  steps: {summary['steps']}  baseline val "
+            f"{summary['baseline_val']:.3f} -> best {summary['best_val']:.3f} "
+            f"(step {summary['best_step']})  test {test if test is None else f'{test:.3f}'}  "
+            f"alarms: {len(summary['alarms'])}  {summary['wall_s']:.0f}s\n{summary['run_dir']}",
+            title="run finished",
+            style="bold",
+        )
+    )
+    for line in describe_block(summary["test"]) if summary.get("test") else []:
+        console.print(line, highlight=False)

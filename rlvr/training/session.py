@@ -1,0 +1,209 @@
+"""A run's session: everything a run opens before its first step, shared by training
+(`run_training`), evaluation of a finished run (`evaluate_run`) and preflight.
+
+`resolve` turns what the caller gave (a task name or object, a scorer spec or object) into the
+built Scenario and Scorer, with the judge opened first because both may need it; everything that
+can reject the config happens there, before a run directory is written. `open_session` then claims
+the run directory (one writer: rlvr.runs.runlock), recovers a killed run, splits the items, opens the
+tracker and the policy, and yields a `Session`, whose methods are the run's only writers of
+metrics, trajectory tables and validations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from rlvr.config import TrainConfig
+from rlvr.integrations import open_tracker
+from rlvr.metrics import ALARM_PREFIX, M
+from rlvr.runs import layout, runlock, store
+from rlvr.tasks.api import Task
+from rlvr.tasks.plugins import open_judge, resolve_task
+from rlvr.tasks.scorer_spec import make_scorer
+from rlvr.training.backends import ART_DIR, Policy, open_policy, rewind_policy
+from rlvr.training.checkpoints import keep_checkpoints
+from rlvr.training.evaluation import evaluate
+from rlvr.training.failures import FailureLog
+from rlvr.training.output import console, print_alarm, print_validation
+from rlvr.training.split import Split, split_items
+from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
+from rlvr.training.stopping import EvalPoint, Thresholds, divergence
+from rlvr.training.warmstart import check_can_demonstrate
+from rlvr.types import Item, Sampling, Scenario, Scorer
+
+
+async def build_scenario(
+    cfg: TrainConfig, stack: AsyncExitStack, scenario: Scenario | Task | None, resuming: bool
+) -> tuple[TrainConfig, Scenario, Any]:
+    """(config, scenario, judge): the judge is opened on `stack` first (a task may need it);
+    config.json names a scenario object that did not come from it."""
+    task = scenario if isinstance(scenario, Task) else None
+    if scenario is None:
+        task = resolve_task(cfg.task)
+    elif not resuming:
+        cfg = cfg.model_copy(update={"task": scenario.name})
+    judge = await stack.enter_async_context(open_judge(cfg))
+    built = task.build(cfg, judge) if task is not None else scenario
+    assert isinstance(built, Scenario)
+    return cfg, built, judge
+
+
+async def resolve(
+    cfg: TrainConfig,
+    stack: AsyncExitStack,
+    scenario: Scenario | Task | None,
+    scorer: Scorer | str | None,
+    resuming: bool,
+) -> tuple[TrainConfig, Scenario, Scorer, Any]:
+    """(config, scenario, scorer, judge) of a run; config.json names the objects that were used
+    when they did not come from it."""
+    cfg, built, judge = await build_scenario(cfg, stack, scenario, resuming)
+    if isinstance(scorer, str):
+        cfg = cfg.model_copy(update={"scorer": scorer})
+    if scorer is None or isinstance(scorer, str):
+        scorer = make_scorer(cfg, built, judge)
+    elif not resuming:
+        cfg = cfg.model_copy(update={"scorer": scorer.name})
+    return cfg, built, scorer, judge
+
+
+class Session:
+    """One open run: its config, task, scorer, policy, directory and state, and the writers of
+    its metrics rows, trajectory tables and validations."""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        scenario: Scenario,
+        scorer: Scorer,
+        run_dir: Path,
+        rows: list[dict[str, Any]],
+        split: Split,
+        tracker: Any,
+        policy: Policy,
+    ) -> None:
+        self.cfg, self.scenario, self.scorer, self.run_dir = cfg, scenario, scorer, run_dir
+        self.rows, self.split, self.tracker, self.policy = rows, split, tracker, policy
+        self.state: RunState = restore_state(rows)
+        self.started = time.monotonic() - self.state.wall_s
+        self.val_items: list[Item] = (
+            split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
+        )
+        self.rollout = tracker.traced(scenario.rollout, name="rollout")
+        self.score = tracker.traced(scorer.score, name="score")
+        self.limit = asyncio.Semaphore(cfg.rollout_concurrency)
+        self.failure_log = FailureLog(console)  # each distinct rollout exception printed once
+        self.thresholds = Thresholds(
+            window=cfg.divergence_window,
+            reward_rise=cfg.divergence_reward_rise,
+            val_drop=cfg.divergence_val_drop,
+            val_flat=cfg.min_delta,
+        )
+
+    def wall_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def emit(self, row: dict[str, Any]) -> None:
+        """Append a metrics row (fsynced), to the run's rows and to the tracker."""
+        row["time/wall_s"] = self.wall_s()
+        store.append_metrics(self.run_dir, row)
+        self.rows.append(row)
+        self.tracker.log_step(row)
+
+    def save_trajectories(self, name: str, step: int, table: list[dict[str, Any]]) -> None:
+        store.write_trajectories(self.run_dir, name, table)
+        self.tracker.log_trajectories(step, table)
+
+    async def validate(self, step: int) -> None:
+        """Validation accuracy at `step` on ground truth; the divergence alarm; checkpoints."""
+        t0 = time.monotonic()
+        accuracy, groups, done, _ = await evaluate(
+            self.rollout,
+            self.scenario.check,
+            self.policy,
+            self.val_items,
+            Sampling.from_config(self.cfg, "val"),
+            self.limit,
+            f"validate @{step}",
+            self.failure_log,
+        )
+        policy_step = await self.policy.model.get_step()
+        ids = [i.id for i in done]
+        rows = store.trajectory_rows(groups, ids, step=step, split="val")
+        self.save_trajectories(layout.val_name(step), step, rows)
+        values = [g.trajectories[0].reward for g in groups]
+        point = EvalPoint(
+            step=step,
+            val=accuracy,
+            reward=window_reward(self.rows, step, self.cfg.eval_every),
+            val_items=len(done),
+            val_std=statistics.pstdev(values) if values else None,
+        )
+        self.state.evals.append(point)
+        self.state.policy_steps[step] = policy_step
+        row = {
+            M.STEP: step,
+            M.VAL_ACCURACY: accuracy,
+            M.POLICY_STEP: policy_step,
+            M.VAL_TRAIN_REWARD: point.reward,
+            M.VAL_ITEMS: len(done),
+            M.VAL_STD: point.val_std,
+            M.VAL_ERRORS: len(self.val_items) - len(done),
+            M.EVAL_SECONDS: time.monotonic() - t0,
+        }
+        alarm = divergence(self.state.evals, self.thresholds)
+        if alarm is not None and all(a.step != alarm.step for a in self.state.alarms):
+            self.state.alarms.append(alarm)
+            row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
+            print_alarm(alarm)
+        self.emit(row)
+        print_validation(step, accuracy, policy_step)
+        await keep_checkpoints(self.cfg, self.policy, self.state, self.run_dir, self.rows)
+
+
+@asynccontextmanager
+async def open_session(
+    cfg: TrainConfig,
+    scenario: Scenario | Task | None,
+    scorer: Scorer | str | None,
+    resume: Path | None,
+) -> AsyncIterator[Session]:
+    """The run's session (module docstring); the judge, tracker, lock and policy are closed on
+    exit, errors and Ctrl-C included."""
+    async with AsyncExitStack() as stack:
+        cfg, built, scorer_, judge = await resolve(cfg, stack, scenario, scorer, resume is not None)
+        check_can_demonstrate(cfg, built)
+        items = built.load()
+        run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
+        # One writer per run directory, held until summary.json is written; then a fresh run
+        # refuses a directory that holds a run (the backend would silently resume its weights).
+        stack.enter_context(runlock.hold(run_dir))
+        if resume is None:
+            runlock.refuse_existing_run(run_dir, (store.METRICS, store.CHECKPOINTS, ART_DIR))
+        # A killed run is made consistent first: torn metrics line and temporaries removed, the
+        # policy rewound to the checkpoint its last metrics row records (rlvr.training.backends).
+        rows = store.recover(run_dir) if resume is not None else store.read_metrics(run_dir)
+        if resume is not None:
+            rewind_policy(cfg, run_dir, last_policy_step(rows))
+            if hasattr(judge, "spent_usd"):  # the spend cap spans the killed run and this one
+                judge.spent_usd = sum(float(r.get(M.JUDGE_COST) or 0.0) for r in rows)
+        split = split_items(
+            items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
+        if resume is None:
+            store.write_config(run_dir, cfg)
+        # Optional W&B / Weave (imported only when switched on; failures only warn).
+        tracker = stack.enter_context(open_tracker(cfg, run_dir))
+        console.print(
+            f"[bold]{cfg.task}[/]: {len(split.train)} train / {len(split.val)} val / "
+            f"{len(split.test)} test items; scorer {scorer_.name}; run dir {run_dir}",
+            highlight=False,
+        )
+        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy)
