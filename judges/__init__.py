@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 @contextlib.asynccontextmanager
 async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
-    """The run's judge. `judge=local` without `judge_base_url` gets a private llama.cpp engine on
+    """The run's judge. `judge=local` without `judge.base_url` gets a private llama.cpp engine on
     127.0.0.1, started lazily by the first request and stopped when this context exits (normally,
     on an exception, or on Ctrl-C); any other id is a litellm model used directly."""
     from judges.client import LOCAL_JUDGE, JudgeClient, JudgeSettings
@@ -37,8 +37,8 @@ async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
 
     settings = JudgeSettings.from_config(cfg)
     engine = None
-    if cfg.judge == LOCAL_JUDGE and cfg.judge_base_url is None:
-        engine = LocalEngine(EngineSettings.default(threads=cfg.judge_threads))
+    if cfg.judge.model == LOCAL_JUDGE and cfg.judge.base_url is None:
+        engine = LocalEngine(EngineSettings.default(threads=cfg.judge.threads))
     client = JudgeClient(
         settings,
         engine.ensure_started if engine else None,

@@ -129,7 +129,7 @@ async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> d
     say = log or (lambda text: print(text, file=sys.stderr, flush=True))
     item, references = pick_item()
     async with open_judge(cfg) as judge:
-        say(f"judge {cfg.judge}: starting / checking {await judge.api_base() or 'provider'}")
+        say(f"judge {cfg.judge.model}: starting / checking {await judge.api_base() or 'provider'}")
         say(f"sampling {group_size} policy answers (max_tokens={cfg.max_tokens}) for {item.id}")
         answers = await policy_answers(judge, item.prompt, group_size, cfg.max_tokens)
         ruler = RulerScorer(judge)
@@ -149,7 +149,7 @@ async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> d
     if scored is None:
         raise RuntimeError("the judge failed on the rubric group (see the log)")
     return {
-        "judge": cfg.judge,
+        "judge": cfg.judge.model,
         "token_source": "judge server usage.prompt_tokens per attempt (real calls)",
         "item": item.id,
         "policy_max_tokens": cfg.max_tokens,

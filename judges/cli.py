@@ -21,7 +21,7 @@ def judge_serve(
     ] = None,
 ) -> None:
     """Start the local judge engine (llama.cpp on 127.0.0.1) and keep it up until Ctrl-C.
-    Runs use it with judge=local judge_base_url=<the printed URL>."""
+    Runs use it with judge=local judge.base_url=<the printed URL>."""
     from judges.engine import (
         EngineError,
         EngineSettings,

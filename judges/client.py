@@ -80,7 +80,7 @@ class FaultKind(StrEnum):
     """Why a judge attempt failed. Each value is also its counter's name under `judge/`."""
 
     RATE_LIMITED = "rate_limited"  # HTTP 429
-    TIMEOUT = "timeouts"  # no answer within judge_timeout_s (or HTTP 408)
+    TIMEOUT = "timeouts"  # no answer within judge.timeout_s (or HTTP 408)
     SERVER_ERROR = "server_errors"  # HTTP 5xx
     CONNECTION = "connection_errors"  # refused / reset before an HTTP status
     INVALID_OUTPUT = "invalid_output"  # reply not JSON, wrong shape, wrong count, out of range
@@ -148,24 +148,24 @@ class JudgeSettings(BaseModel):
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> JudgeSettings:
-        local = cfg.judge == LOCAL_JUDGE
+        local = cfg.judge.model == LOCAL_JUDGE
         dialect = {
             "auto": Dialect.JSON_OBJECT if local else Dialect.JSON_SCHEMA,
             "json_schema": Dialect.JSON_SCHEMA,
             "json_object": Dialect.JSON_OBJECT,
-        }[cfg.judge_response_format]
+        }[cfg.judge.response_format]
         return cls(
-            model=LOCAL_MODEL_ID if local else cfg.judge,
-            api_base=cfg.judge_base_url,
+            model=LOCAL_MODEL_ID if local else cfg.judge.model,
+            api_base=cfg.judge.base_url,
             dialect=dialect,
             free=local,
-            temperature=cfg.judge_temperature,
-            max_retries=cfg.judge_max_retries,
-            timeout_s=cfg.judge_timeout_s,
-            max_usd=cfg.judge_max_usd,
-            concurrency=LOCAL_CONCURRENCY if local else cfg.judge_concurrency,
-            rpm=cfg.judge_rpm,
-            backoff_s=cfg.judge_backoff_s,
+            temperature=cfg.judge.temperature,
+            max_retries=cfg.judge.max_retries,
+            timeout_s=cfg.judge.timeout_s,
+            max_usd=cfg.judge.max_usd,
+            concurrency=LOCAL_CONCURRENCY if local else cfg.judge.concurrency,
+            rpm=cfg.judge.rpm,
+            backoff_s=cfg.judge.backoff_s,
         )
 
 
@@ -387,7 +387,7 @@ class JudgeClient:
         while True:
             if self.budget_exhausted:
                 raise BudgetExhausted(
-                    f"judge spend ${self.spent_usd:.4f} reached judge_max_usd=${self.settings.max_usd:g}"
+                    f"judge spend ${self.spent_usd:.4f} reached judge.max_usd=${self.settings.max_usd:g}"
                 )
             try:
                 return await self._attempt(api_base, messages, name, schema, parse, retries + 1)

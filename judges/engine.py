@@ -354,7 +354,7 @@ def serve_forever(settings: EngineSettings) -> None:
         print(f"judge engine ready at {base_url} (pid {engine.pid}, {settings.threads} threads)")
         print(
             f"use it from a run with: {KEY_ENV}=<key> rlvr train ... judge=local "
-            f"judge_base_url={base_url}\nits key (give it to that run only): {engine.key}",
+            f"judge.base_url={base_url}\nits key (give it to that run only): {engine.key}",
             flush=True,
         )
         while engine.running:

@@ -13,6 +13,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from rlvr.bench.cli import bench_app
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -37,7 +39,6 @@ TaskArg = Annotated[
     typer.Argument(help="task name (see `rlvr tasks`), path/to/file.py:factory or module:factory"),
 ]
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints one JSON line last.")
 app.add_typer(bench_app, name="bench")
 COMMAND_GROUP = (
     "rlvr.commands"  # installed packages' commands: NAME -> a Typer app, bench.NAME -> a command
@@ -244,26 +245,6 @@ def compare(
     typer.echo(f"{run_b.name} vs {run_a.name}: {gain.describe()}")
 
 
-@bench_app.command("hack")
-def bench_hack(
-    overrides: Overrides = None,
-    record: Annotated[Path | None, typer.Option(help="write the evaluation history here")] = None,
-    runs_root: Annotated[Path, typer.Option(help="where the run directory goes")] = Path("runs"),
-) -> None:
-    """Train on a length-rewarding scorer; the divergence alarm should fire."""
-    import json
-
-    from rlvr.bench.loop import hack_benchmark
-    from rlvr.config import ConfigError, parse_overrides
-
-    try:
-        extra = parse_overrides(overrides or []).model_dump(exclude_unset=True)
-    except ConfigError as error:
-        fail(str(error))
-    figures = asyncio.run(hack_benchmark(runs_root, record, **extra))
-    typer.echo(json.dumps({k: v for k, v in figures.items() if k != "history"}, default=str))
-
-
 @app.command()
 def tasks() -> None:
     """List the installed tasks (entry-point group rlvr.scenarios) with their options and the
@@ -335,73 +316,6 @@ def inspect_run(
     out = Out()
     for part in parts:
         out.print(part)
-
-
-ModelOption = Annotated[str, typer.Option(help="policy model: alias, local HF dir, or hub id")]
-ThreadsOption = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's)")]
-
-
-def _policy_bench(run: object) -> None:
-    """Run a policy benchmark coroutine and print its JSON line (model errors exit 2)."""
-    import json
-
-    from rlvr.policy.models import ModelError
-
-    try:
-        result = asyncio.run(run)  # type: ignore[arg-type]
-    except ModelError as error:
-        fail(str(error))
-    typer.echo(json.dumps(result))
-
-
-@bench_app.command("serve")
-def bench_serve(
-    model: ModelOption = "smollm2-135m",
-    requests: Annotated[int, typer.Option(help="concurrent requests", min=1)] = 8,
-    max_tokens: Annotated[int, typer.Option(help="completion tokens per request", min=1)] = 64,
-    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
-    threads: ThreadsOption = None,
-) -> None:
-    """Endpoint tokens/s for concurrent requests ÷ a bare batched generate of the same prompts
-    (ratio_vs_bare), plus one-at-a-time tokens/s and peak RSS. Prints one JSON line last."""
-    from rlvr.bench.policy import run_serve_bench
-
-    _policy_bench(run_serve_bench(model, requests, max_tokens, repeats, threads))
-
-
-@bench_app.command("turns")
-def bench_turns(
-    model: ModelOption = "smollm2-135m",
-    conversations: Annotated[int, typer.Option(help="chats played together", min=1)] = 8,
-    turns: Annotated[int, typer.Option(help="turns per chat", min=1)] = 4,
-    max_tokens: Annotated[int, typer.Option(help="completion tokens per turn", min=1)] = 24,
-    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
-    threads: ThreadsOption = None,
-) -> None:
-    """Multi-turn chats with the policy's prefix cache ÷ the same engine with it off
-    (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
-    from rlvr.bench.policy import run_turns_bench
-
-    async def run() -> dict:
-        return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
-
-    _policy_bench(run())
-
-
-@bench_app.command("train")
-def bench_train(
-    model: ModelOption = "smollm2-135m",
-    groups: Annotated[int, typer.Option(help="trajectory groups per step", min=1)] = 2,
-    group_size: Annotated[int, typer.Option(help="trajectories per group", min=2)] = 8,
-    max_tokens: Annotated[int, typer.Option(help="completion tokens per rollout", min=1)] = 48,
-    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
-    threads: ThreadsOption = None,
-) -> None:
-    """backend.train step time ÷ a bare forward+backward+AdamW on the same packed tokens
-    (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
-    from rlvr.bench.policy import run_train_bench
-
-    _policy_bench(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
 
 
 if __name__ == "__main__":

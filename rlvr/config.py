@@ -28,6 +28,116 @@ class ConfigError(ValueError):
         super().__init__(redact_error(message))
 
 
+class JudgeConfig(BaseModel):
+    """The judge a judged scorer calls (`judge.KEY=value`; read by the judges package only)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field(
+        "local", description="'local' (llama.cpp on 127.0.0.1), 'none', or a litellm model id"
+    )
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_retries: int = Field(3, ge=0)
+    timeout_s: float = Field(120.0, gt=0)
+    max_usd: float | None = Field(None, ge=0, description="spend cap; the run stops at it")
+    concurrency: int = Field(4, ge=1)
+    rpm: int | None = Field(None, ge=1, description="judge requests per minute limit")
+    base_url: str | None = Field(
+        None,
+        description="OpenAI-compatible base URL for the judge (e.g. a running `rlvr judge serve`)",
+    )
+    response_format: Literal["auto", "json_schema", "json_object"] = Field(
+        "auto",
+        description="structured-output dialect; auto = json_object for llama.cpp, else json_schema",
+    )
+    backoff_s: float = Field(
+        1.0, gt=0, description="first retry delay; doubles per retry, with jitter"
+    )
+    threads: int | None = Field(
+        None, ge=1, description="local judge engine CPU threads (default: half the cores)"
+    )
+
+
+class StoppingConfig(BaseModel):
+    """When a run stops or raises an alarm (`stopping.KEY=value`; rlvr.training.stopping)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    patience: int = Field(3, ge=1, description="evaluations without gain before stopping")
+    min_delta: float = Field(0.02, ge=0, description="validation gain that counts as progress")
+
+    on_divergence: OnDivergence = "stop"
+    divergence_window: int = Field(3, ge=2, description="evaluations the trends are measured over")
+    divergence_reward_rise: float = Field(
+        0.1, ge=0, description="reward rise that counts as rising"
+    )
+    divergence_val_drop: float = Field(
+        0.05, ge=0, description="validation fall that counts as falling"
+    )
+    judge_gap: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="alarm judge_disagrees: mean gap between the training reward and ground truth "
+        "on the same rollouts over divergence_window steps (above the sampling noise too)",
+    )
+
+
+# Keys that were flat in TrainConfig before `judge` and `stopping` were nested: still accepted
+# (one release), with a warning naming the new key.
+FLAT_JUDGE_PREFIX = "judge_"
+FLAT_STOPPING = tuple(StoppingConfig.model_fields)
+NESTED = {"judge": JudgeConfig, "stopping": StoppingConfig}
+
+
+def nested(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`values` with dotted keys (`judge.model`) and the old flat keys (`judge_max_usd`,
+    `patience`, `judge=ID`) put into the nested `judge` / `stopping` dicts; and the old keys used.
+    Pure: the caller decides how to say so."""
+    out: dict[str, Any] = {}
+    parts: dict[str, dict[str, Any]] = {"judge": {}, "stopping": {}}
+    legacy: list[str] = []
+    for key, value in values.items():
+        group, dot, leaf = key.partition(".")
+        if dot and group in NESTED:
+            parts[group][leaf] = value
+        elif key == "judge" and not isinstance(value, dict | BaseModel):
+            parts["judge"]["model"] = value  # judge=ID: the judge's model
+        elif key in NESTED:
+            given = value.model_dump() if isinstance(value, BaseModel) else dict(value)
+            parts[key] = {**given, **parts[key]}
+        elif key in FLAT_STOPPING and key not in TrainConfig.model_fields:
+            parts["stopping"][key] = value
+            legacy.append(f"{key} -> stopping.{key}")
+        elif key.startswith(FLAT_JUDGE_PREFIX) and key not in TrainConfig.model_fields:
+            leaf = key.removeprefix(FLAT_JUDGE_PREFIX)
+            parts["judge"][leaf] = value
+            legacy.append(f"{key} -> judge.{leaf}")
+        else:
+            out[key] = value
+    return {**out, **{k: v for k, v in parts.items() if v}}, legacy
+
+
+def known_key(key: str) -> bool:
+    """A TrainConfig key: a field, a dotted `judge.`/`stopping.` key, or an old flat one."""
+    if key in TrainConfig.model_fields:
+        return True
+    group, dot, leaf = key.partition(".")
+    if dot:
+        return group in NESTED and leaf in NESTED[group].model_fields
+    if key in FLAT_STOPPING:
+        return True
+    return key.startswith(FLAT_JUDGE_PREFIX) and key.removeprefix(FLAT_JUDGE_PREFIX) in (
+        JudgeConfig.model_fields
+    )
+
+
+def all_keys() -> list[str]:
+    """Every key a run can be configured with, dotted where nested."""
+    flat = [k for k in TrainConfig.model_fields if k not in NESTED]
+    return flat + [f"{g}.{k}" for g, model in NESTED.items() for k in model.model_fields]
+
+
 class TrainConfig(BaseModel):
     """A training run, fully specified. Every field can be set as `key=value` on the CLI."""
 
@@ -55,28 +165,9 @@ class TrainConfig(BaseModel):
     scorer: str = Field(
         "default", description="'default' (the task's), verifier, ruler, rubric, or a+b"
     )
-    judge: str = Field(
-        "local", description="'local' (llama.cpp on 127.0.0.1) or a litellm model id"
-    )
-    judge_temperature: float = Field(0.0, ge=0.0, le=2.0)
-    judge_max_retries: int = Field(3, ge=0)
-    judge_timeout_s: float = Field(120.0, gt=0)
-    judge_max_usd: float | None = Field(None, ge=0, description="spend cap; the run stops at it")
-    judge_concurrency: int = Field(4, ge=1)
-    judge_rpm: int | None = Field(None, ge=1, description="judge requests per minute limit")
-    judge_base_url: str | None = Field(
-        None,
-        description="OpenAI-compatible base URL for the judge (e.g. a running `rlvr judge serve`)",
-    )
-    judge_response_format: Literal["auto", "json_schema", "json_object"] = Field(
-        "auto",
-        description="structured-output dialect; auto = json_object for llama.cpp, else json_schema",
-    )
-    judge_backoff_s: float = Field(
-        1.0, gt=0, description="first retry delay; doubles per retry, with jitter"
-    )
-    judge_threads: int | None = Field(
-        None, ge=1, description="local judge engine CPU threads (default: half the cores)"
+    judge: JudgeConfig = Field(
+        default_factory=lambda: JudgeConfig(),
+        description="the judge (judge.model=..., judge.max_usd=...; judge=ID sets judge.model)",
     )
 
     # Sampling.
@@ -129,24 +220,9 @@ class TrainConfig(BaseModel):
     save_every: int = Field(1, ge=1, description="keep a checkpoint every N steps")
     val_temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy validation")
     max_val_items: int | None = Field(None, ge=1, description="cap on validation items per eval")
-    patience: int = Field(3, ge=1, description="evaluations without gain before stopping")
-    min_delta: float = Field(0.02, ge=0, description="validation gain that counts as progress")
-
-    # Divergence alarm (reward hacking) and convergence warning; see rlvr.training.stopping.
-    on_divergence: OnDivergence = "stop"
-    divergence_window: int = Field(3, ge=2, description="evaluations the trends are measured over")
-    divergence_reward_rise: float = Field(
-        0.1, ge=0, description="reward rise that counts as rising"
-    )
-    divergence_val_drop: float = Field(
-        0.05, ge=0, description="validation fall that counts as falling"
-    )
-    judge_gap: float = Field(
-        0.3,
-        ge=0,
-        le=1,
-        description="alarm judge_disagrees: mean gap between the training reward and ground truth "
-        "on the same rollouts over divergence_window steps (above the sampling noise too)",
+    stopping: StoppingConfig = Field(
+        default_factory=lambda: StoppingConfig(),
+        description="plateau, divergence and judge-disagreement rules (stopping.patience=...)",
     )
 
     # Output and integrations.
@@ -154,6 +230,23 @@ class TrainConfig(BaseModel):
     run_dir: Path | None = Field(None, description="defaults to runs_root/<task>-<timestamp>")
     wandb_project: str | None = None
     weave: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, values: Any) -> Any:
+        """Dotted and old flat judge/stopping keys into their nested settings (`nested`)."""
+        if not isinstance(values, dict):
+            return values
+        values, legacy = nested(values)
+        if legacy:
+            import warnings
+
+            warnings.warn(
+                f"config: old flat keys, accepted for this release: {', '.join(legacy)}",
+                FutureWarning,
+                stacklevel=2,
+            )
+        return values
 
     @model_validator(mode="after")
     def _backend_honours_the_loss_options(self) -> TrainConfig:
@@ -194,7 +287,7 @@ LOSS_OPTIONS_UNSUPPORTED: dict[str, tuple[str, ...]] = {
 
 
 def _describe(field: str) -> str:
-    info = TrainConfig.model_fields[field]
+    info = field_info(field)
     annotation = info.annotation
     if get_origin(annotation) is Literal:
         allowed = "one of " + ", ".join(map(str, get_args(annotation)))
@@ -207,7 +300,7 @@ def _one_line(error: ValidationError) -> str:
     first = error.errors()[0]
     key = ".".join(str(p) for p in first["loc"]) or "config"
     value = first.get("input")
-    if key in TrainConfig.model_fields:
+    if field_info(key) is not None:
         return f"config: {key}={value!r}: {first['msg']}; expected {_describe(key)}"
     return f"config: {first['msg'].removeprefix('Value error, ')}"
 
@@ -215,20 +308,30 @@ def _one_line(error: ValidationError) -> str:
 def build_config(values: dict) -> TrainConfig:
     """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
     for key in values:
-        if key not in TrainConfig.model_fields:
-            close = difflib.get_close_matches(key, TrainConfig.model_fields, n=1)
+        if not known_key(key):
+            close = difflib.get_close_matches(key, all_keys(), n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(
-                f"config: unknown key '{key}'{hint} allowed: {', '.join(TrainConfig.model_fields)}"
-            )
+            raise ConfigError(f"config: unknown key '{key}'{hint} allowed: {', '.join(all_keys())}")
     try:
         return TrainConfig.model_validate(values)
     except ValidationError as error:
         raise ConfigError(_one_line(error)) from None
 
 
+def field_info(key: str) -> Any:
+    """The pydantic field behind a key (dotted, old flat or plain), or None."""
+    group, dot, leaf = key.partition(".")
+    if dot and group in NESTED:
+        return NESTED[group].model_fields.get(leaf)
+    if key in FLAT_STOPPING:
+        return StoppingConfig.model_fields[key]
+    if key.startswith(FLAT_JUDGE_PREFIX) and key not in TrainConfig.model_fields:
+        return JudgeConfig.model_fields.get(key.removeprefix(FLAT_JUDGE_PREFIX))
+    return TrainConfig.model_fields.get(key)
+
+
 def accepts_none(key: str) -> bool:
-    info = TrainConfig.model_fields.get(key)
+    info = field_info(key)
     return info is not None and type(None) in get_args(info.annotation)
 
 

@@ -54,6 +54,7 @@ class M(StrEnum):
     TRAIN_SECONDS = "time/train_s"
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
+    EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items
 
 
 ALARM_PREFIX = "alarm/"

@@ -31,7 +31,7 @@ TINY_RUN = {
     "max_tokens": 16,
     "judge": "none",
     # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
-    "on_divergence": "warn",
+    "stopping.on_divergence": "warn",
 }
 
 

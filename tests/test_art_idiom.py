@@ -256,9 +256,12 @@ def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str)
     assert all(r[M.LOSS] is not None and r[M.LOSS] != 0.0 for r in trained)
     refused = [r[M.NO_LOGPROB_TURNS] for r in trained]
     assert all(n > 0 for n in refused) if logprobs else all(n == 0 for n in refused)
-    assert rows[-1][M.POLICY_STEP] == 2  # one update per step, none skipped
+    # one update per step whose groups had signal: none skipped for missing logprobs
+    assert rows[-1][M.POLICY_STEP] == len(trained)
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
     rewards = frame["reward"].to_list()
     assert (min(rewards) >= -1.0 and any(r < 0 for r in rewards)) or all(r > 0 for r in rewards)
-    tokens = frame["completion_tokens"].to_list() if "completion_tokens" in frame.columns else []
-    assert all(t <= 8 for t in tokens)  # max_completion_tokens was honoured
+    # max_completion_tokens=8 was honoured (the run's max_tokens is 64); tokens are counted from
+    # the sampled logprobs, so only where the rollout kept them
+    if not logprobs:
+        assert all(0 < r[M.COMPLETION_TOKENS] <= 8 for r in rows)

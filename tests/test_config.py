@@ -12,9 +12,9 @@ def test_defaults_are_valid_and_json_safe():
 
 def test_overrides_parse_types():
     cfg = parse_overrides(
-        ["group_size=4", "learning_rate=3e-5", "weave=true", "judge_max_usd=", "task=email"]
+        ["group_size=4", "learning_rate=3e-5", "weave=true", "judge.max_usd=", "task=email"]
     )
-    assert (cfg.group_size, cfg.learning_rate, cfg.weave, cfg.judge_max_usd, cfg.task) == (
+    assert (cfg.group_size, cfg.learning_rate, cfg.weave, cfg.judge.max_usd, cfg.task) == (
         4,
         3e-5,
         True,
@@ -71,3 +71,60 @@ def test_task_config_rejects_unknown_tasks_and_keys():
         task_config("chess")
     with pytest.raises(ConfigError, match=r"unknown key 'lr'.*math options: difficulty, num_items"):
         task_config("math", lr=1.0)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "judge", "stopping"),
+    [
+        (["judge=openai/gpt-5-mini"], {"model": "openai/gpt-5-mini"}, {}),
+        (["judge.model=local", "judge.max_usd=2"], {"model": "local", "max_usd": 2.0}, {}),
+        (["stopping.patience=5", "stopping.judge_gap=0.2"], {}, {"patience": 5, "judge_gap": 0.2}),
+    ],
+)
+def test_judge_and_stopping_are_nested_and_set_with_dotted_keys(
+    pairs: list[str], judge: dict, stopping: dict
+) -> None:
+    cfg = parse_overrides(pairs)
+    assert cfg.judge.model_dump().items() >= judge.items()
+    assert cfg.stopping.model_dump().items() >= stopping.items()
+    assert TrainConfig.model_validate(cfg.public_dict()) == cfg  # config.json replays it
+
+
+@pytest.mark.parametrize(
+    ("pair", "where", "value"),
+    [
+        ("judge_max_usd=3", "judge.max_usd", 3.0),
+        ("judge_base_url=http://127.0.0.1:9/v1", "judge.base_url", "http://127.0.0.1:9/v1"),
+        ("patience=7", "stopping.patience", 7),
+        ("judge_gap=0.1", "stopping.judge_gap", 0.1),
+    ],
+)
+def test_the_old_flat_keys_still_work_and_say_the_new_one(pair: str, where: str, value) -> None:
+    with pytest.warns(FutureWarning, match=rf"{pair.split('=')[0]} -> {where}"):
+        cfg = parse_overrides([pair])
+    group, _, leaf = where.partition(".")
+    assert getattr(getattr(cfg, group), leaf) == value
+
+
+def test_an_old_flat_config_json_resumes_as_it_was() -> None:
+    old = {"task": "math", "judge": "none", "judge_max_usd": 1.5, "patience": 4, "min_delta": 0.05}
+    with pytest.warns(FutureWarning):
+        cfg = TrainConfig.model_validate(old)
+    assert (cfg.judge.model, cfg.judge.max_usd) == ("none", 1.5)
+    assert (cfg.stopping.patience, cfg.stopping.min_delta) == (4, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        ("judge.nope=1", r"unknown key 'judge.nope'; did you mean 'judge\.(model|rpm)'"),
+        (
+            "stopping.patience=0",
+            r"stopping.patience='0': Input should be greater than or equal to 1",
+        ),
+    ],
+)
+def test_bad_nested_keys_are_one_line(pair: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as error:
+        parse_overrides([pair])
+    assert "\n" not in str(error.value)

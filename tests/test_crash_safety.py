@@ -443,7 +443,7 @@ RUN = {
     "max_steps": 3,
     "eval_every": 2,  # evaluations at 0, 2 and 3
     "judge": "none",
-    "on_divergence": "warn",
+    "stopping.on_divergence": "warn",
 }
 FAULTS = [  # (point, step): the chain's kills, in order; each resume dies at the next
     (faults.FaultPoint.ROLLOUTS, 2),

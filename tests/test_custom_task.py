@@ -73,7 +73,7 @@ TINY = {
     "eval_every": 2,
     "max_tokens": 8,
     "judge": "none",
-    "on_divergence": "warn",  # 4 validation items are noisy: the run must reach its 2 steps
+    "stopping.on_divergence": "warn",  # 4 validation items are noisy: the run must reach its 2 steps
 }
 
 

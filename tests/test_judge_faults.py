@@ -68,15 +68,23 @@ def server() -> Iterator[FaultServer]:
         yield running
 
 
+def dotted(overrides: dict) -> dict:
+    """judge_max_usd=... as the nested key judge.max_usd."""
+    return {
+        k.replace("judge_", "judge.", 1) if k.startswith("judge_") else k: v
+        for k, v in overrides.items()
+    }
+
+
 def config(server: FaultServer, **overrides: object) -> TrainConfig:
     values: dict = {
         "judge": "openai/gpt-4o-mini",  # litellm knows its price: cost and the cap are real
-        "judge_base_url": server.base_url,
-        "judge_timeout_s": 2.0,  # the server's hang is 6 s; a good reply takes milliseconds
-        "judge_backoff_s": 0.01,
-        "judge_max_retries": 3,
+        "judge.base_url": server.base_url,
+        "judge.timeout_s": 2.0,  # the server's hang is 6 s; a good reply takes milliseconds
+        "judge.backoff_s": 0.01,
+        "judge.max_retries": 3,
     }
-    return TrainConfig(**{**values, **overrides})
+    return TrainConfig(**{**values, **dotted(overrides)})
 
 
 def scorer_for(kind: str, judge: JudgeClient) -> RulerScorer | RubricScorer:
@@ -225,7 +233,7 @@ async def test_spend_cap_raises_budget_exhausted(server: FaultServer, kind: str)
         first = await scorer.score(make_group(), ITEM)  # under the cap when it starts
         requests = len(server.log)
         assert first is not None and judge.spent_usd >= 1e-6
-        with pytest.raises(BudgetExhausted, match="judge_max_usd"):
+        with pytest.raises(BudgetExhausted, match=r"judge\.max_usd"):
             await scorer.score(make_group(), ITEM)
     assert len(server.log) == requests  # the call that would exceed the cap is never sent
 

@@ -60,11 +60,11 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
     values: dict = {
         "task": "math",
         "judge": "openai/gpt-4o-mini",  # priced by litellm: cost and the cap are real
-        "judge_base_url": server.base_url,
+        "judge.base_url": server.base_url,
         # Generous: the policy trains on CPU in this process while the server thread answers.
-        "judge_timeout_s": 5.0,
-        "judge_backoff_s": 0.01,
-        "judge_max_retries": 8,  # more than the faults scheduled: no call may run out
+        "judge.timeout_s": 5.0,
+        "judge.backoff_s": 0.01,
+        "judge.max_retries": 8,  # more than the faults scheduled: no call may run out
         "group_size": 2,
         "groups_per_batch": 1,
         "max_steps": 3,
@@ -165,7 +165,7 @@ async def test_failed_judge_calls_skip_groups_never_score_them(
 ) -> None:
     # RULER on math (a deterministic truth): every judge request fails, no retries.
     server.schedule([Fault.SERVER_ERROR] * 100)
-    cfg = run_config(server, tmp_path, scorer="ruler", judge_max_retries=0)
+    cfg = run_config(server, tmp_path, scorer="ruler", **{"judge.max_retries": 0})
     result = await run_training(cfg)
     server.schedule([])
 
@@ -192,7 +192,7 @@ async def test_spend_cap_ends_the_run_cleanly(
     server.schedule([])
     options = {"num_items": 20} | ({"data_path": str(recipe_file)} if task == "rubric_if" else {})
     cfg = run_config(
-        server, tmp_path, task=task, scorer=scorer, judge_max_usd=cap, task_options=options
+        server, tmp_path, task=task, scorer=scorer, task_options=options, **{"judge.max_usd": cap}
     )
     result = await run_training(cfg)
 

@@ -5,7 +5,8 @@ serving and training logic pinned to fp32; here both precisions run explicitly, 
 on CPUs without bf16 units and fp32 on CPUs with them. The bound that matters is the one PPO's
 ratio feels: the k3 KL between the sampler's log-probabilities and the trainer's for the same
 tokens at step 1 (`train/kl`). Measured on an AVX512-BF16 CPU: fp32 0 (identical); bf16 4e-4
-with the LM head in fp32 (1e-3 before: bf16 logits, max |Δ logprob| 0.17).
+with the LM head in fp32 (1e-3 before: bf16 logits, max |Δ logprob| 0.17). `mixed` (bf16
+training, fp32 sampling: the automatic choice on CPUs with bf16 units) is measured beside them.
 """
 
 from __future__ import annotations
@@ -26,24 +27,40 @@ from rlvr.policy.sampler import group_attention_mask
 from rlvr.policy.trainer import _trained_positions, _trimmed
 
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured.
-KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3}
+KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 2e-3}
 
 
 @pytest.mark.parametrize(
-    ("precision", "env", "expected"),
+    ("precision", "env", "phase", "expected"),
     [
-        ("fp32", "bf16", None),  # an explicit choice wins over the environment
-        ("bf16", "fp32", torch.bfloat16),
-        (None, "bf16", torch.bfloat16),  # the environment wins over the hardware
-        (None, "fp32", None),
-        (None, "BF16", torch.bfloat16),
+        ("fp32", "bf16", "train", None),  # an explicit choice wins over the environment
+        ("bf16", "fp32", "sample", torch.bfloat16),
+        (None, "bf16", "sample", torch.bfloat16),  # the environment wins over the hardware
+        (None, "fp32", "train", None),
+        (None, "BF16", "train", torch.bfloat16),
+        (None, "mixed", "train", torch.bfloat16),  # mixed: bf16 training ...
+        (None, "mixed", "sample", None),  # ... fp32 sampling
+        ("mixed", "fp32", "train", torch.bfloat16),
     ],
 )
 def test_the_precision_is_chosen_explicitly_then_by_environment(
-    monkeypatch, precision, env, expected
+    monkeypatch, precision, env, phase, expected
 ) -> None:
     monkeypatch.setenv(PRECISION_ENV, env)
-    assert choose_autocast(torch.device("cpu"), precision) == expected
+    assert choose_autocast(torch.device("cpu"), precision, phase) == expected
+
+
+@pytest.mark.parametrize(("bf16_units", "train"), [(True, torch.bfloat16), (False, None)])
+def test_a_cpu_samples_in_fp32_and_trains_in_bf16_only_with_bf16_units(
+    monkeypatch, bf16_units, train
+) -> None:
+    """The automatic choice, per phase, on both kinds of CPU (whatever this one is)."""
+    from rlvr.policy import device
+
+    monkeypatch.delenv(PRECISION_ENV, raising=False)
+    monkeypatch.setattr(device, "_cpu_has_native_bf16", lambda: bf16_units)
+    assert choose_autocast(torch.device("cpu"), None, "sample") is None
+    assert choose_autocast(torch.device("cpu"), None, "train") == train
 
 
 def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
@@ -65,7 +82,7 @@ def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
     assert torch.equal(logits, hidden @ model.head.weight.T)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16"])
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16", "mixed"])
 async def trained(request, tmp_path_factory):
     """One real GRPO step at each precision: (precision, engine, groups, its metrics)."""
     precision = request.param
@@ -105,7 +122,8 @@ async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_sampler_and_trainer_log_probabilities_agree_at_step_one(trained) -> None:
     precision, engine, _, metrics = trained
-    assert engine.autocast == (torch.bfloat16 if precision == "bf16" else None)
+    assert engine.autocast == (None if precision == "fp32" else torch.bfloat16)
+    assert engine.sample_autocast == (torch.bfloat16 if precision == "bf16" else None)
     assert metrics["num_tokens"] > 0 and math.isfinite(metrics["loss"])
     print(f"{precision}: train/kl at step 1 = {metrics['kl']:.2e}")  # the README's figure
     assert 0.0 <= metrics["kl"] < KL_BOUND[precision]

@@ -195,12 +195,12 @@ def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
 def test_config_json_and_wandb_config_hold_no_credentials(
     planted: None, options: dict, expected: dict
 ) -> None:
-    cfg = TrainConfig(judge_base_url=f"{BASE_URL}?api-key=PLANTEDq", task_options=options)
+    cfg = TrainConfig(judge={"base_url": f"{BASE_URL}?api-key=PLANTEDq"}, task_options=options)
     public = cfg.public_dict()
     assert_clean(json.dumps(public), "public_dict")
     assert "PLANTED" not in json.dumps(public)
     assert public["task_options"] == expected
-    assert public["judge_base_url"].endswith("?api-key=[redacted]")
+    assert public["judge"]["base_url"].endswith("?api-key=[redacted]")
 
 
 @pytest.mark.parametrize(
@@ -364,7 +364,7 @@ async def test_a_real_run_writes_and_prints_no_credential(
         judge="none",
         judge_base_url=BASE_URL,
         wandb_project="rlvr-secrets",
-        on_divergence="warn",
+        stopping={"on_divergence": "warn"},
         run_dir=tmp_path / "run",
     )
     scenario = rlvr.scenario(name="leaky", load=load_items, rollout=leaky_rollout, check=check)

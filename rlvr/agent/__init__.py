@@ -5,10 +5,11 @@
 - `tools`: a Python function becomes a tool (schema from its signature, arguments validated);
 - `episode`: `tool_episode` plays the turns under the `tools`, `text` or `auto` protocol, with a
   model or with a scripted policy (demonstrations for the warm start);
-- `search`: model-written keywords as a safe SQLite FTS5 query, for search tools.
+- `search`: model-written keywords as a safe SQLite FTS5 query, for search tools;
+- `levels`: difficulty levels (evidence in the prompt or found with the tools, turn cap).
 """
 
-from rlvr.agent import search
+from rlvr.agent import levels, search
 from rlvr.agent.episode import (
     PROTOCOLS,
     EpisodeEnd,
@@ -34,6 +35,7 @@ __all__ = [
     "as_tools",
     "chat",
     "final_reply",
+    "levels",
     "search",
     "text_call",
     "text_instructions",

@@ -22,10 +22,10 @@ HACK_DEFAULTS = {
     "max_tokens": 48,
     "learning_rate": 3e-4,
     "eval_every": 1,
-    "patience": 50,
+    "stopping.patience": 50,
     "max_steps": 12,
     "max_val_items": 40,
-    "divergence_window": 3,
+    "stopping.divergence_window": 3,
 }
 
 

@@ -62,32 +62,37 @@ async def _registered(
     return backend, model
 
 
-def bare_generate(engine: Engine, prompts: list[str], max_tokens: int) -> tuple[int, float]:
+def bare_generate(
+    engine: Engine,
+    prompts: list[str] | list[list[dict[str, Any]]],
+    max_tokens: int,
+    temperature: float = 1.0,
+) -> tuple[int, float]:
     """Completion tokens (up to and including the end token) and seconds of one batched
-    `generate` call on the same weights, sampling at temperature 1 like the endpoint."""
+    `generate` call on the same weights: user prompts or whole chats, sampled at `temperature`
+    (1, like the endpoint in `serve`; 0 = greedy, like an evaluation)."""
     tokenizer = engine.tokenizer
+    chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
     ids = [
         tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}],
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
+            chat, add_generation_prompt=True, tokenize=True, return_dict=False
         )
-        for p in prompts
+        for chat in chats
     ]
     width = max(len(x) for x in ids)
     pad = tokenizer.pad_token_id or 0
     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=engine.device)
     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=engine.device)
-    with engine.lock, torch.inference_mode(), engine.autocast_context():
+    with engine.lock, torch.inference_mode(), engine.autocast_context("sample"):
         started = time.perf_counter()
         out = engine.model.generate(
             input_ids=input_ids,
             attention_mask=mask,
-            do_sample=True,
-            temperature=1.0,
-            top_p=1.0,
-            top_k=0,
+            **(
+                {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0}
+                if temperature > 0
+                else {"do_sample": False}
+            ),
             max_new_tokens=max_tokens,
             pad_token_id=pad,
         )
@@ -159,6 +164,7 @@ async def run_serve_bench(
     return {
         "bench": "serve",
         "device": str(engine.device),
+        "precision": "bf16" if engine.sample_autocast is not None else "fp32",
         "threads": torch.get_num_threads(),
         "requests": requests,
         "max_tokens": max_tokens,
@@ -262,6 +268,7 @@ async def run_train_bench(
     return {
         "bench": "train",
         "device": str(engine.device),
+        "precision": "bf16" if engine.autocast is not None else "fp32",
         "threads": torch.get_num_threads(),
         "trajectories": groups * group_size,
         "packed_rows": int(packed["tokens"].shape[0]),

@@ -3,11 +3,8 @@ older steps loaded beside it to serve them."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import torch
 from art.utils.output_dirs import get_step_checkpoint_dir
@@ -20,30 +17,12 @@ from rlvr.policy.common import (
     OPTIMIZER_FILE,
     UnknownStep,
 )
-from rlvr.policy.prefix import PrefixCache
+from rlvr.policy.state import EngineState
 from rlvr.runs import atomic
 
 
-class Adapters:
+class Adapters(EngineState):
     """Checkpoints of the live adapter and older adapters served beside it (mixed into Engine)."""
-
-    # Set by Engine.__init__ (rlvr.policy.engine).
-    model: Any
-    tokenizer: Any
-    device: torch.device
-    autocast: torch.dtype | None
-    lock: threading.Lock
-    live_step: int
-    output_dir: Path
-    optimizer: torch.optim.Optimizer
-    optim: Any
-    stop_ids: frozenset[int]
-    max_context: int
-    passes: int
-    prefixes: PrefixCache
-    _old_adapters: OrderedDict[Path, str]
-    _token_bytes: dict[int, bytes]
-    _weights_version: int
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for n, p in self.model.named_parameters() if f".{LIVE_ADAPTER}." in n]

@@ -11,9 +11,11 @@ from pydantic import BaseModel, ConfigDict
 logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
-Precision = Literal["fp32", "bf16"]
+# mixed: bf16 training, fp32 sampling (what CPUs with bf16 units choose; rlvr.policy.device)
+Precision = Literal["fp32", "bf16", "mixed"]
+Phase = Literal["sample", "train"]  # the engine chooses a precision per phase
 LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
-PRECISION_ENV = "RLVR_PRECISION"  # "fp32" or "bf16" to override the automatic choice
+PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 OLD_ADAPTERS_KEPT = 2
 # Packed rows at least this long recompute each layer in backward instead of keeping its

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.policy.common import PRECISION_ENV, Precision
+from rlvr.policy.common import PRECISION_ENV, Phase, Precision
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -45,18 +45,28 @@ def _cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def choose_autocast(device: torch.device, precision: Precision | None = None) -> torch.dtype | None:
-    """bf16 autocast or fp32 (None): `precision` if given, else RLVR_PRECISION, else by hardware.
+def choose_autocast(
+    device: torch.device, precision: Precision | None = None, phase: Phase = "train"
+) -> torch.dtype | None:
+    """bf16 autocast or fp32 (None) for one phase of the engine: `precision` if given, else
+    RLVR_PRECISION (fp32 and bf16 force every phase; mixed is bf16 training with fp32 sampling), else the faster one measured for that phase.
 
-    Measured here (AVX2 CPU, no bf16 units): a LoRA step under bf16 autocast was 8x slower than
-    fp32, so plain CPUs use fp32. On CPUs with AVX512-BF16/AMX bf16 autocast was faster (design.md
-    §3); its sampler/trainer log-prob gap is measured in tests/test_precision.py.
+    Measured on 2-core CPUs (`rlvr bench serve` / `rlvr bench train`, README "Precision"): on an
+    AVX2-only CPU bf16 autocast made a LoRA training step 8x slower, so such CPUs run fp32
+    throughout. On CPUs with bf16 units (AVX512-BF16, AMX) a training step is faster in bf16, but
+    batched decoding — small matrix products, one token a row — was about 2x slower than fp32, so
+    sampling stays fp32 there. CUDA runs bf16 throughout where the GPU has it. The sampler/trainer
+    log-prob gap of each combination is measured in tests/test_precision.py.
     """
     forced = precision or os.environ.get(PRECISION_ENV, "").lower()
+    if forced == "mixed":
+        return None if phase == "sample" else torch.bfloat16
     if forced in ("fp32", "bf16"):
         return torch.bfloat16 if forced == "bf16" else None
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else None
+    if phase == "sample":
+        return None
     return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else None
 
 

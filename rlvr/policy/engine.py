@@ -78,13 +78,14 @@ class Engine(Adapters, Sampler, Trainer):
                 f"checkpoint {adapter_dir} has no {ADAPTER_WEIGHTS} to resume from"
             )
         self.device = choose_device(device)
-        self.autocast = choose_autocast(self.device, precision)
+        self.autocast = choose_autocast(self.device, precision, "train")
+        self.sample_autocast = choose_autocast(self.device, precision, "sample")
         self.optim = optim or OptimSettings()
         self.lock = threading.Lock()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         base.to(self.device).eval()
-        if self.autocast is not None:
+        if self.autocast is not None or self.sample_autocast is not None:
             run_head_in_fp32(base)
         if adapter_dir is not None:
             self.model = PeftModel.from_pretrained(

@@ -3,18 +3,16 @@ temperature, top_p, max_tokens, stop strings and seed, and the sampled tokens' l
 
 from __future__ import annotations
 
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Hashable
 from contextlib import nullcontext
-from pathlib import Path
-from typing import Any
 
 import torch
 
-from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Sampled, SampleRow
+from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Phase, Sampled, SampleRow
 from rlvr.policy.device import release_memory
-from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, worth_reusing
+from rlvr.policy.prefix import MIN_REUSE, Prefix, worth_reusing
+from rlvr.policy.state import EngineState
 
 
 def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -57,36 +55,20 @@ class _Decoding:
         self.finish: FinishReason | None = None
 
 
-class Sampler:
+class Sampler(EngineState):
     """Batched, KV-cached sampling for many rows at once (mixed into Engine)."""
-
-    # Set by Engine.__init__ (rlvr.policy.engine).
-    model: Any
-    tokenizer: Any
-    device: torch.device
-    autocast: torch.dtype | None
-    lock: threading.Lock
-    live_step: int
-    output_dir: Path
-    optimizer: torch.optim.Optimizer
-    optim: Any
-    stop_ids: frozenset[int]
-    max_context: int
-    passes: int
-    prefixes: PrefixCache
-    _old_adapters: OrderedDict[Path, str]
-    _token_bytes: dict[int, bytes]
-    _weights_version: int
 
     def _stop_ids(self) -> frozenset[int]:
         configured = self.model.generation_config.eos_token_id
         ids = configured if isinstance(configured, list) else [configured]
         return frozenset(i for i in [*ids, self.tokenizer.eos_token_id] if i is not None)
 
-    def autocast_context(self):
-        if self.autocast is None:
+    def autocast_context(self, phase: Phase = "train"):
+        """The phase's precision (rlvr.policy.device.choose_autocast)."""
+        dtype = self.sample_autocast if phase == "sample" else self.autocast
+        if dtype is None:
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.autocast)
+        return torch.autocast(self.device.type, dtype=dtype)
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's text as UTF-8 (a partial character becomes U+FFFD, as vLLM reports it)."""
@@ -99,7 +81,12 @@ class Sampler:
         """Sample all rows in one batched pass with step's adapter (None: the latest)."""
         if not rows:
             return []
-        with self.lock, torch.inference_mode(), self.autocast_context(), self._adapter(step):
+        with (
+            self.lock,
+            torch.inference_mode(),
+            self.autocast_context("sample"),
+            self._adapter(step),
+        ):
             self.passes += 1
             try:
                 return self._sample(rows, self._prefix_tag(step))

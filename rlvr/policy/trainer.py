@@ -3,11 +3,7 @@ warm start; long rows recompute their activations (gradient checkpointing)."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -24,8 +20,8 @@ from rlvr.policy.common import (
     NUM_TOKENS,
 )
 from rlvr.policy.device import release_memory
-from rlvr.policy.prefix import PrefixCache
 from rlvr.policy.sampler import group_attention_mask, token_logprobs
+from rlvr.policy.state import EngineState
 
 
 def _trimmed(packed: dict, device: torch.device) -> dict[str, torch.Tensor]:
@@ -47,26 +43,8 @@ def _trained_positions(tensors: dict[str, torch.Tensor], row: int) -> torch.Tens
     return shift_tensor(tensors["assistant_mask"][row : row + 1], False)[0]
 
 
-class Trainer:
+class Trainer(EngineState):
     """GRPO and SFT updates of the live adapter (mixed into Engine)."""
-
-    # Set by Engine.__init__ (rlvr.policy.engine).
-    model: Any
-    tokenizer: Any
-    device: torch.device
-    autocast: torch.dtype | None
-    lock: threading.Lock
-    live_step: int
-    output_dir: Path
-    optimizer: torch.optim.Optimizer
-    optim: Any
-    stop_ids: frozenset[int]
-    max_context: int
-    passes: int
-    prefixes: PrefixCache
-    _old_adapters: OrderedDict[Path, str]
-    _token_bytes: dict[int, bytes]
-    _weights_version: int
 
     def train(
         self, packed: dict, config, dev_config: dict, *, step: int, num_substeps: int = 1

@@ -20,7 +20,7 @@ from typing import Any, get_args
 import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, TrainConfig, all_keys, known_key
 from rlvr.types import SCENARIO_HOOKS, SCENARIO_MEMBERS, Item, Sampling, Scenario, ScenarioBase
 
 # What a factory may ask for, by parameter name.
@@ -311,21 +311,21 @@ def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any],
     for key, value in values.items():
         if key == "task_options":
             continue
-        if key in TrainConfig.model_fields:
+        if known_key(key):
             config[key] = value
         elif key in task.options.model_fields:
             options[key] = value
         else:
             import difflib
 
-            known = [*TrainConfig.model_fields, *task.options.model_fields]
+            known = [*all_keys(), *task.options.model_fields]
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             own = ", ".join(task.options.model_fields) or "none"
             raise ConfigError(
                 f"config: unknown key '{key}'{hint}: not a TrainConfig key nor an option of task "
                 f"{task.name}; {task.name} options: {own}; TrainConfig keys: "
-                f"{', '.join(k for k in TrainConfig.model_fields if k != 'task_options')}"
+                f"{', '.join(k for k in all_keys() if k != 'task_options')}"
             )
     return config, options
 

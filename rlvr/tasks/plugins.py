@@ -221,11 +221,11 @@ def resolve_scorer(name: str, **available: Any) -> Scorer:
 def open_judge(cfg: TrainConfig) -> Any:
     """The run's judge client as an async context manager, from the installed judge provider
     (entry point `open` in group `rlvr.judges`); None inside for judge=none."""
-    if cfg.judge == "none":
+    if cfg.judge.model == "none":
         return contextlib.nullcontext(None)
     if JUDGE_OPENER not in _entry_points(JUDGE_GROUP):
         raise PluginError(
-            f"judge={cfg.judge}: no judge provider is installed (entry point '{JUDGE_OPENER}' in "
+            f"judge={cfg.judge.model}: no judge provider is installed (entry point '{JUDGE_OPENER}' in "
             f"group {JUDGE_GROUP}); install rlvr with its judges package, or set judge=none"
         )
     return _load_entry_point(JUDGE_GROUP, JUDGE_OPENER)(cfg)

@@ -27,6 +27,14 @@ class _Completions:
     async def create(self, **request: Any) -> Any:
         return await self._completions.create(**with_defaults(request, self._defaults))
 
+    @property
+    def with_raw_response(self) -> _Completions:
+        return _Completions(self._completions.with_raw_response, self._defaults)
+
+    @property
+    def with_streaming_response(self) -> _Completions:
+        return _Completions(self._completions.with_streaming_response, self._defaults)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._completions, name)
 

@@ -35,7 +35,9 @@ async def keep_checkpoints(
     if source is not None and step % cfg.save_every == 0:
         store.save_checkpoint(run_dir, source, layout.step_name(step))
     best = state.evals[
-        best_index([p.val for p in state.evals], gain_threshold(state.evals, cfg.min_delta))
+        best_index(
+            [p.val for p in state.evals], gain_threshold(state.evals, cfg.stopping.min_delta)
+        )
     ]
     # The start and the warm start stay too: the test split is evaluated for them at the end.
     warm = warm_policy_step(rows)

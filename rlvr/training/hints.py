@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS
 
 MOSTLY = 0.5  # "mostly" in the decision policy
 TRUNCATION_HIGH = 0.3
@@ -51,6 +52,13 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
         hints.append(
             f"{all_one:.0%} of groups all-1: converged or data too easy; check validation and "
             "samples, then stop or raise difficulty"
+        )
+    untrained = metrics.get(M.NO_LOGPROB_TURNS, 0) or 0
+    if untrained and cfg.backend not in TRAINS_WITHOUT_LOGPROBS:
+        hints.append(
+            f"{untrained:.0f} sampled turns came without logprobs and backend={cfg.backend} "
+            "cannot train them: leave logprobs to the rollout's client (it asks for them unless "
+            "the request says logprobs=False)"
         )
     kl = metrics.get(M.KL)  # None on a step with nothing to train
     if kl is not None and kl > KL_HIGH:

@@ -82,7 +82,8 @@ async def run_training(
         stop = await train_until_stop(run)
         best = run.state.evals[
             best_index(
-                [p.val for p in run.state.evals], gain_threshold(run.state.evals, run.cfg.min_delta)
+                [p.val for p in run.state.evals],
+                gain_threshold(run.state.evals, run.cfg.stopping.min_delta),
             )
         ]
         best_policy_step = run.state.policy_steps.get(best.step, 0)
@@ -171,11 +172,12 @@ def judge_alarm(run: Session, row: dict[str, Any]) -> None:
         for r in [*run.rows, row]
         if r.get(M.INDEPENDENT) is not None and r.get(M.REWARD_MEAN) is not None
     ]
-    alarm = judge_disagrees(points, cfg.divergence_window, cfg.judge_gap)
+    alarm = judge_disagrees(points, cfg.stopping.divergence_window, cfg.stopping.judge_gap)
     recent = [
         a
         for a in state.alarms
-        if a.name == AlarmName.JUDGE_DISAGREES and a.step > state.step - cfg.divergence_window
+        if a.name == AlarmName.JUDGE_DISAGREES
+        and a.step > state.step - cfg.stopping.divergence_window
     ]
     if alarm is None or recent or alarm.step != state.step:
         return

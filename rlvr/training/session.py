@@ -100,10 +100,10 @@ class Session:
         self.limit = asyncio.Semaphore(cfg.rollout_concurrency)
         self.failure_log = FailureLog(console)  # each distinct rollout exception printed once
         self.thresholds = Thresholds(
-            window=cfg.divergence_window,
-            reward_rise=cfg.divergence_reward_rise,
-            val_drop=cfg.divergence_val_drop,
-            val_flat=cfg.min_delta,
+            window=cfg.stopping.divergence_window,
+            reward_rise=cfg.stopping.divergence_reward_rise,
+            val_drop=cfg.stopping.divergence_val_drop,
+            val_flat=cfg.stopping.min_delta,
         )
 
     def wall_s(self) -> float:
@@ -143,7 +143,8 @@ class Session:
             val=accuracy,
             reward=window_reward(self.rows, step, self.cfg.eval_every),
             val_items=len(done),
-            val_std=statistics.pstdev(values) if values else None,
+            # The spread matters only for a check that is not an accuracy (rlvr.training.stopping).
+            val_std=statistics.pstdev(values) if any(not 0 <= v <= 1 for v in values) else None,
         )
         self.state.evals.append(point)
         self.state.policy_steps[step] = policy_step
@@ -156,6 +157,7 @@ class Session:
             M.VAL_STD: point.val_std,
             M.VAL_ERRORS: len(self.val_items) - len(done),
             M.EVAL_SECONDS: time.monotonic() - t0,
+            M.EVAL_ITEM_SECONDS: (time.monotonic() - t0) / max(1, len(self.val_items)),
         }
         alarm = divergence(self.state.evals, self.thresholds)
         if alarm is not None and all(a.step != alarm.step for a in self.state.alarms):

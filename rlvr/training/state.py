@@ -104,9 +104,9 @@ def stop_after_eval(
         a for a in state.alarms if a.name == AlarmName.REWARD_HACKING and a.step == state.step
     ]
     evals = [r for r in rows if M.VAL_ACCURACY in r]
-    if hacking and cfg.on_divergence == "stop":
+    if hacking and cfg.stopping.on_divergence == "stop":
         return StopReason.REWARD_HACKING
-    if plateaued(vals, cfg.patience, gain_threshold(state.evals, cfg.min_delta)):
+    if plateaued(vals, cfg.stopping.patience, gain_threshold(state.evals, cfg.stopping.min_delta)):
         return StopReason.PLATEAU
     if cfg.max_minutes is not None and out_of_time(
         [r["time/wall_s"] for r in evals],

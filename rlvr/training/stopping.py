@@ -180,13 +180,13 @@ def val_noise(points: list[EvalPoint]) -> float:
     n = points[-1].val_items
     if not n:
         return 0.0
-    p = sum(point.val for point in points) / len(points)
-    if 0.0 <= p <= 1.0:
-        return math.sqrt(2 * p * (1 - p) / n)
-    # A check that is not an accuracy (ART's idiom without one: the rollout's own reward, any
-    # real number): the measured spread of the per-item scores.
-    std = points[-1].val_std or 0.0
-    return math.sqrt(2 / n) * std
+    spread = next((p.val_std for p in reversed(points) if p.val_std is not None), None)
+    if spread is not None:
+        # A check that is not an accuracy (ART's idiom without one: the rollout's own reward, any
+        # real number): the measured spread of the per-item scores.
+        return math.sqrt(2 / n) * spread
+    p = min(1.0, max(0.0, sum(point.val for point in points) / len(points)))
+    return math.sqrt(2 * p * (1 - p) / n)
 
 
 def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool:

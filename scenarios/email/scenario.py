@@ -21,9 +21,9 @@ from enum import StrEnum
 from typing import Any
 
 import art
-from pydantic import BaseModel, ConfigDict
 
-from rlvr.agent import Protocol, chat, final_reply, tool_episode
+from rlvr.agent import Protocol, chat, final_reply, levels, tool_episode
+from rlvr.agent.levels import Level
 from rlvr.config import ConfigError
 from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.email import Options, oracle
@@ -40,18 +40,8 @@ from scenarios.email.tools import (
 )
 
 
-class Level(StrEnum):
-    EASY = "easy"
-    MEDIUM = "medium"
-    HARD = "hard"
-
-
-class LevelSpec(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class LevelSpec(levels.LevelSpec):
     kinds: tuple[QuestionKind, ...]
-    evidence_in_prompt: bool
-    max_turns: int
 
 
 LEVELS: dict[Level, LevelSpec] = {

@@ -26,9 +26,9 @@ from enum import StrEnum
 from typing import Any
 
 import art
-from pydantic import BaseModel, ConfigDict
 
-from rlvr.agent import Protocol, chat, final_reply, tool_episode
+from rlvr.agent import Protocol, chat, final_reply, levels, tool_episode
+from rlvr.agent.levels import Level
 from rlvr.types import Item, Sampling, ScenarioBase
 from scenarios.multihop import Options, oracle
 from scenarios.multihop.corpus import Corpus, Question, generate_corpus
@@ -50,18 +50,8 @@ from scenarios.multihop.tools import (
 )
 
 
-class Level(StrEnum):
-    EASY = "easy"
-    MEDIUM = "medium"
-    HARD = "hard"
-
-
-class LevelSpec(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class LevelSpec(levels.LevelSpec):
     hops: tuple[int, ...]
-    evidence_in_prompt: bool
-    max_turns: int
 
 
 LEVELS: dict[Level, LevelSpec] = {

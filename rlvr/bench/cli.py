@@ -1,0 +1,130 @@
+"""`rlvr bench ...`: each command runs one benchmark against its bare baseline in the same process
+and prints one JSON line last. Heavy modules are imported inside the commands, so `rlvr --help`
+stays fast."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints one JSON line last.")
+
+ModelOption = Annotated[str, typer.Option(help="policy model: alias, local HF dir, or hub id")]
+ThreadsOption = Annotated[int | None, typer.Option(help="torch CPU threads (default: torch's)")]
+Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
+
+
+def _fail(message: str) -> None:
+    from rlvr.redact import redact_error
+
+    typer.echo(f"error: {redact_error(message)}", err=True)
+    raise typer.Exit(2)
+
+
+def _print_figures(run: Any) -> None:
+    """Run a benchmark coroutine and print its JSON line (model and config errors exit 2)."""
+    from rlvr.config import ConfigError
+    from rlvr.policy.models import ModelError
+
+    try:
+        result = asyncio.run(run)
+    except (ModelError, ConfigError) as error:
+        _fail(str(error))
+    typer.echo(json.dumps({k: v for k, v in result.items() if k != "history"}, default=str))
+
+
+def _overrides(pairs: list[str] | None) -> dict[str, str]:
+    from rlvr.config import ConfigError, pairs_to_dict
+
+    try:
+        return pairs_to_dict(pairs or [])
+    except ConfigError as error:
+        _fail(str(error))
+        raise
+
+
+@bench_app.command("hack")
+def bench_hack(
+    overrides: Overrides = None,
+    record: Annotated[Path | None, typer.Option(help="write the evaluation history here")] = None,
+    runs_root: Annotated[Path, typer.Option(help="where the run directory goes")] = Path("runs"),
+) -> None:
+    """Train on a length-rewarding scorer; the divergence alarm should fire."""
+    from rlvr.bench.loop import hack_benchmark
+    from rlvr.config import ConfigError, parse_overrides
+
+    try:
+        extra = parse_overrides(overrides or []).model_dump(exclude_unset=True)
+    except ConfigError as error:
+        _fail(str(error))
+    _print_figures(hack_benchmark(runs_root, record, **extra))
+
+
+@bench_app.command("serve")
+def bench_serve(
+    model: ModelOption = "smollm2-135m",
+    requests: Annotated[int, typer.Option(help="concurrent requests", min=1)] = 8,
+    max_tokens: Annotated[int, typer.Option(help="completion tokens per request", min=1)] = 64,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
+    threads: ThreadsOption = None,
+) -> None:
+    """Endpoint tokens/s for concurrent requests ÷ a bare batched generate of the same prompts
+    (ratio_vs_bare), plus one-at-a-time tokens/s and peak RSS. Prints one JSON line last."""
+    from rlvr.bench.policy import run_serve_bench
+
+    _print_figures(run_serve_bench(model, requests, max_tokens, repeats, threads))
+
+
+@bench_app.command("turns")
+def bench_turns(
+    model: ModelOption = "smollm2-135m",
+    conversations: Annotated[int, typer.Option(help="chats played together", min=1)] = 8,
+    turns: Annotated[int, typer.Option(help="turns per chat", min=1)] = 4,
+    max_tokens: Annotated[int, typer.Option(help="completion tokens per turn", min=1)] = 24,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
+    threads: ThreadsOption = None,
+) -> None:
+    """Multi-turn chats with the policy's prefix cache ÷ the same engine with it off
+    (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
+    from rlvr.bench.policy import run_turns_bench
+
+    async def run() -> dict:
+        return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
+
+    _print_figures(run())
+
+
+@bench_app.command("train")
+def bench_train(
+    model: ModelOption = "smollm2-135m",
+    groups: Annotated[int, typer.Option(help="trajectory groups per step", min=1)] = 2,
+    group_size: Annotated[int, typer.Option(help="trajectories per group", min=2)] = 8,
+    max_tokens: Annotated[int, typer.Option(help="completion tokens per rollout", min=1)] = 48,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
+    threads: ThreadsOption = None,
+) -> None:
+    """backend.train step time ÷ a bare forward+backward+AdamW on the same packed tokens
+    (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
+    from rlvr.bench.policy import run_train_bench
+
+    _print_figures(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
+
+
+@bench_app.command("eval")
+def bench_eval(
+    task: Annotated[str, typer.Argument(help="a task name (see `rlvr tasks`)")] = "math",
+    overrides: Overrides = None,
+    items: Annotated[int, typer.Option(help="held-out items evaluated", min=1)] = 32,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 2,
+    threads: ThreadsOption = None,
+) -> None:
+    """Evaluation items/s with every item in flight (as the loop validates) ÷ a bare batched
+    greedy generate of the same first-turn prompts (ratio_vs_bare), and ÷ the same items one at a
+    time (speedup_vs_one_at_a_time). Prints one JSON line last."""
+    from rlvr.bench.eval import run_eval_bench
+
+    _print_figures(run_eval_bench(task, items, repeats, threads, **_overrides(overrides)))

@@ -1,0 +1,120 @@
+"""rlvr bench eval: how fast one evaluation runs — a task's held-out items, greedy, one rollout
+each, checked by ground truth, exactly as the loop validates (`rlvr.training.evaluation`).
+
+Three figures on the same items and the same weights:
+- concurrent: every item in flight at once (`rollout_concurrency`), so the engine decodes them
+  as one batch — what a run does;
+- one at a time: the same items with one rollout in flight (what a naive loop would do);
+- bare generate: one batched greedy `model.generate` of every item's first-turn prompt, nothing
+  else (no endpoint, no tools, no check). For a single-turn task this is the whole work, so
+  `ratio_vs_bare` (bare seconds ÷ ours) is the share of the bare speed the evaluation keeps; for a
+  multi-turn task it covers the first turn only and the ratio understates ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import art
+import torch
+
+from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate
+from rlvr.metrics import peak_rss_gb
+from rlvr.tasks.plugins import task_config
+from rlvr.training.backends import open_policy
+from rlvr.training.evaluation import evaluate
+from rlvr.training.session import resolve
+from rlvr.training.split import split_items
+from rlvr.types import Sampling
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def first_prompt(trajectory: art.Trajectory) -> list[dict[str, Any]]:
+    """The messages the model saw before its first reply."""
+    messages = []
+    for message in trajectory.messages_and_choices:
+        if not isinstance(message, dict):
+            break  # a Choice: the first reply
+        if message.get("role") == "assistant":
+            break
+        messages.append({"role": message["role"], "content": message.get("content") or ""})
+    return messages
+
+
+async def run_eval_bench(
+    task: str = "math",
+    items: int = 32,
+    repeats: int = 2,
+    threads: int | None = None,
+    **overrides: Any,
+) -> dict[str, Any]:
+    if threads:
+        torch.set_num_threads(threads)
+    cfg = task_config(task, **{"judge": "none", **overrides})  # no judge: ground truth only
+    async with AsyncExitStack() as stack:
+        cfg, scenario, _, _ = await resolve(cfg, stack, None, None, resuming=True)
+        split = split_items(
+            scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
+        chosen = (split.val + split.test)[:items]
+        sampling = Sampling.from_config(cfg, "val")
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rlvr-bench-eval-"))
+        policy = await stack.enter_async_context(open_policy(cfg, Path(tmp) / "bench"))
+        engine = policy.backend.engine(policy.model)
+
+        async def timed(concurrency: int) -> tuple[float, float, list[art.TrajectoryGroup]]:
+            started = time.perf_counter()
+            accuracy, groups, _, _ = await evaluate(
+                scenario.rollout,
+                scenario.check,
+                policy,
+                chosen,
+                sampling,
+                asyncio.Semaphore(concurrency),
+                f"eval x{concurrency}",
+            )
+            return time.perf_counter() - started, accuracy, groups
+
+        await timed(cfg.rollout_concurrency)  # warm-up: server, caches, first-call costs
+        ours, alone, bare, accuracy, groups = [], [], [], 0.0, []
+        for r in range(repeats):
+            seconds, accuracy, groups = await timed(cfg.rollout_concurrency)
+            ours.append(seconds)
+            chats = [first_prompt(g.trajectories[0]) for g in groups]
+            _, seconds = await asyncio.to_thread(
+                bare_generate, engine, chats, cfg.max_tokens, temperature=0.0
+            )
+            bare.append(seconds)
+            _log(f"eval repeat {r}: concurrent {ours[-1]:.1f} s, bare generate {bare[-1]:.1f} s")
+        seconds, _, _ = await timed(1)
+        alone.append(seconds)
+        _log(f"eval one at a time: {alone[-1]:.1f} s")
+        turns = [float(g.trajectories[0].metrics.get("turns", 1)) for g in groups]
+    n = len(chosen)
+    ours_s, bare_s = statistics.median(ours), statistics.median(bare)
+    return {
+        "bench": "eval",
+        "task": task,
+        "items": n,
+        "turns_mean": round(statistics.mean(turns), 2) if turns else None,
+        "max_tokens": cfg.max_tokens,
+        "accuracy": round(accuracy, 3),
+        "threads": torch.get_num_threads(),
+        "concurrent_items_s": round(n / ours_s, 3),
+        "one_at_a_time_items_s": round(n / alone[0], 3),
+        "bare_generate_items_s": round(n / bare_s, 3),
+        "eval_s_per_item": round(ours_s / n, 3),
+        "speedup_vs_one_at_a_time": round(alone[0] / ours_s, 2),
+        PEAK_RSS: round(peak_rss_gb(), 2),
+        RATIO: round(bare_s / ours_s, 3),
+    }
