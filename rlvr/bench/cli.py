@@ -119,7 +119,7 @@ def bench_eval(
     task: Annotated[str, typer.Argument(help="a task name (see `rlvr tasks`)")] = "math",
     overrides: Overrides = None,
     items: Annotated[int, typer.Option(help="held-out items evaluated", min=1)] = 32,
-    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 2,
+    repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
     threads: ThreadsOption = None,
 ) -> None:
     """Evaluation items/s with every item in flight (as the loop validates) ÷ a bare batched

@@ -54,7 +54,7 @@ def first_prompt(trajectory: art.Trajectory) -> list[dict[str, Any]]:
 async def run_eval_bench(
     task: str = "math",
     items: int = 32,
-    repeats: int = 2,
+    repeats: int = 3,
     threads: int | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:

@@ -19,9 +19,12 @@ PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the au
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 OLD_ADAPTERS_KEPT = 2
 # Packed rows at least this long recompute each layer in backward instead of keeping its
-# activations: under the group attention mask every layer keeps heads x S x S attention weights,
-# which made a 1,088-token email row peak near 5 GB; recomputing costs one more forward.
-CHECKPOINT_FROM_TOKENS = 384
+# activations: under the group attention mask every layer keeps heads x S x S attention weights
+# (SmolLM2-135M: 30 layers x 9 heads, ~1 GB at S = 640 with the softmax's copies), which made a
+# 1,088-token email row peak near 5 GB. Recomputing costs one more forward: measured with
+# `rlvr bench train` (rows of ~430 tokens), 384 made a step 1.31x (fp32) / 1.43x (bf16) the bare
+# fwd+bwd+AdamW, so shorter rows keep their activations.
+CHECKPOINT_FROM_TOKENS = 640
 # A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
 # attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
 # ~900-token email prompts at once peaked 1 GB above the rest of a step.
