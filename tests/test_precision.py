@@ -50,6 +50,13 @@ def test_the_precision_is_chosen_explicitly_then_by_environment(
     assert choose_autocast(torch.device("cpu"), precision, phase) == expected
 
 
+@pytest.mark.parametrize("env", ["fp16", "bfloat16", "auto"])
+def test_an_unknown_precision_is_refused_by_name(monkeypatch, env) -> None:
+    monkeypatch.setenv(PRECISION_ENV, env)
+    with pytest.raises(ValueError, match=f"{PRECISION_ENV}='{env}': expected fp32, bf16 or mixed"):
+        choose_autocast(torch.device("cpu"))
+
+
 @pytest.mark.parametrize(("bf16_units", "train"), [(True, torch.bfloat16), (False, None)])
 def test_a_cpu_samples_in_fp32_and_trains_in_bf16_only_with_bf16_units(
     monkeypatch, bf16_units, train

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr.config import ConfigError
 from rlvr.policy.common import PRECISION_ENV, Phase, Precision
 
 
@@ -49,16 +50,20 @@ def choose_autocast(
     device: torch.device, precision: Precision | None = None, phase: Phase = "train"
 ) -> torch.dtype | None:
     """bf16 autocast or fp32 (None) for one phase of the engine: `precision` if given, else
-    RLVR_PRECISION (fp32 and bf16 force every phase; mixed is bf16 training with fp32 sampling), else the faster one measured for that phase.
+    RLVR_PRECISION, else the faster one measured for that phase. fp32 and bf16 force every phase;
+    mixed is bf16 training with fp32 sampling.
 
     Measured on 2-core CPUs (`rlvr bench serve` / `rlvr bench train`, README "Precision"): on an
     AVX2-only CPU bf16 autocast made a LoRA training step 8x slower, so such CPUs run fp32
-    throughout. On CPUs with bf16 units (AVX512-BF16, AMX) a training step is faster in bf16, but
-    batched decoding — small matrix products, one token a row — was about 2x slower than fp32, so
-    sampling stays fp32 there. CUDA runs bf16 throughout where the GPU has it. The sampler/trainer
-    log-prob gap of each combination is measured in tests/test_precision.py.
+    throughout. On CPUs with bf16 units a training step is faster in bf16 (1.18x on an
+    AVX512-BF16 EPYC), but decoding — small matrix products, a token a row — is not: 2.1x slower
+    than fp32 on an AMX Xeon at 8 concurrent requests, as fast on the EPYC and 1.8x slower there
+    one request at a time; so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has
+    it. The sampler/trainer log-prob gap of each choice is measured in tests/test_precision.py.
     """
-    forced = precision or os.environ.get(PRECISION_ENV, "").lower()
+    forced = precision or os.environ.get(PRECISION_ENV, "").strip().lower()
+    if forced not in ("", "fp32", "bf16", "mixed"):
+        raise ConfigError(f"{PRECISION_ENV}={forced!r}: expected fp32, bf16 or mixed (or unset)")
     if forced == "mixed":
         return None if phase == "sample" else torch.bfloat16
     if forced in ("fp32", "bf16"):
