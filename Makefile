@@ -32,7 +32,10 @@ LOCK_FLAGS := --extra dev --generate-hashes --python-version 3.11 \
 LLAMA_VERSION := 0.3.36
 LLAMA_SHA256 := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF
-LLAMA_WHEELS := $(HOME)/.cache/rlvr/wheels/llama-cpp-$(LLAMA_VERSION)-portable-text
+# The cached wheel is keyed by the content of the build lock and the flags, not by file times: a
+# fresh clone (new mtimes) reuses it, a changed lock or flag set builds anew.
+LLAMA_KEY := $(shell cat requirements-build.lock | sha256sum | cut -c1-12)-$(shell echo '$(LLAMA_CMAKE_ARGS)' | sha256sum | cut -c1-8)
+LLAMA_WHEELS := $(HOME)/.cache/rlvr/wheels/llama-cpp-$(LLAMA_VERSION)-portable-text-$(LLAMA_KEY)
 # Test workers: pytest-xdist processes (auto = one per core).
 WORKERS ?= auto
 
@@ -46,7 +49,7 @@ $(UV):
 	$(UV_HOME)/bin/pip install -q --require-hashes --only-binary=:all: \
 	  -r <(echo "uv==$(UV_VERSION) $(UV_HASHES)")
 
-$(LLAMA_WHEELS)/.built: requirements-build.lock | $(UV)
+$(LLAMA_WHEELS)/.built: | $(UV)
 	@command -v cmake >/dev/null && command -v ninja >/dev/null || { echo "error: building llama.cpp needs cmake and ninja (apt-get install cmake ninja-build)"; exit 2; }
 	mkdir -p $(LLAMA_WHEELS)
 	$(UV_HOME)/bin/pip install -q --require-hashes --only-binary=:all: -r requirements-build.lock

@@ -143,16 +143,7 @@ async def train_until_stop(run: Session) -> StopReason:
 
 async def warm(run: Session) -> None:
     """Validation before the warm start (its own gain), then the warm start; one row."""
-    before, _, _, _ = await evaluate(
-        run.rollout,
-        run.scenario.check,
-        run.policy,
-        run.val_items,
-        Sampling.from_config(run.cfg, "val"),
-        run.limit,
-        "validate before warm start",
-        FailureLog(console),
-    )
+    before, _, _, _ = await run.evaluate(run.val_items, "val", "validate before warm start")
     row = await warm_start(run.cfg, run.scenario, run.policy.model, run.split.train)
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
     run.emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved})
@@ -198,15 +189,8 @@ async def evaluate_tests(
         if policy_step in scores:
             continue
         try:
-            accuracy, groups, done, _ = await evaluate(
-                run.rollout,
-                run.scenario.check,
-                run.policy,
-                run.split.test,
-                Sampling.from_config(run.cfg, "test", step=policy_step),
-                run.limit,
-                f"test ({name})",
-                run.failure_log,
+            accuracy, groups, done, _ = await run.evaluate(
+                run.split.test, "test", f"test ({name})", step=policy_step
             )
         except RunFailed as error:
             if name == "final":

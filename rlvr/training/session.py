@@ -17,7 +17,9 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import art
 
 from rlvr.config import TrainConfig
 from rlvr.integrations import open_tracker
@@ -29,7 +31,7 @@ from rlvr.tasks.scorer_spec import make_scorer
 from rlvr.training.backends import ART_DIR, Policy, open_policy, rewind_policy
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import evaluate
-from rlvr.training.failures import FailureLog
+from rlvr.training.failures import Failure, FailureLog
 from rlvr.training.output import console, print_alarm, print_validation
 from rlvr.training.split import Split, split_items
 from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
@@ -120,19 +122,26 @@ class Session:
         store.write_trajectories(self.run_dir, name, table)
         self.tracker.log_trajectories(step, table)
 
-    async def validate(self, step: int) -> None:
-        """Validation accuracy at `step` on ground truth; the divergence alarm; checkpoints."""
-        t0 = time.monotonic()
-        accuracy, groups, done, _ = await evaluate(
+    async def evaluate(
+        self, items: list[Item], split: Literal["val", "test"], desc: str, step: int | None = None
+    ) -> tuple[float, list[art.TrajectoryGroup], list[Item], list[Failure]]:
+        """One greedy rollout per item under the split's sampling (checkpoint `step`, else the
+        live one), scored by the scenario's ground truth (rlvr.training.evaluation.evaluate)."""
+        return await evaluate(
             self.rollout,
             self.scenario.check,
             self.policy,
-            self.val_items,
-            Sampling.from_config(self.cfg, "val"),
+            items,
+            Sampling.from_config(self.cfg, split, step=step),
             self.limit,
-            f"validate @{step}",
+            desc,
             self.failure_log,
         )
+
+    async def validate(self, step: int) -> None:
+        """Validation accuracy at `step` on ground truth; the divergence alarm; checkpoints."""
+        t0 = time.monotonic()
+        accuracy, groups, done, _ = await self.evaluate(self.val_items, "val", f"validate @{step}")
         policy_step = await self.policy.model.get_step()
         ids = [i.id for i in done]
         rows = store.trajectory_rows(groups, ids, step=step, split="val")
