@@ -111,6 +111,7 @@ bench: $(STAMP) $(JUDGE_STAMP)
 	$(BIN)/rlvr bench serve
 	$(BIN)/rlvr bench turns
 	$(BIN)/rlvr bench train
+	$(BIN)/rlvr bench eval math
 	$(BIN)/rlvr bench judge
 	$(BIN)/rlvr bench hack
 
