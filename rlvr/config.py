@@ -105,7 +105,7 @@ def nested(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             parts["judge"]["model"] = value  # judge=ID: the judge's model
         elif key in NESTED:
             given = value.model_dump() if isinstance(value, BaseModel) else dict(value)
-            parts[key] = {**given, **parts[key]}
+            parts[key] = {**parts[key], **given}  # in order: a later key wins
         elif key in FLAT_STOPPING and key not in TrainConfig.model_fields:
             parts["stopping"][key] = value
             legacy.append(f"{key} -> stopping.{key}")

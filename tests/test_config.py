@@ -128,3 +128,19 @@ def test_bad_nested_keys_are_one_line(pair: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message) as error:
         parse_overrides([pair])
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "patience"),
+    [
+        ({"stopping.patience": 50, "stopping": {"patience": 9}}, 9),  # defaults, then overrides
+        ({"stopping": {"patience": 9}, "stopping.patience": 50}, 50),
+        ({"patience": 4, "stopping.patience": 6}, 6),
+    ],
+)
+def test_a_later_key_wins_however_it_is_spelled(values: dict, patience: int) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        assert TrainConfig(**values).stopping.patience == patience

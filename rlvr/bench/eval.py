@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import sys
 import tempfile
 import time
 from contextlib import AsyncExitStack
@@ -25,7 +24,7 @@ from typing import Any
 import art
 import torch
 
-from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate
+from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import open_policy
@@ -33,10 +32,6 @@ from rlvr.training.evaluation import evaluate
 from rlvr.training.session import resolve
 from rlvr.training.split import split_items
 from rlvr.types import Sampling
-
-
-def _log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def first_prompt(trajectory: art.Trajectory) -> list[dict[str, Any]]:
@@ -95,10 +90,10 @@ async def run_eval_bench(
                 bare_generate, engine, chats, cfg.max_tokens, temperature=0.0
             )
             bare.append(seconds)
-            _log(f"eval repeat {r}: concurrent {ours[-1]:.1f} s, bare generate {bare[-1]:.1f} s")
+            log(f"eval repeat {r}: concurrent {ours[-1]:.1f} s, bare generate {bare[-1]:.1f} s")
         seconds, _, _ = await timed(1)
         alone.append(seconds)
-        _log(f"eval one at a time: {alone[-1]:.1f} s")
+        log(f"eval one at a time: {alone[-1]:.1f} s")
         turns = [float(g.trajectories[0].metrics.get("turns", 1)) for g in groups]
     n = len(chosen)
     ours_s, bare_s = statistics.median(ours), statistics.median(bare)

@@ -43,7 +43,7 @@ BENCH_PROMPTS = [
 ]
 
 
-def _log(message: str) -> None:
+def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
@@ -152,12 +152,12 @@ async def run_serve_bench(
                 tokens, seconds = await _endpoint(model, prompts, max_tokens, True, 100 * r)
                 ours_rates.append(tokens / seconds)
                 passes.append(engine.passes - before)
-                _log(
+                log(
                     f"serve repeat {r}: bare {bare_rates[-1]:.1f} tok/s, endpoint {ours_rates[-1]:.1f} tok/s"
                 )
             tokens, seconds = await _endpoint(model, prompts, max_tokens, False, 1000)
             sequential = tokens / seconds
-            _log(f"serve one at a time: {sequential:.1f} tok/s")
+            log(f"serve one at a time: {sequential:.1f} tok/s")
         finally:
             await backend.close()
     bare, ours = statistics.median(bare_rates), statistics.median(ours_rates)
@@ -259,7 +259,7 @@ async def run_train_bench(
                 result = await backend.train(model, sampled, learning_rate=1e-6)
                 ours_times.append(time.perf_counter() - started)
                 metrics = result.metrics
-                _log(
+                log(
                     f"train repeat {r}: bare {bare_times[-1]:.2f} s, backend {ours_times[-1]:.2f} s"
                 )
         finally:
@@ -358,7 +358,7 @@ def run_turns_bench(
             prompt, reused = cache.prompt_tokens, cache.reused_tokens
             ours_times.append(play_turns(engine, conversations, turns, max_tokens))
             shares.append((cache.reused_tokens - reused) / max(cache.prompt_tokens - prompt, 1))
-            _log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
+            log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
     return {
         "bench": "turns",
