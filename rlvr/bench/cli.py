@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -18,7 +18,7 @@ ThreadsOption = Annotated[int | None, typer.Option(help="torch CPU threads (defa
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     from rlvr.redact import redact_error
 
     typer.echo(f"error: {redact_error(message)}", err=True)
@@ -44,7 +44,6 @@ def _overrides(pairs: list[str] | None) -> dict[str, str]:
         return pairs_to_dict(pairs or [])
     except ConfigError as error:
         _fail(str(error))
-        raise
 
 
 @bench_app.command("hack")
