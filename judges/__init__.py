@@ -1,13 +1,14 @@
 """Everything that asks an LLM for a reward.
 
 - `open_judge(cfg)` — the run's judge client as an async context manager; for `judge=local` it owns
-  the llama.cpp engine (started on first use, always stopped on exit).
+  the local judge engine (started on first use, always stopped on exit).
 - `ruler_scorer`, `rubric_scorer` — the scorer factories registered as `scorer=ruler` (ART's RULER
   ranks a group in one call) and `scorer=rubric` (per-criterion pass rate, one call per response)
   in the `rlvr.scorers` entry-point group.
 
 Modules: `client` (JudgeClient: dialects, parsing, retries, limits, cost, spend cap), `engine`
-(local llama.cpp server lifecycle), `ruler`, `rubric`, `rubric_data` (the Tinker recipe's dataset
+(the local engine's lifecycle), `server` (its child process: rlvr's batched engine with structured
+output), `ruler`, `rubric`, `rubric_data` (the Tinker recipe's dataset
 format and HealthBench), `bench` (`rlvr bench judge`).
 """
 
@@ -29,8 +30,8 @@ if TYPE_CHECKING:
 
 @contextlib.asynccontextmanager
 async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
-    """The run's judge. `judge=local` without `judge.base_url` gets a private llama.cpp engine on
-    127.0.0.1, started lazily by the first request and stopped when this context exits (normally,
+    """The run's judge. `judge=local` without `judge.base_url` gets a private engine on
+    127.0.0.1 (judges.server), started lazily by the first request and stopped when this context exits (normally,
     on an exception, or on Ctrl-C); any other id is a litellm model used directly."""
     from judges.client import LOCAL_JUDGE, JudgeClient, JudgeSettings
     from judges.engine import KEY_ENV, EngineSettings, LocalEngine

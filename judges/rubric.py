@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, ValidationError, computed_field
 
 from judges.client import (
     BudgetExhausted,
-    Dialect,
     InvalidOutput,
     JudgeClient,
     JudgeFailure,
@@ -40,7 +39,8 @@ from rlvr.types import Item, completion_text
 
 log = logging.getLogger("rlvr.judges")
 
-# llama.cpp's grammar bounds each rationale, so a weak judge cannot ramble through its context.
+# A judge decoding by the whole schema gets each rationale bounded, so a weak one cannot ramble
+# through its context.
 LOCAL_RATIONALE_CHARS = 100
 CRITERIA_KEY = "criteria"  # Item.data key holding [{"text": ..., "points": ...}, ...]
 VERDICTS_KEY = "rubric_verdicts"  # trajectory metadata key (JSON string)
@@ -101,11 +101,12 @@ def pass_rate(verdicts: list[Verdict]) -> float:
     return min(1.0, max(0.0, earned / possible)) if possible > 0 else 0.0
 
 
-def rubric_schema(n: int, dialect: Dialect) -> dict:
-    """JSON schema for n verdicts. llama.cpp gets one pinned entry per position (criterion ids as
-    constants, bounded rationales); OpenAI-style providers get the portable subset."""
+def rubric_schema(n: int, pinned: bool) -> dict:
+    """JSON schema for n verdicts. `pinned` (a judge decoding by the whole schema, as the local
+    engine does): one entry per position, criterion ids as constants, bounded rationales; hosted
+    providers get the portable subset."""
     rationale: dict[str, Any] = {"type": "string"}
-    if dialect is Dialect.JSON_OBJECT:
+    if pinned:
         rationale["maxLength"] = LOCAL_RATIONALE_CHARS
 
     def verdict(criterion: dict) -> dict:
@@ -121,7 +122,7 @@ def rubric_schema(n: int, dialect: Dialect) -> dict:
         }
 
     verdicts: dict[str, Any] = {"type": "array", "minItems": n, "maxItems": n}
-    if dialect is Dialect.JSON_OBJECT:
+    if pinned:
         verdicts["prefixItems"] = [verdict({"const": i}) for i in range(1, n + 1)]
     else:
         verdicts["items"] = verdict({"type": "integer", "enum": list(range(1, n + 1))})
@@ -204,7 +205,7 @@ async def grade(
     reply = await judge.complete(
         rubric_messages(messages[:last_assistant], completion_text(trajectory), criteria),
         name="rubric_verdicts",
-        schema=rubric_schema(len(criteria), judge.settings.dialect),
+        schema=rubric_schema(len(criteria), judge.settings.pinned),
         parse=lambda data: parse_verdicts(data, criteria),
     )
     return reply.value

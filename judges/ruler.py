@@ -7,9 +7,9 @@ a litellm custom provider whose `acompletion`
 
 1. reads the trajectory ids RULER put in its prompt (`<trajectory id="k">` lines),
 2. pins ART's schema to them: exactly that many scores, in order, each in [0, 1] — as `prefixItems`
-   with constant ids and a 0.05 score grid for llama.cpp (its grammar cannot express numeric
-   bounds), as `minItems`/`maxItems`, an id `enum` and `minimum`/`maximum` for OpenAI-style
-   providers,
+   with constant ids, bounded explanations and a 0.05 score grid for a judge whose decoding follows
+   the whole schema (the local engine, a llama.cpp server: a weak model gets nothing to get
+   wrong), as `minItems`/`maxItems`, an id `enum` and `minimum`/`maximum` for hosted providers,
 3. sends it through `JudgeClient.complete` (dialect, retries, limits, cost, spend cap), which
    validates the reply (count, ids as a permutation, scores clamped within tolerance) and
 4. hands RULER the validated JSON, so ART's strict parse sees only clean replies.
@@ -36,7 +36,6 @@ from pydantic import ValidationError
 
 from judges.client import (
     BudgetExhausted,
-    Dialect,
     FaultKind,
     InvalidOutput,
     JudgeClient,
@@ -105,14 +104,15 @@ def requested_schema(response_format: Any) -> dict:
     return Response.model_json_schema()
 
 
-def pin_schema(schema: dict, ids: list[str], dialect: Dialect) -> dict:
-    """RULER's schema, fixed to `ids` (count, order, ids) and to scores in [0, 1]."""
+def pin_schema(schema: dict, ids: list[str], pinned: bool) -> dict:
+    """RULER's schema, fixed to `ids` (count, order, ids) and to scores in [0, 1]; `pinned`: one
+    entry per position (`JudgeSettings.pinned`)."""
     schema = inline_refs(schema)
     scores = dict(schema["properties"]["scores"])
     item = scores.pop("items")
     properties = item["properties"]
     scores["minItems"] = scores["maxItems"] = len(ids)
-    if dialect is Dialect.JSON_OBJECT:
+    if pinned:
         explanation = {"type": "string", "maxLength": LOCAL_EXPLANATION_CHARS}
         scores["prefixItems"] = [
             {
@@ -211,7 +211,7 @@ class _RulerTransport(CustomLLM):
             raise RuntimeError(f"no judge client is routed as {PROVIDER}/{model}")
         ids = trajectory_ids(messages)
         schema = pin_schema(
-            requested_schema(optional_params.get("response_format")), ids, judge.settings.dialect
+            requested_schema(optional_params.get("response_format")), ids, judge.settings.pinned
         )
         reply = await judge.complete(
             messages,

@@ -34,7 +34,7 @@ class JudgeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = Field(
-        "local", description="'local' (llama.cpp on 127.0.0.1), 'none', or a litellm model id"
+        "local", description="'local' (rlvr's engine on 127.0.0.1), 'none', or a litellm model id"
     )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_retries: int = Field(3, ge=0)
@@ -48,7 +48,7 @@ class JudgeConfig(BaseModel):
     )
     response_format: Literal["auto", "json_schema", "json_object"] = Field(
         "auto",
-        description="structured-output dialect; auto = json_object for llama.cpp, else json_schema",
+        description="structured-output dialect; auto = json_schema (json_object: a llama.cpp server)",
     )
     backoff_s: float = Field(
         1.0, gt=0, description="first retry delay; doubles per retry, with jitter"

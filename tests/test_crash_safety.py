@@ -245,7 +245,7 @@ async def test_a_taken_judge_port_is_a_clear_error(tmp_path: Path) -> None:
         stale.listen()
         port = stale.getsockname()[1]
         assert port_taken(port)
-        engine = LocalEngine(EngineSettings(gguf=tmp_path / "m.gguf", threads=1, port=port))
+        engine = LocalEngine(EngineSettings(threads=1, port=port))
         with pytest.raises(EngineError, match=f"port {port} on 127.0.0.1 is already taken"):
             await engine.ensure_started()
         assert not engine.running
@@ -264,13 +264,22 @@ def test_a_taken_policy_port_is_a_clear_error() -> None:
             ServerThread(create_app(lambda name: None, lambda: []), port=port)
 
 
-def test_both_servers_are_configured_for_loopback_only() -> None:
-    from judges.engine import HOST, EngineSettings, server_command
+@pytest.mark.parametrize("port", [None, "free"], ids=["any", "given"])
+def test_both_servers_are_configured_for_loopback_only(port: str | None) -> None:
+    from judges.engine import HOST, listen
     from rlvr.policy.server import HOST as POLICY_HOST
     from rlvr.policy.server import ServerThread, create_app
 
-    command = server_command(EngineSettings(gguf=Path("m.gguf"), threads=1), 8)
-    assert command[command.index("--host") + 1] == HOST == POLICY_HOST == "127.0.0.1"
+    if port == "free":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+    judge = listen(port)  # the judge child serves on the socket its parent bound
+    try:
+        assert judge.getsockname()[0] == HOST == POLICY_HOST == "127.0.0.1"
+        assert port is None or judge.getsockname()[1] == port
+    finally:
+        judge.close()
     server = ServerThread(create_app(lambda name: None, lambda: []))
     try:
         assert server._socket.getsockname()[0] == "127.0.0.1"
@@ -408,7 +417,7 @@ def test_servers_bind_loopback_and_die_with_a_sigkilled_owner() -> None:
         urls = json.loads(owner.stdout.readline())
         ports = {_port(urls["judge"]), _port(urls["policy"])}
         processes = marked_processes(token)
-        assert len(processes) == 2, processes  # the owner and its llama.cpp server
+        assert len(processes) == 2, processes  # the owner and its judge server
         sockets = [s for pid in processes for s in listening_sockets(pid)]
         assert ports <= {port for _, port in sockets}
         assert {address for address, _ in sockets} == {"127.0.0.1"}, sockets

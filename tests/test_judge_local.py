@@ -1,4 +1,5 @@
-"""The judges against the real local engine: llama.cpp serving SmolLM2-135M on 127.0.0.1.
+"""The judges against the real local engine: rlvr's engine serving SmolLM2-135M on 127.0.0.1
+(judges.server, a child process), with structured output.
 
 One engine serves the scoring tests of this module; the lifecycle tests start their own, since
 what they check is that an engine starts lazily and never outlives its owner.
@@ -44,7 +45,7 @@ def engine() -> Iterator[LocalEngine]:
 
 
 def local_client(engine: LocalEngine) -> JudgeClient:
-    cfg = TrainConfig(judge="local", judge_base_url=engine.base_url, judge_timeout_s=600)
+    cfg = TrainConfig(judge={"model": "local", "base_url": engine.base_url, "timeout_s": 600})
     return JudgeClient(JudgeSettings.from_config(cfg), endpoint_key=engine.key)
 
 
@@ -156,27 +157,48 @@ def test_the_engine_answers_only_its_own_key(engine: LocalEngine, headers, statu
     assert response.status_code == status
 
 
-async def test_a_port_taken_by_another_server_is_detected_and_another_is_used(
-    engine: LocalEngine, monkeypatch
+@pytest.mark.parametrize(
+    ("response_format", "field"),
+    [
+        ({"type": "xml"}, "response_format.type"),
+        ({"type": "json_schema", "json_schema": {"name": "x"}}, "response_format.json_schema"),
+        ({"type": "json_object", "schema": {"type": "nonsense"}}, "response_format schema"),
+    ],
+    ids=["unknown-type", "no-schema", "bad-schema"],
+)
+def test_a_bad_response_format_is_a_400_naming_it(
+    engine: LocalEngine, response_format: dict, field: str
 ) -> None:
-    """The free port picked for a new engine can be taken before its child binds it: the server
-    that answers there does not accept the new engine's key, so it moves on to another port."""
-    import judges.engine as engine_module
+    response = httpx.post(
+        f"{engine.base_url}/chat/completions",
+        timeout=30,
+        headers=engine.headers,
+        json={
+            "model": LOCAL_MODEL_ID.partition("/")[2],
+            "messages": [{"role": "user", "content": "hi"}],
+            "response_format": response_format,
+        },
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["message"].startswith(field)
 
-    ports = iter([engine.port, engine_module.free_port()])
-    monkeypatch.setattr(engine_module, "free_port", lambda: next(ports))
+
+async def test_two_engines_serve_side_by_side_each_on_its_own_key(engine: LocalEngine) -> None:
+    """Each engine's port is bound by its owner and inherited by its child (never picked, released
+    and bound again), so a second engine cannot land on the first one's port."""
     second = LocalEngine(EngineSettings.default())
     try:
         await second.ensure_started()
         assert second.port != engine.port and second.key != engine.key
         assert httpx.get(f"{second.base_url}/models", headers=second.headers).status_code == 200
+        assert httpx.get(f"{second.base_url}/models", headers=engine.headers).status_code == 401
         assert httpx.get(f"{engine.base_url}/models", headers=engine.headers).status_code == 200
     finally:
         second.stop()
 
 
 def engine_children() -> list[int]:
-    """Pids of llama.cpp servers whose parent is this process."""
+    """Pids of judge servers whose parent is this process."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -184,7 +206,7 @@ def engine_children() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == os.getpid() and b"llama_cpp.server" in cmdline:
+        if int(fields[1]) == os.getpid() and b"judges.server" in cmdline:
             pids.append(int(stat.parent.name))
     return pids
 
@@ -270,7 +292,7 @@ def child_engine_pid(owner: int) -> int:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == owner and b"llama_cpp.server" in cmdline:
+        if int(fields[1]) == owner and b"judges.server" in cmdline:
             return int(stat.parent.name)
     raise AssertionError(f"process {owner} has no engine child")
 
@@ -339,9 +361,10 @@ async def test_a_dead_engine_is_started_again_by_the_next_request() -> None:
 
 
 async def test_an_engine_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
-    bad = tmp_path / "not-a-model.gguf"
-    bad.write_bytes(b"this is not a gguf file")
-    engine = LocalEngine(EngineSettings(gguf=bad, threads=1, startup_timeout_s=120))
+    bad = tmp_path / "not-a-model"
+    bad.mkdir()
+    (bad / "config.json").write_text("this is not a model config")
+    engine = LocalEngine(EngineSettings(model=str(bad), threads=1, startup_timeout_s=120))
     with pytest.raises(EngineError, match="exited at start"):
         await engine.ensure_started()
     assert not engine.running

@@ -11,7 +11,6 @@ import time
 import art
 import litellm
 import pytest
-from llama_cpp.llama_grammar import LlamaGrammar
 
 from judges.client import (
     CLAMP_TOLERANCE,
@@ -182,6 +181,33 @@ def test_response_format_dialects() -> None:
     assert hosted["json_schema"]["schema"] == schema
 
 
+@pytest.mark.parametrize(
+    ("judge", "dialect", "pinned"),
+    [
+        ({"model": "local"}, Dialect.JSON_SCHEMA, True),  # rlvr's engine: OpenAI's wire, grammar
+        ({"model": "openai/gpt-4o-mini"}, Dialect.JSON_SCHEMA, False),
+        (  # a llama.cpp server of the user's: its dialect, and its grammar follows the schema
+            {
+                "model": "openai/x",
+                "base_url": "http://127.0.0.1:8080/v1",
+                "response_format": "json_object",
+            },
+            Dialect.JSON_OBJECT,
+            True,
+        ),
+    ],
+    ids=["local", "hosted", "llama-cpp-server"],
+)
+def test_judge_settings_choose_dialect_and_pinning(
+    judge: dict, dialect: Dialect, pinned: bool
+) -> None:
+    from judges.client import JudgeSettings
+    from rlvr.config import TrainConfig
+
+    settings = JudgeSettings.from_config(TrainConfig(judge=judge))
+    assert (settings.dialect, settings.pinned) == (dialect, pinned)
+
+
 # --- RULER schema and validation ----------------------------------------------------------
 
 
@@ -201,19 +227,33 @@ def test_trajectory_ids_come_from_tag_lines_only() -> None:
     assert trajectory_ids(_ruler_prompt(["1", "2", "3"])) == ["1", "2", "3"]
 
 
-def test_pinned_ruler_schema_compiles_for_llama_cpp() -> None:
-    schema = pin_schema(requested_schema(None), ["1", "2", "3", "4"], Dialect.JSON_OBJECT)
+@pytest.fixture(scope="module")
+def grammar_tokenizer():
+    """llguidance's view of the judge model's tokenizer (the local engine compiles schemas so)."""
+    from transformers import AutoTokenizer
+
+    from rlvr.policy.grammar import llg_tokenizer
+    from rlvr.policy.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
+    return llg_tokenizer(tokenizer, len(tokenizer))
+
+
+@pytest.mark.slow
+def test_pinned_ruler_schema_compiles_for_the_local_engine(grammar_tokenizer) -> None:
+    from rlvr.policy.grammar import grammar_for
+
+    schema = pin_schema(requested_schema(None), ["1", "2", "3", "4"], pinned=True)
     assert "$ref" not in json.dumps(schema)
     assert [
         p["properties"]["trajectory_id"]["const"]
         for p in schema["properties"]["scores"]["prefixItems"]
     ] == ["1", "2", "3", "4"]
-    # llama-cpp-python silently falls back to unconstrained JSON if it cannot convert a schema.
-    LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+    grammar_for(schema, grammar_tokenizer)  # GrammarError if any keyword is unsupported
 
 
 def test_pinned_ruler_schema_for_hosted_providers() -> None:
-    schema = pin_schema(requested_schema(None), ["1", "2"], Dialect.JSON_SCHEMA)
+    schema = pin_schema(requested_schema(None), ["1", "2"], pinned=False)
     scores = schema["properties"]["scores"]
     assert scores["minItems"] == scores["maxItems"] == 2
     assert scores["items"]["properties"]["trajectory_id"]["enum"] == ["1", "2"]
@@ -327,12 +367,12 @@ def test_parse_verdicts_rejects(data: dict) -> None:
         parse_verdicts(data, CRITERIA)
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
-def test_rubric_schema_fixes_the_count(dialect: Dialect) -> None:
-    schema = rubric_schema(5, dialect)
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "portable"])
+def test_rubric_schema_fixes_the_count(pinned: bool) -> None:
+    schema = rubric_schema(5, pinned)
     verdicts = schema["properties"]["verdicts"]
     assert verdicts["minItems"] == verdicts["maxItems"] == 5
-    if dialect is Dialect.JSON_OBJECT:
+    if pinned:
         assert [p["properties"]["criterion"]["const"] for p in verdicts["prefixItems"]] == [
             1,
             2,
@@ -340,7 +380,16 @@ def test_rubric_schema_fixes_the_count(dialect: Dialect) -> None:
             4,
             5,
         ]
-        LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+    else:
+        assert verdicts["items"]["properties"]["criterion"]["enum"] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "portable"])
+def test_rubric_schema_compiles_for_the_local_engine(grammar_tokenizer, pinned: bool) -> None:
+    from rlvr.policy.grammar import grammar_for
+
+    grammar_for(rubric_schema(5, pinned), grammar_tokenizer)
 
 
 def test_rubric_prompt_lists_every_criterion_once() -> None:
@@ -378,40 +427,3 @@ def test_with_verdicts_copies_and_keeps_the_truth() -> None:
     assert [v["criterion"] for v in json.loads(scored.metadata["rubric_verdicts"])] == [1, 2, 3]
     assert len(scored.logs) == 3 and original.logs == [] and original.reward == 0.0
     assert "rubric_verdicts" not in original.metadata
-
-
-@pytest.mark.parametrize(
-    ("makefile", "prefix", "builds"),
-    [(True, ".venv", True), (False, ".venv", False), (True, "elsewhere", False)],
-)
-def test_the_engine_is_built_on_demand_only_from_the_checkouts_environment(
-    tmp_path, makefile: bool, prefix: str, builds: bool
-) -> None:
-    from judges.engine import build_command
-
-    if makefile:
-        (tmp_path / "Makefile").write_text("judge-engine:\n")
-    (tmp_path / prefix).mkdir()
-    command = build_command(tmp_path, tmp_path / prefix)
-    assert (
-        command == ["make", "--no-print-directory", "-C", str(tmp_path), "judge-engine"]
-    ) is builds
-    assert builds or command is None
-
-
-def test_a_missing_engine_outside_the_checkout_is_one_clear_error(monkeypatch) -> None:
-    import importlib.util
-
-    import judges.engine as engine
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(  # fault injection: llama.cpp is not installed here
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "llama_cpp" else real(name, *a),
-    )
-    monkeypatch.setattr(engine, "build_command", lambda *a: None)
-    with pytest.raises(
-        engine.EngineError, match=r"pip install 'llama-cpp-python\[server\]==0.3.36'"
-    ):
-        engine.ensure_installed()

@@ -161,11 +161,12 @@ def test_child_processes_get_no_credential_variables(planted: None, monkeypatch)
 
 @pytest.mark.slow
 def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
-    """The real llama.cpp child: its /proc environment has the engine's own bearer key and no
+    """The real judge server child: its /proc environment has the engine's own bearer key and no
     credential of ours."""
     import asyncio
 
     from judges.engine import EngineSettings, LocalEngine
+    from judges.server import SERVER_KEY_ENV
 
     engine = LocalEngine(EngineSettings.default())
     try:
@@ -174,7 +175,7 @@ def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
     finally:
         engine.stop()
     assert_clean(environ, "judge engine environment")
-    assert f"API_KEY={engine.key}" in environ.split("\0")
+    assert f"{SERVER_KEY_ENV}={engine.key}" in environ.split("\0")
 
 
 # --- config, errors, logs -------------------------------------------------------------------

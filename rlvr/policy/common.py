@@ -90,6 +90,8 @@ class SampleRow(BaseModel):
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
+    # An llguidance grammar (rlvr.policy.grammar.grammar_for) the completion must follow.
+    grammar: str | None = None
 
 
 class Sampled(BaseModel):

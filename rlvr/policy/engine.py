@@ -125,6 +125,7 @@ class Engine(Adapters, Sampler, Trainer):
         self.passes = 0  # batched sampling passes run (how well requests were batched)
         self.prefixes = PrefixCache()
         self._weights_version = 0
+        self._grammar_tokenizer = None
         if adapter_dir is None:
             self._save(self.live_step)
 

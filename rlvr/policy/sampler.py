@@ -1,5 +1,6 @@
 """Batched sampling: prefill (shared prompt prefixes, the prefix cache), KV-cached decode with per-row
-temperature, top_p, max_tokens, stop strings and seed, and the sampled tokens' logprobs."""
+temperature, top_p, max_tokens, stop strings, seed and grammar (structured output), and the sampled
+tokens' logprobs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Phase, Sampled, SampleRow
 from rlvr.policy.device import release_memory
+from rlvr.policy.grammar import Matcher, grammar_for, llg_tokenizer
 from rlvr.policy.prefix import MIN_REUSE, Prefix, worth_reusing
 from rlvr.policy.state import EngineState
 
@@ -44,9 +46,12 @@ def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
 class _Decoding:
     """Mutable per-row state of one `sample` call."""
 
-    def __init__(self, row: SampleRow, generator: torch.Generator) -> None:
+    def __init__(
+        self, row: SampleRow, generator: torch.Generator, matcher: Matcher | None = None
+    ) -> None:
         self.row = row
         self.generator = generator
+        self.matcher = matcher
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.top: list[list[tuple[int, float]]] = []
@@ -96,7 +101,9 @@ class Sampler(EngineState):
     def _sample(self, rows: list[SampleRow], tag: Hashable) -> list[Sampled]:
         from transformers import DynamicCache
 
-        states = [_Decoding(row, self._generator(row.seed)) for row in rows]
+        states = [
+            _Decoding(row, self._generator(row.seed), self._matcher(row.grammar)) for row in rows
+        ]
         inputs = [row.prompt_ids + row.forced_ids for row in rows]
         if self.prefixes.enabled:
             self._prefill_shared(rows, tag)
@@ -303,6 +310,23 @@ class Sampler(EngineState):
 
         return all(type(layer) is DynamicLayer for layer in cache.layers)
 
+    def compile_grammar(self, schema: dict) -> str:
+        """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
+        return grammar_for(schema, self._grammar_view()[0])
+
+    def _grammar_view(self) -> tuple[object, int]:
+        """llguidance's tokenizer (built on first use) and the logit width it covers."""
+        width = self.model.get_output_embeddings().weight.shape[0]
+        if self._grammar_tokenizer is None:
+            self._grammar_tokenizer = llg_tokenizer(self.tokenizer, width)
+        return self._grammar_tokenizer, width
+
+    def _matcher(self, grammar: str | None) -> Matcher | None:
+        if grammar is None:
+            return None
+        tokenizer, width = self._grammar_view()
+        return Matcher(tokenizer, grammar, width)
+
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -332,10 +356,18 @@ class Sampler(EngineState):
             state.top.append(list(zip(ids.tolist(), values.tolist(), strict=True)))
 
     def _choose(self, logits: torch.Tensor, states: list[_Decoding]) -> torch.Tensor:
-        """Pick one token per live row and record it; returns the chosen ids."""
+        """Pick one token per live row and record it; returns the chosen ids. A row with a
+        grammar picks among the tokens it allows; its recorded logprob is the model's own."""
         logits = logits.float()
         logprobs = torch.log_softmax(logits, -1)
-        chosen = logprobs.argmax(-1)
+        constrained = [b for b, s in enumerate(states) if s.matcher is not None]
+        if constrained:
+            allowed = torch.stack([states[b].matcher.allowed() for b in constrained])
+            logits = logits.clone()
+            logits[constrained] = logits[constrained].masked_fill(
+                ~allowed.to(logits.device), float("-inf")
+            )
+        chosen = logits.argmax(-1)
         temperatures = torch.tensor([s.row.temperature for s in states], device=logits.device)
         sampled = temperatures > 0
         if sampled.any():
@@ -347,11 +379,14 @@ class Sampler(EngineState):
                 chosen[b] = torch.multinomial(probs[b], 1, generator=states[b].generator)[0]
         for b, state in enumerate(states):
             self._record(state, int(chosen[b]), logprobs[b])
+            if state.matcher is not None:
+                state.matcher.consume(int(chosen[b]))
         return chosen
 
     def _finish_if_done(self, state: _Decoding) -> None:
         """Set `finish` when the row hit an end token, a stop string or its token budget."""
         row = state.row
+        # A finished document leaves the grammar only the end token to allow: it ends there too.
         if (len(state.ids) > len(row.forced_ids) and state.ids[-1] in self.stop_ids) or (
             row.stop and self._cut_at_stop(state)
         ):

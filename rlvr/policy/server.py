@@ -5,6 +5,9 @@ latest step) or `name@step` (that step's adapter), the way ART names inference m
 requests are batched: the first request opens a short window, everything that arrives in it (and
 while a batch is running) goes into the next single decoding pass of the engine.
 
+Structured output: `response_format` (`json_schema`, or `json_object` with or without a schema)
+constrains decoding to the schema (rlvr.policy.grammar); this is how the local judge answers.
+
 Log-probability tokens are `token_id:<id>` so ART's tokeniser recovers the exact sampled ids;
 `bytes` is the token's text as UTF-8. Errors follow OpenAI's shape: `{"error": {"message": ...}}`
 with 400 (bad request) or 404 (unknown model or step).
@@ -37,6 +40,7 @@ from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.policy.engine import Engine, Sampled, SampleRow, UnknownStep
+from rlvr.policy.grammar import GrammarError, schema_of
 from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
 
 logger = logging.getLogger(__name__)
@@ -44,7 +48,7 @@ logger = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 BATCH_WINDOW_S = 0.01  # how long the first request of a batch waits for company
 MAX_BATCH_ROWS = 64
-DEFAULT_MAX_TOKENS = 256
+DEFAULT_MAX_TOKENS = 256  # for free text; structured output runs to its document's end
 TOOLS_HEADER = "# Tools\nYou can call the functions described by these JSON schemas:\n"
 TOOLS_FOOTER = (
     'To call one, reply with exactly <tool_call>{"name": NAME, "arguments": {ARGUMENTS}}'
@@ -95,6 +99,7 @@ class ChatRequest(BaseModel):
     tools: list[dict[str, Any]] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     stream: bool = False
+    response_format: dict[str, Any] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
 
 
@@ -179,6 +184,17 @@ def _forced_prefix(request: ChatRequest) -> str:
     return call_prefix(choice.function.name if isinstance(choice, NamedToolChoice) else None)
 
 
+def _grammar(engine: Engine, request: ChatRequest) -> str | None:
+    """The grammar of the request's `response_format` (structured output), None for free text."""
+    try:
+        schema = schema_of(request.response_format)
+        if schema is not None and _forced_prefix(request):
+            raise GrammarError("response_format: cannot be combined with a forced tool choice")
+        return None if schema is None else engine.compile_grammar(schema)
+    except GrammarError as error:
+        raise ApiError(400, str(error)) from None
+
+
 def build_rows(engine: Engine, request: ChatRequest) -> tuple[list[SampleRow], int]:
     """The request's prompt, tokenised by the model's chat template, as `n` rows to sample."""
     tokenizer = engine.tokenizer
@@ -195,7 +211,10 @@ def build_rows(engine: Engine, request: ChatRequest) -> tuple[list[SampleRow], i
     except Exception as error:  # template errors are the request's fault (odd roles, contents)
         raise ApiError(400, f"messages: the chat template failed: {error}") from None
     forced = tokenizer.encode(_forced_prefix(request), add_special_tokens=False)
-    max_tokens = request.max_completion_tokens or request.max_tokens or DEFAULT_MAX_TOKENS
+    grammar = _grammar(engine, request)
+    # Structured output ends where its document ends; free text is cut at a default length.
+    default = engine.max_context - len(prompt_ids) if grammar else DEFAULT_MAX_TOKENS
+    max_tokens = request.max_completion_tokens or request.max_tokens or default
     if len(prompt_ids) + max_tokens > engine.max_context:
         raise ApiError(
             400,
@@ -213,6 +232,7 @@ def build_rows(engine: Engine, request: ChatRequest) -> tuple[list[SampleRow], i
             stop=stop,
             seed=None if request.seed is None else request.seed + i,
             top_logprobs=(request.top_logprobs or 0) if request.logprobs else 0,
+            grammar=grammar,
         )
         for i in range(request.n)
     ]

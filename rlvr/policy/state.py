@@ -33,3 +33,4 @@ class EngineState:
     _old_adapters: OrderedDict[Path, str]
     _token_bytes: dict[int, bytes]
     _weights_version: int
+    _grammar_tokenizer: Any  # llguidance's view of `tokenizer`, built on first use
