@@ -13,8 +13,6 @@ import argparse
 import os
 import socket
 import sys
-import tempfile
-from pathlib import Path
 
 SERVER_KEY_ENV = "RLVR_JUDGE_SERVER_KEY"
 SERVED_NAME = "smollm2-135m-judge"  # the model name requests use (judges.client.LOCAL_MODEL_ID)
@@ -38,25 +36,22 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from rlvr.policy.engine import Engine
+    from rlvr.policy.frozen import FrozenEngine
     from rlvr.policy.models import resolve_model
     from rlvr.policy.server import ApiError, Route, create_app
 
-    with tempfile.TemporaryDirectory(prefix="rlvr-judge-") as scratch:
-        # The engine keeps a (zero, untrained) LoRA adapter in a scratch directory: the judge is
-        # the base model.
-        engine = Engine(resolve_model(args.model), Path(scratch))
+    engine = FrozenEngine(resolve_model(args.model))
 
-        def route(name: str) -> Route:
-            if name != SERVED_NAME:
-                raise ApiError(
-                    404, f"model: '{name}': this judge serves '{SERVED_NAME}'", "not_found_error"
-                )
-            return Route(engine=engine, step=None)
+    def route(name: str) -> Route:
+        if name != SERVED_NAME:
+            raise ApiError(
+                404, f"model: '{name}': this judge serves '{SERVED_NAME}'", "not_found_error"
+            )
+        return Route(engine=engine, step=None)
 
-        app = create_app(route, lambda: [SERVED_NAME], api_key=key)
-        config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
-        uvicorn.Server(config).run(sockets=[listener])
+    app = create_app(route, lambda: [SERVED_NAME], api_key=key)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
+    uvicorn.Server(config).run(sockets=[listener])
 
 
 if __name__ == "__main__":

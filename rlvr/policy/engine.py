@@ -13,9 +13,6 @@ Callers run both off the event loop (`asyncio.to_thread`). Checkpoints are PEFT 
 
 from __future__ import annotations
 
-import os
-import threading
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -37,8 +34,6 @@ from rlvr.policy.common import (  # the engine's names, as before the split
     SampleRow,
     UnknownStep,
 )
-from rlvr.policy.device import choose_autocast, choose_device, run_head_in_fp32
-from rlvr.policy.prefix import PrefixCache
 from rlvr.policy.sampler import Sampler, group_attention_mask, top_p_filter
 from rlvr.policy.trainer import Trainer
 
@@ -62,12 +57,7 @@ class Engine(Adapters, Sampler, Trainer):
         directory), or start a fresh adapter and save it as step 0. `precision`: see
         `choose_autocast` (None: automatic)."""
         from peft import LoraConfig, PeftModel, get_peft_model
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
 
-        hf_logging.disable_progress_bar()
-        if threads := os.environ.get(THREADS_ENV):
-            torch.set_num_threads(int(threads))
         self.output_dir = output_dir
         self.live_step = get_step_from_dir(str(output_dir))
         adapter_dir: Path | None = self.checkpoint_dir(self.live_step)
@@ -77,16 +67,8 @@ class Engine(Adapters, Sampler, Trainer):
             raise FileNotFoundError(
                 f"checkpoint {adapter_dir} has no {ADAPTER_WEIGHTS} to resume from"
             )
-        self.device = choose_device(device)
-        self.autocast = choose_autocast(self.device, precision, "train")
-        self.sample_autocast = choose_autocast(self.device, precision, "sample")
+        base = self._load(model_dir, device, precision)
         self.optim = optim or OptimSettings()
-        self.lock = threading.Lock()
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-        base.to(self.device).eval()
-        if self.autocast is not None or self.sample_autocast is not None:
-            run_head_in_fp32(base)
         if adapter_dir is not None:
             self.model = PeftModel.from_pretrained(
                 base, adapter_dir, adapter_name=LIVE_ADAPTER, is_trainable=True
@@ -119,13 +101,6 @@ class Engine(Adapters, Sampler, Trainer):
             )
             self.optimizer.load_state_dict(state)
         self.stop_ids = self._stop_ids()
-        self.max_context = int(getattr(self.model.config, "max_position_embeddings", 4096))
-        self._old_adapters: OrderedDict[Path, str] = OrderedDict()
-        self._token_bytes: dict[int, bytes] = {}
-        self.passes = 0  # batched sampling passes run (how well requests were batched)
-        self.prefixes = PrefixCache()
-        self._weights_version = 0
-        self._grammar_tokenizer = None
         if adapter_dir is None:
             self._save(self.live_step)
 

@@ -39,8 +39,9 @@ from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenL
 from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.policy.engine import Engine, Sampled, SampleRow, UnknownStep
+from rlvr.policy.common import Sampled, SampleRow, UnknownStep
 from rlvr.policy.grammar import GrammarError, schema_of
+from rlvr.policy.sampler import Sampler  # the trained engine (Engine) or a frozen one
 from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class Route(BaseModel):
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
-    engine: Engine
+    engine: Sampler
     step: int | None
 
 
@@ -116,9 +117,9 @@ Router = Callable[[str], Route]  # raises ApiError(404) for unknown names or ste
 
 
 class _Batcher:
-    """Collects requests for one engine and runs them as batched `Engine.sample` passes."""
+    """Collects requests for one engine and runs them as batched `sample` passes."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Sampler) -> None:
         self.engine = engine
         self.queue: asyncio.Queue[tuple[list[SampleRow], int | None, asyncio.Future]] = (
             asyncio.Queue()
@@ -184,7 +185,7 @@ def _forced_prefix(request: ChatRequest) -> str:
     return call_prefix(choice.function.name if isinstance(choice, NamedToolChoice) else None)
 
 
-def _grammar(engine: Engine, request: ChatRequest) -> str | None:
+def _grammar(engine: Sampler, request: ChatRequest) -> str | None:
     """The grammar of the request's `response_format` (structured output), None for free text."""
     try:
         schema = schema_of(request.response_format)
@@ -195,7 +196,7 @@ def _grammar(engine: Engine, request: ChatRequest) -> str | None:
         raise ApiError(400, str(error)) from None
 
 
-def build_rows(engine: Engine, request: ChatRequest) -> tuple[list[SampleRow], int]:
+def build_rows(engine: Sampler, request: ChatRequest) -> tuple[list[SampleRow], int]:
     """The request's prompt, tokenised by the model's chat template, as `n` rows to sample."""
     tokenizer = engine.tokenizer
     template_has_tools = "tools" in str(tokenizer.chat_template or "")
@@ -239,7 +240,7 @@ def build_rows(engine: Engine, request: ChatRequest) -> tuple[list[SampleRow], i
     return rows, len(prompt_ids)
 
 
-def to_choice(index: int, sampled: Sampled, engine: Engine, request: ChatRequest) -> Choice:
+def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatRequest) -> Choice:
     content: str | None = sampled.text
     finish = sampled.finish_reason
     tool_calls = None
