@@ -95,16 +95,23 @@ def test_conversion_is_cached_and_complete(converted: Path) -> None:
     assert resolve_model(DEFAULT_MODEL) == converted
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("text", TEXTS)
-def test_tokenizer_matches_transformers_own_gguf_reader(converted: Path, text: str) -> None:
-    """Ours is built from the GGUF's fields (rlvr.policy.models.tokenizer_from_gguf); transformers'
-    GGUF loader builds its own from the same file: an independent reference."""
+@pytest.fixture(scope="module")
+def tokenizers(converted: Path) -> tuple:
+    """Ours, built from the GGUF's fields (rlvr.policy.models.tokenizer_from_gguf), and the one
+    transformers' GGUF loader builds from the same file (an independent reference; ~6 s)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(converted)
     gguf = _gguf()
-    reference = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    return (
+        AutoTokenizer.from_pretrained(converted),
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name),
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("text", TEXTS)
+def test_tokenizer_matches_transformers_own_gguf_reader(tokenizers: tuple, text: str) -> None:
+    tokenizer, reference = tokenizers
     ids = tokenizer.encode(text, add_special_tokens=False)
     assert ids == reference.encode(text, add_special_tokens=False)
     assert tokenizer.decode(ids) == text

@@ -124,6 +124,10 @@ class Matcher:
         bits = ((packed[:, None] >> _BITS) & 1).flatten().bool()
         return bits[: self.vocab_size]
 
+    def forced(self) -> list[int]:
+        """The tokens that must come next, whatever is sampled (empty when there is a choice)."""
+        return list(self._matcher.compute_ff_tokens())
+
     def consume(self, token: int) -> None:
         if not self._matcher.consume_token(token):
             raise GrammarError(f"token {token} breaks the grammar: {self._matcher.get_error()}")

@@ -169,15 +169,29 @@ class Sampler(EngineState):
             chosen = self._choose(next_logits, [states[i] for i in live])
             for i in live:
                 self._finish_if_done(states[i])
-            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=-1)
-            last_position = last_position + 1
-            next_logits = self.model(
-                input_ids=chosen[:, None],
+            # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one:
+            # one forward for several tokens costs about what one costs.
+            fed = [[int(chosen[b]), *self._forced_next(states[i])] for b, i in enumerate(live)]
+            width = max(len(tokens) for tokens in fed)
+            pad = self.tokenizer.pad_token_id or 0
+            new_ids = torch.tensor([[pad] * (width - len(t)) + t for t in fed], device=self.device)
+            new_mask = torch.tensor(
+                [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=self.device
+            )
+            mask = torch.cat([mask, new_mask.to(mask.dtype)], dim=-1)
+            positions = last_position[:, None] + new_mask.cumsum(-1).clamp(min=1)
+            last_position = positions[:, -1]
+            logits = self.model(
+                input_ids=new_ids,
                 attention_mask=mask,
-                position_ids=last_position[:, None],
+                position_ids=positions,
                 past_key_values=cache,
                 use_cache=True,
-            ).logits[:, -1]
+                logits_to_keep=width,
+            ).logits
+            if width > 1:
+                self._record_forced_next(live, states, fed, logits)
+            next_logits = logits[:, -1]
         return [
             Sampled(
                 token_ids=s.ids,
@@ -382,6 +396,33 @@ class Sampler(EngineState):
             if state.matcher is not None:
                 state.matcher.consume(int(chosen[b]))
         return chosen
+
+    def _forced_next(self, state: _Decoding) -> list[int]:
+        """The tokens the row's grammar allows as the only continuation (consumed here; recorded
+        once the forward that feeds them has scored them), within the row's token budget."""
+        if state.matcher is None or state.finish is not None:
+            return []
+        room = state.row.max_tokens - len(state.ids)
+        forced = state.matcher.forced()[:room]
+        for token in forced:
+            state.matcher.consume(token)
+        return forced
+
+    def _record_forced_next(
+        self, live: list[int], states: list[_Decoding], fed: list[list[int]], logits: torch.Tensor
+    ) -> None:
+        """Record each row's grammar-forced tokens with the model's log-probabilities: the one at
+        column c of the forward predicts the token fed at column c + 1."""
+        width = logits.shape[1]
+        for b, i in enumerate(live):
+            forced = fed[b][1:]
+            if not forced:
+                continue
+            start = width - len(fed[b])
+            logprobs = torch.log_softmax(logits[b, start : start + len(forced)].float(), -1)
+            for j, token in enumerate(forced):
+                self._record(states[i], token, logprobs[j])
+            self._finish_if_done(states[i])
 
     def _finish_if_done(self, state: _Decoding) -> None:
         """Set `finish` when the row hit an end token, a stop string or its token budget."""
