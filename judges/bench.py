@@ -9,6 +9,10 @@ local engine by default).
   5: the ideal completion and 4 references), where the shared prefix matters less.
 - `rubric_calls_per_trajectory`: judge requests the rubric scorer makes per response (must be 1:
   every criterion in one call). Retries are reported apart.
+- `ruler_group_seconds`, `rubric_group_seconds` and `*_completion_tok_s`: the wall time of scoring
+  one group and the judge's completion tokens per second over it (the rubric's calls run
+  concurrently, so its figure includes the engine's batching). Point `judge.base_url` at another
+  server to compare engines on the same calls.
 
 Tokens are the judge server's own count (`usage.prompt_tokens`: the model's tokenizer with its chat
 template applied), per attempt, so a retry does not inflate them.
@@ -121,6 +125,7 @@ async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> di
         "prompt_tokens_alone_mean": alone_mean,
         "ratio": group_tokens / len(answers) / alone_mean,
         "group_seconds": round(group_seconds, 2),
+        "completion_tok_s": round(group_metrics[JudgeMetric.COMPLETION_TOKENS] / group_seconds, 1),
         "scores": [t.reward for t in scored.trajectories],
     }
 
@@ -160,6 +165,7 @@ async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> d
         ],
         "ruler_prompt_tokens_alone_mean": short["prompt_tokens_alone_mean"],
         "ruler_group_seconds": short["group_seconds"],
+        "ruler_completion_tok_s": short["completion_tok_s"],
         "ruler_scores": short["scores"],
         "ruler_tokens_ratio_long_answers": round(long["ratio"], 4),
         "long_answers_group_size": long["group_size"],
@@ -169,6 +175,9 @@ async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> d
         "rubric_judge_calls": metrics[JudgeMetric.CALLS],
         "rubric_judge_retries": metrics[JudgeMetric.RETRIES],
         "rubric_group_seconds": round(rubric_seconds, 2),
+        "rubric_completion_tok_s": round(
+            metrics[JudgeMetric.COMPLETION_TOKENS] / rubric_seconds, 1
+        ),
         "rubric_pass_rates": [round(t.reward, 3) for t in scored.trajectories],
         "goal_ruler_tokens_ratio": GOAL_RULER_TOKENS_RATIO,
         "ruler_tokens_ratio": round(short["ratio"], 4),
