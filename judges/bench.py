@@ -85,7 +85,7 @@ async def policy_answers(judge: JudgeClient, prompt: str, n: int, max_tokens: in
         response = await litellm.acompletion(
             model=judge.settings.model,
             api_base=api_base,
-            api_key="not-needed",
+            api_key=judge.endpoint_key,
             messages=[{"role": "user", "content": prompt}],
             temperature=1.0,
             max_tokens=max_tokens,

@@ -349,6 +349,12 @@ class JudgeClient:
         self.spent_usd = 0.0
 
     @property
+    def endpoint_key(self) -> str:
+        """The key requests to this judge's own endpoint carry (the local engine's, or a
+        placeholder for keyless servers): for callers sending it other requests, as the bench."""
+        return self._endpoint_key or "not-needed"
+
+    @property
     def budget_exhausted(self) -> bool:
         cap = self.settings.max_usd
         return cap is not None and self.spent_usd >= cap
