@@ -38,9 +38,7 @@ def judge_serve(
         )
         resolve_model(settings.model)  # a bad name is one line here, not a child's traceback
         serve_forever(settings)
-    except ModelError as error:
-        fail(str(error))
-    except EngineError as error:
+    except (ModelError, EngineError) as error:
         fail(str(error))
 
 

@@ -108,18 +108,6 @@ def listen(port: int | None) -> socket.socket:
     return sock
 
 
-def port_taken(port: int) -> bool:
-    """Whether something listens on 127.0.0.1:`port` (SO_REUSEADDR, as servers bind: a closed
-    connection lingering in TIME_WAIT does not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return True
-    return False
-
-
 def _load_prctl() -> object | None:
     try:
         return ctypes.CDLL(None, use_errno=True).prctl

@@ -238,13 +238,12 @@ def test_rewind_leaves_remote_backends_alone(tmp_path: Path) -> None:
 
 
 async def test_a_taken_judge_port_is_a_clear_error(tmp_path: Path) -> None:
-    from judges.engine import EngineError, EngineSettings, LocalEngine, port_taken
+    from judges.engine import EngineError, EngineSettings, LocalEngine
 
     with socket.socket() as stale:
         stale.bind(("127.0.0.1", 0))
         stale.listen()
         port = stale.getsockname()[1]
-        assert port_taken(port)
         engine = LocalEngine(EngineSettings(threads=1, port=port))
         with pytest.raises(EngineError, match=f"port {port} on 127.0.0.1 is already taken"):
             await engine.ensure_started()

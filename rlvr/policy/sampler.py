@@ -171,13 +171,23 @@ class Sampler(EngineState):
                 self._finish_if_done(states[i])
             # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one:
             # one forward for several tokens costs about what one costs.
-            fed = [[int(chosen[b]), *self._forced_next(states[i])] for b, i in enumerate(live)]
-            width = max(len(tokens) for tokens in fed)
-            pad = self.tokenizer.pad_token_id or 0
-            new_ids = torch.tensor([[pad] * (width - len(t)) + t for t in fed], device=self.device)
-            new_mask = torch.tensor(
-                [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=self.device
+            # Free text (no grammar in the batch) feeds the chosen tensor as it is.
+            fed = (
+                [[int(chosen[b]), *self._forced_next(states[i])] for b, i in enumerate(live)]
+                if any(states[i].matcher is not None for i in live)
+                else None
             )
+            width = max(len(tokens) for tokens in fed) if fed else 1
+            if fed is None or width == 1:
+                new_ids, new_mask = chosen[:, None], torch.ones_like(chosen)[:, None]
+            else:
+                pad = self.tokenizer.pad_token_id or 0
+                new_ids = torch.tensor(
+                    [[pad] * (width - len(t)) + t for t in fed], device=self.device
+                )
+                new_mask = torch.tensor(
+                    [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=self.device
+                )
             mask = torch.cat([mask, new_mask.to(mask.dtype)], dim=-1)
             positions = last_position[:, None] + new_mask.cumsum(-1).clamp(min=1)
             last_position = positions[:, -1]
@@ -189,7 +199,7 @@ class Sampler(EngineState):
                 use_cache=True,
                 logits_to_keep=width,
             ).logits
-            if width > 1:
+            if fed is not None and width > 1:
                 self._record_forced_next(live, states, fed, logits)
             next_logits = logits[:, -1]
         return [
