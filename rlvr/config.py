@@ -38,7 +38,12 @@ class JudgeConfig(BaseModel):
     )
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     max_retries: int = Field(3, ge=0)
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="seconds per judge call; default 120, or 600 for the local engine (its batched "
+        "CPU answers to long rubrics take minutes: a call cut at 120 s is decoded again from scratch)",
+    )
     max_usd: float | None = Field(None, ge=0, description="spend cap; the run stops at it")
     concurrency: int = Field(4, ge=1)
     rpm: int | None = Field(None, ge=1, description="judge requests per minute limit")

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 from pydantic import ValidationError
 
@@ -144,3 +146,22 @@ def test_a_later_key_wins_however_it_is_spelled(values: dict, patience: int) -> 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         assert TrainConfig(**values).stopping.patience == patience
+
+
+def paired_items_to_resolve(gain: float, discordant: float) -> int:
+    """Items a paired 95% interval needs to exclude zero for `gain` when a `discordant` share of
+    items changes outcome (normal approximation: 1.96² (q − g²) / g²)."""
+    return math.ceil(1.96**2 * (discordant - gain**2) / gain**2)
+
+
+@pytest.mark.parametrize("task", ["math", "ifeval", "2048"])
+def test_default_test_splits_resolve_a_tenth(task):
+    """The issue's bar: a +0.10 test gain lies outside the 95% interval at the task's defaults,
+    when 20 % of items change outcome between start and final."""
+    from rlvr import resolve_task, task_config
+    from rlvr.training.split import split_items
+
+    cfg = task_config(task)
+    items = resolve_task(task).build(cfg).load()
+    split = split_items(items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed)
+    assert len(split.test) >= paired_items_to_resolve(0.10, 0.20) == 73

@@ -208,6 +208,23 @@ def test_judge_settings_choose_dialect_and_pinning(
     assert (settings.dialect, settings.pinned) == (dialect, pinned)
 
 
+@pytest.mark.parametrize(
+    ("judge", "timeout_s"),
+    [
+        ({"model": "local"}, 600.0),
+        ({"model": "openai/gpt-4o-mini"}, 120.0),
+        ({"model": "local", "timeout_s": 30}, 30.0),
+        ({"model": "openai/gpt-4o-mini", "timeout_s": 45}, 45.0),
+    ],
+    ids=["local-default", "hosted-default", "local-set", "hosted-set"],
+)
+def test_judge_timeout_defaults_by_engine(judge: dict, timeout_s: float) -> None:
+    from judges.client import JudgeSettings
+    from rlvr.config import TrainConfig
+
+    assert JudgeSettings.from_config(TrainConfig(judge=judge)).timeout_s == timeout_s
+
+
 # --- RULER schema and validation ----------------------------------------------------------
 
 
