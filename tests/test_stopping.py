@@ -1,5 +1,13 @@
 import pytest
 
+from rlvr.scoring.scorers import (
+    GatedScorer,
+    LengthScorer,
+    RolloutScorer,
+    VerifierScorer,
+    WeightedScorer,
+)
+from rlvr.training.loop import judged_against_truth
 from rlvr.training.stopping import (
     AlarmName,
     EvalPoint,
@@ -144,6 +152,25 @@ def test_judge_disagrees_is_sustained_and_noise_aware(
     if alarm is not None:
         assert alarm.name == AlarmName.JUDGE_DISAGREES and alarm.step == len(pairs)
         assert "ground truth" in alarm.message and "scorer=verifier" in alarm.message
+
+
+def _reward(item, trajectory) -> float:
+    return 0.5
+
+
+@pytest.mark.parametrize(
+    ("scorer", "applies"),
+    [
+        (VerifierScorer(_reward), False),  # the task's own partial credit: differs by design
+        (RolloutScorer(), False),
+        (LengthScorer(), True),  # a hackable reward is exactly what the alarm is for
+        (WeightedScorer([(VerifierScorer(_reward), 1.0), (LengthScorer(), 1.0)]), True),
+        (GatedScorer(VerifierScorer(_reward), LengthScorer()), True),
+    ],
+    ids=["verifier", "rollout", "length", "weighted", "gated"],
+)
+def test_judge_disagrees_applies_to_scorers_other_than_the_tasks_own(scorer, applies) -> None:
+    assert judged_against_truth(scorer) is applies
 
 
 def evals(vals: list[float], items: int | None) -> list[EvalPoint]:

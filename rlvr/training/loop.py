@@ -23,6 +23,7 @@ from rlvr.paired import test_block
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, runlock, store
 from rlvr.runs.report import plot_report
+from rlvr.scoring.scorers import RolloutScorer, VerifierScorer
 from rlvr.tasks.api import Task
 from rlvr.training.backends import open_policy
 from rlvr.training.checkpoints import keep_checkpoints, save_best
@@ -150,9 +151,17 @@ async def warm(run: Session) -> None:
     print_warm_start(row, before)
 
 
+def judged_against_truth(scorer: Scorer) -> bool:
+    """Whether alarm/judge_disagrees applies: not to the task's own reward, whose partial credit
+    differs from its check by design (2048: progress 0.55 where made-the-tile gives 0.24)."""
+    return not isinstance(scorer, VerifierScorer | RolloutScorer)
+
+
 def judge_alarm(run: Session, row: dict[str, Any]) -> None:
     """alarm/judge_disagrees on this step's row, unless it already fired within the window."""
     cfg, state = run.cfg, run.state
+    if not judged_against_truth(run.scorer):
+        return
     points = [
         StepPoint(
             step=int(r[M.STEP]),
