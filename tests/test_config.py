@@ -156,8 +156,8 @@ def paired_items_to_resolve(gain: float, discordant: float) -> int:
 
 @pytest.mark.parametrize("task", ["math", "ifeval", "2048"])
 def test_default_test_splits_resolve_a_tenth(task):
-    """The issue's bar: a +0.10 test gain lies outside the 95% interval at the task's defaults,
-    when 20 % of items change outcome between start and final."""
+    """The bar for a default split: a +0.10 test gain lies outside the 95% interval at the
+    task's defaults, when 20 % of items change outcome between start and final."""
     from rlvr import resolve_task, task_config
     from rlvr.training.split import split_items
 
