@@ -144,7 +144,7 @@ class JudgeSettings(BaseModel):
     free: bool = False  # local engine: cost 0, never priced
     temperature: float = 0.0
     max_retries: int = 3
-    timeout_s: float = 120.0
+    timeout_s: float = REMOTE_TIMEOUT_S
     max_usd: float | None = None
     concurrency: int = 4
     rpm: int | None = None
@@ -158,6 +158,8 @@ class JudgeSettings(BaseModel):
             "json_schema": Dialect.JSON_SCHEMA,
             "json_object": Dialect.JSON_OBJECT,
         }[cfg.judge.response_format]
+        default_timeout_s = LOCAL_TIMEOUT_S if local else REMOTE_TIMEOUT_S
+        timeout_s = default_timeout_s if cfg.judge.timeout_s is None else cfg.judge.timeout_s
         return cls(
             model=LOCAL_MODEL_ID if local else cfg.judge.model,
             api_base=cfg.judge.base_url,
@@ -166,7 +168,7 @@ class JudgeSettings(BaseModel):
             free=local,
             temperature=cfg.judge.temperature,
             max_retries=cfg.judge.max_retries,
-            timeout_s=cfg.judge.timeout_s or (LOCAL_TIMEOUT_S if local else REMOTE_TIMEOUT_S),
+            timeout_s=timeout_s,
             max_usd=cfg.judge.max_usd,
             concurrency=cfg.judge.concurrency,
             rpm=cfg.judge.rpm,
