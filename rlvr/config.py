@@ -86,13 +86,64 @@ class StoppingConfig(BaseModel):
         description="alarm judge_disagrees: mean gap between the training reward and ground truth "
         "on the same rollouts over divergence_window steps (above the sampling noise too)",
     )
+    rule: Literal["trend", "best"] = Field(
+        "trend",
+        description="plateau stop: trend = no counted gain for `patience` evaluations and no rising "
+        "trend over the last trend_window; best = no counted gain for `patience` evaluations",
+    )
+    trend_window: int = Field(
+        6, ge=3, description="evaluations the validation trend of the plateau stop is fitted on"
+    )
+    trend_z: float = Field(
+        1.0,
+        ge=0,
+        description="a trend keeps the run going while its slope exceeds this many standard errors",
+    )
+
+
+class ItemSampling(BaseModel):
+    """Which training items a step draws (`sampling.KEY=value`, or `sampling=uniform`;
+    rlvr.training.pool). Not the rollouts' temperature: that is `temperature`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    strategy: Literal["signal", "uniform"] = Field(
+        "signal",
+        description="signal: prefer items whose groups had reward spread and refill groups without "
+        "it; uniform: groups_per_batch items at random",
+    )
+    max_refill: int | None = Field(
+        None,
+        ge=0,
+        description="extra groups a step may roll out to replace groups without signal "
+        "(default: groups_per_batch)",
+    )
+    prefer: float = Field(
+        2.0, gt=0, description="draw weight of an item whose last group had signal (untried: 1)"
+    )
+    revisit: float = Field(
+        0.1, gt=0, description="draw weight of an item whose last group was all equal"
+    )
+    decay: float = Field(
+        0.5, gt=0, le=1, description="revisit weight factor per further all-equal group in a row"
+    )
 
 
 # Keys that were flat in TrainConfig before `judge` and `stopping` were nested: still accepted
 # (one release), with a warning naming the new key.
 FLAT_JUDGE_PREFIX = "judge_"
-FLAT_STOPPING = tuple(StoppingConfig.model_fields)
-NESTED = {"judge": JudgeConfig, "stopping": StoppingConfig}
+FLAT_STOPPING = (
+    "patience",
+    "min_delta",
+    "on_divergence",
+    "divergence_window",
+    "divergence_reward_rise",
+    "divergence_val_drop",
+    "judge_gap",
+)
+NESTED = {"judge": JudgeConfig, "stopping": StoppingConfig, "sampling": ItemSampling}
+# A nested group set by one value: `judge=ID` is the judge's model, `sampling=uniform` the strategy.
+SHORTHAND = {"judge": "model", "sampling": "strategy"}
 
 
 def nested(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -100,14 +151,14 @@ def nested(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     `patience`, `judge=ID`) put into the nested `judge` / `stopping` dicts; and the old keys used.
     Pure: the caller decides how to say so."""
     out: dict[str, Any] = {}
-    parts: dict[str, dict[str, Any]] = {"judge": {}, "stopping": {}}
+    parts: dict[str, dict[str, Any]] = {group: {} for group in NESTED}
     legacy: list[str] = []
     for key, value in values.items():
         group, dot, leaf = key.partition(".")
         if dot and group in NESTED:
             parts[group][leaf] = value
-        elif key == "judge" and not isinstance(value, dict | BaseModel):
-            parts["judge"]["model"] = value  # judge=ID: the judge's model
+        elif key in SHORTHAND and not isinstance(value, dict | BaseModel):
+            parts[key][SHORTHAND[key]] = value
         elif key in NESTED:
             given = value.model_dump() if isinstance(value, BaseModel) else dict(value)
             parts[key] = {**parts[key], **given}  # in order: a later key wins
@@ -228,6 +279,15 @@ class TrainConfig(BaseModel):
     stopping: StoppingConfig = Field(
         default_factory=lambda: StoppingConfig(),
         description="plateau, divergence and judge-disagreement rules (stopping.patience=...)",
+    )
+    sampling: ItemSampling = Field(
+        default_factory=lambda: ItemSampling(),
+        description="which training items a step draws (sampling=uniform, sampling.max_refill=...)",
+    )
+    preflight: bool = Field(
+        True,
+        description="stop with stop_reason=no_signal when the first steps find no group with "
+        "reward spread, even after refills",
     )
 
     # Output and integrations.

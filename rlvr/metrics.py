@@ -48,13 +48,24 @@ class M(StrEnum):
         "val/errors"  # validation rollouts that raised (not scored; accuracy is over the rest)
     )
     STEP_SECONDS = "time/step_s"
-    ROLLOUT_SECONDS = "time/rollout_s"
+    ROLLOUT_SECONDS = "time/rollout_s"  # rollouts of the step's rounds (first draw and refills)
     SCORE_SECONDS = "time/score_s"  # scoring (truth + reward) summed over the step's groups
     SCORE_HIDDEN = "time/score_hidden"  # share of the scoring span that overlapped rollouts
-    TRAIN_SECONDS = "time/train_s"
+    UPDATE_SECONDS = "time/update_s"  # the backend's policy update
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items
+    VAL_TREND = "val/trend"  # least-squares validation slope per evaluation over the trend window
+    VAL_TREND_SE = "val/trend_se"  # its standard error from the items' sampling noise
+    # Which items a step drew (rlvr.training.pool) and what their groups showed.
+    OUTCOMES = "sampling/outcomes"  # per scored group: item id, mean training reward, signal
+    SIGNAL_GROUPS = "sampling/signal_groups"  # groups with reward spread (the ones trained on)
+    REFILLED = "sampling/refilled_groups"  # groups drawn to replace groups without signal
+    EXTRA_ROLLOUTS = "sampling/extra_rollouts"  # rollouts those refills cost
+    POOL_MIXED = "pool/mixed"  # training items whose last group had signal
+    POOL_EQUAL = "pool/all_equal"  # ... whose last group was all equal (solved or hopeless)
+    POOL_UNTRIED = "pool/untried"  # ... never drawn yet
+    REWARD_COUNTS = "train/reward_counts"  # training rewards (rounded to 0.01) -> how many
 
 
 ALARM_PREFIX = "alarm/"
@@ -79,6 +90,13 @@ class GroupStats(BaseModel):
     @property
     def no_signal_rate(self) -> float:
         return self.no_signal / self.groups if self.groups else 0.0
+
+
+def reward_counts(rewards: list[float]) -> dict[str, int]:
+    """How often each training reward (rounded to 0.01) occurred: the distribution a no-signal
+    verdict quotes."""
+    rounded = sorted(round(r, 2) + 0.0 for r in rewards if math.isfinite(r))
+    return {f"{value:g}": rounded.count(value) for value in dict.fromkeys(rounded)}
 
 
 def has_signal(group: art.TrajectoryGroup, tolerance: float = 1e-9) -> bool:

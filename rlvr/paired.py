@@ -86,35 +86,46 @@ METHOD = (
 
 
 def test_block(
-    start: dict[str, float], after_warm_start: dict[str, float] | None, final: dict[str, float]
+    start: dict[str, float],
+    after_warm_start: dict[str, float] | None,
+    final: dict[str, float],
+    last: dict[str, float] | None = None,
 ) -> dict:
     """summary.json's `test` block from per-item test scores of the starting model, the model
-    after the warm start (None without one) and the final checkpoint: the items all three
-    completed, each accuracy, the gain (final - start) and the RL gain (final - after the warm
-    start; the gain itself without one), each with its interval and p-value."""
-    ids = set(start) & set(final) & (set(after_warm_start) if after_warm_start else set(start))
-    common = sorted(ids)
+    after the warm start (None without one), the final (best) checkpoint and the last checkpoint
+    (None where it could not be evaluated; the final's scores where it is the final one): the items
+    all of them completed, each accuracy, and each checkpoint's gain over the start (`gain`,
+    `gain_last`) and over the warm start (`rl_gain`, `rl_gain_last`; over the start without a
+    warm start), each with its interval and p-value."""
+    tables = [start, final, *(t for t in (after_warm_start, last) if t is not None)]
+    common = sorted(set.intersection(*(set(t) for t in tables)))
     if not common:
         return {"items": 0, "method": METHOD}
-    gain = paired_gain([start[i] for i in common], [final[i] for i in common])
-    rl = (
-        paired_gain([after_warm_start[i] for i in common], [final[i] for i in common])
-        if after_warm_start is not None
-        else gain
-    )
-    return {
+    base = after_warm_start if after_warm_start is not None else start
+    block: dict = {
         "items": len(common),
-        "start": gain.before,
-        "after_warm_start": rl.before if after_warm_start is not None else None,
-        "final": gain.after,
-        "gain": gain.gain,
-        "gain_ci95": list(gain.ci95),
-        "gain_p": gain.p_value,
-        "rl_gain": rl.gain,
-        "rl_gain_ci95": list(rl.ci95),
-        "rl_gain_p": rl.p_value,
-        "method": METHOD,
+        "start": float(np.mean([start[i] for i in common])),
+        "after_warm_start": (
+            float(np.mean([after_warm_start[i] for i in common]))
+            if after_warm_start is not None
+            else None
+        ),
     }
+    for suffix, scores in (("", final), ("_last", last)):
+        if scores is None:
+            continue
+        gain = paired_gain([start[i] for i in common], [scores[i] for i in common])
+        rl = paired_gain([base[i] for i in common], [scores[i] for i in common])
+        block |= {
+            "final" if not suffix else "last": gain.after,
+            f"gain{suffix}": gain.gain,
+            f"gain{suffix}_ci95": list(gain.ci95),
+            f"gain{suffix}_p": gain.p_value,
+            f"rl_gain{suffix}": rl.gain,
+            f"rl_gain{suffix}_ci95": list(rl.ci95),
+            f"rl_gain{suffix}_p": rl.p_value,
+        }
+    return block | {"method": METHOD}
 
 
 def describe_block(block: dict) -> list[str]:
@@ -130,9 +141,14 @@ def describe_block(block: dict) -> list[str]:
         )
 
     start, final = block["start"], block["final"]
-    lines = [f"test accuracy {start:.3f} -> {final:.3f}; " + line("gain", "gain")]
-    if block.get("after_warm_start") is not None:
+    lines = [f"test accuracy {start:.3f} -> {final:.3f} (best checkpoint); " + line("gain", "gain")]
+    warmed = block.get("after_warm_start") is not None
+    if warmed:
         lines.append(
             f"after the warm start {block['after_warm_start']:.3f}; " + line("rl_gain", "RL gain")
         )
+    if block.get("last") is not None:
+        key = "rl_gain_last" if warmed else "gain_last"
+        label = "RL gain" if warmed else "gain"
+        lines.append(f"last checkpoint {block['last']:.3f}; " + line(key, f"{label} (last)"))
     return lines

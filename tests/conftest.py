@@ -3,7 +3,7 @@
 `tiny_run` (session scope, for slow tests): ONE real training run on the CPU policy, shared by
 every test that only reads a run directory (rlvr.inspection, `rlvr inspect`, the notebooks):
 
-    math / easy, 2 groups of 4 rollouts, 2 steps, validation after every step, 16 new tokens,
+    math / easy, 2 groups of 4 rollouts (no refills), 2 steps, validation after every step, 16 new tokens,
     40 items (32 train / 4 val / 4 test), scorer = the task's verifier, no judge.
 
 It takes one to a few minutes on 2 shared cores and is started only when a selected test asks
@@ -32,6 +32,8 @@ TINY_RUN = {
     "judge": "none",
     # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
     "stopping.on_divergence": "warn",
+    # the tests that read it count groups: no refills (tests/test_pool.py covers them)
+    "sampling.max_refill": 0,
 }
 
 

@@ -127,5 +127,13 @@ def test_the_tiny_runs_summary_has_the_paired_test_block(tiny_run):
     assert low <= test["gain"] <= high and 0.0 <= test["gain_p"] <= 1.0
     assert test["final"] == pytest.approx(summary["test_accuracy"])
     assert "bootstrap" in test["method"]
+    # The last checkpoint is tested on the same items too (the best one's scores where it is it).
+    assert summary["last_step"] == summary["steps"] == 2
+    assert test["gain_last"] == pytest.approx(test["last"] - test["start"])
+    assert test["rl_gain_last"] == test["gain_last"]  # no warm start
+    low, high = test["rl_gain_last_ci95"]
+    assert low <= test["rl_gain_last"] <= high and 0.0 <= test["rl_gain_last_p"] <= 1.0
+    if summary["best_step"] == summary["last_step"]:
+        assert test["last"] == test["final"]
     run = ri.load_run(tiny_run.run_dir)
     assert "on 4 test items (p=" in summary_line(run)

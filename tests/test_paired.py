@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.paired import paired_gain, sign_flip_p
+from rlvr import paired
+from rlvr.paired import describe_block, paired_gain, sign_flip_p
 
 
 @pytest.mark.parametrize(
@@ -121,3 +122,28 @@ def test_compare_two_runs_on_their_shared_test_items(tmp_path, a, b, code, words
     result = CliRunner().invoke(app, ["compare", str(run_a), str(run_b)], env={"COLUMNS": "300"})
     assert result.exit_code == code, result.output
     assert all(w in result.output for w in words), result.output
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("with_last", [False, True])
+def test_the_test_block_reports_the_best_and_the_last_checkpoint(warm, with_last) -> None:
+    ids = [f"i{n}" for n in range(20)]
+    start = {i: 0.0 for i in ids}
+    after_warm = {i: float(n < 5) for n, i in enumerate(ids)} if warm else None
+    final = {i: float(n < 8) for n, i in enumerate(ids)}
+    last = {i: float(n < 10) for n, i in enumerate(ids)} if with_last else None
+    block = paired.test_block(start, after_warm, final, last)
+    base = 0.25 if warm else 0.0
+    assert block["items"] == 20
+    assert (block["final"], block["gain"], block["rl_gain"]) == pytest.approx(
+        (0.4, 0.4, 0.4 - base)
+    )
+    if with_last:
+        assert (block["last"], block["gain_last"], block["rl_gain_last"]) == pytest.approx(
+            (0.5, 0.5, 0.5 - base)
+        )
+        low, high = block["rl_gain_last_ci95"]
+        assert low <= block["rl_gain_last"] <= high
+        assert any("last checkpoint 0.500" in line for line in describe_block(block))
+    else:
+        assert "last" not in block and "rl_gain_last" not in block

@@ -1,13 +1,8 @@
 import pytest
 
-from rlvr.scoring.scorers import (
-    GatedScorer,
-    LengthScorer,
-    RolloutScorer,
-    VerifierScorer,
-    WeightedScorer,
-)
-from rlvr.training.loop import judged_against_truth
+from rlvr.config import TrainConfig
+from rlvr.tasks.api import scenario
+from rlvr.tasks.scorer_spec import compared_with_truth
 from rlvr.training.stopping import (
     AlarmName,
     EvalPoint,
@@ -18,8 +13,10 @@ from rlvr.training.stopping import (
     gain_threshold,
     judge_disagrees,
     out_of_time,
+    plateau,
     plateaued,
     trend,
+    val_trend,
 )
 
 T = Thresholds(window=3, reward_rise=0.1, val_drop=0.05, val_flat=0.02)
@@ -154,23 +151,29 @@ def test_judge_disagrees_is_sustained_and_noise_aware(
         assert "ground truth" in alarm.message and "scorer=verifier" in alarm.message
 
 
-def _reward(item, trajectory) -> float:
-    return 0.5
-
-
 @pytest.mark.parametrize(
-    ("scorer", "applies"),
+    ("spec", "applies"),
     [
-        (VerifierScorer(_reward), False),  # the task's own partial credit: differs by design
-        (RolloutScorer(), False),
-        (LengthScorer(), True),  # a hackable reward is exactly what the alarm is for
-        (WeightedScorer([(VerifierScorer(_reward), 1.0), (LengthScorer(), 1.0)]), True),
-        (GatedScorer(VerifierScorer(_reward), LengthScorer()), True),
+        ("default", False),  # the task's own partial credit: differs from its check by design
+        ("verifier", False),
+        ("rollout", False),
+        ("length", True),  # a hackable reward is exactly what the alarm is for
+        ("verifier*0.5+length*0.5", True),
+        ("verifier>ruler", True),
+        ("task.py:my_reward", True),  # a user's own reward function is compared
     ],
-    ids=["verifier", "rollout", "length", "weighted", "gated"],
 )
-def test_judge_disagrees_applies_to_scorers_other_than_the_tasks_own(scorer, applies) -> None:
-    assert judged_against_truth(scorer) is applies
+def test_judge_disagrees_applies_to_scorers_other_than_the_tasks_own(spec, applies) -> None:
+    task = scenario(name="t", load=list, rollout=_rollout, check=_check)
+    assert compared_with_truth(TrainConfig(scorer=spec), task) is applies
+
+
+async def _rollout(model, item, sampling):
+    raise NotImplementedError
+
+
+def _check(item, trajectory) -> float:
+    return 0.0
 
 
 def evals(vals: list[float], items: int | None) -> list[EvalPoint]:
@@ -206,3 +209,46 @@ def test_the_best_checkpoint_and_the_plateau_ignore_noisy_gains(vals, items, bes
     threshold = gain_threshold(evals(vals, items), 0.01)
     assert best_index(vals, threshold) == best
     assert plateaued(vals, 3, threshold) is stops
+
+
+# Validation histories (every 2 steps) and what each plateau rule decides after the last one.
+MATH_RISE = [0.388, 0.463, 0.500, 0.563, 0.600, 0.625, 0.638, 0.663]  # measured, 80 items
+TREND_HISTORIES = {
+    # name: (validation, items, stops under `best`, stops under `trend`)
+    "slow steady rise (math, 80 items)": (MATH_RISE, 80, True, False),
+    "flat after a rise": ([0.40, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60], 80, True, True),
+    "noisy flat": ([0.50, 0.55, 0.45, 0.50, 0.55, 0.45, 0.50], 40, True, True),
+    "falling": ([0.50, 0.52, 0.48, 0.45, 0.42, 0.40], 40, True, True),
+    "rise no evaluation resolves": ([0.25, 0.275, 0.30, 0.30, 0.325, 0.35], 40, True, False),
+    "a counted gain within patience": ([0.30, 0.80, 0.80, 0.80], 16, False, False),
+}
+
+
+@pytest.mark.parametrize("name", list(TREND_HISTORIES))
+def test_the_trend_rule_keeps_a_slow_rise_and_stops_a_flat_one(name) -> None:
+    vals, items, best_stops, trend_stops = TREND_HISTORIES[name]
+    points = evals(vals, items)
+    assert plateau(points, 3, 0.02, "best", 6, 1.0) is best_stops
+    assert plateau(points, 3, 0.02, "trend", 6, 1.0) is trend_stops
+
+
+@pytest.mark.parametrize(
+    ("vals", "items", "slope", "se"),
+    [
+        ([0.5, 0.6, 0.7], 100, 0.1, (0.24 / 100) ** 0.5 / 2**0.5),  # p = 0.6, sxx = 2
+        ([0.2, 0.2, 0.2, 0.2], 25, 0.0, 0.08 / 5**0.5),
+        ([1.0, 1.0, 1.0], 10, 0.0, float("inf")),  # no sampling noise at a perfect score
+    ],
+)
+def test_val_trend_slope_and_its_standard_error(vals, items, slope, se) -> None:
+    fitted = val_trend(evals(vals, items), 6)
+    assert fitted.slope == pytest.approx(slope, abs=1e-9)
+    assert fitted.se == pytest.approx(se, rel=1e-3)
+
+
+def test_the_math_rise_stops_under_the_old_rule_where_it_was_measured() -> None:
+    """The run the issue quotes stopped at its 8th evaluation under `best`; `trend` goes on."""
+    points = evals(MATH_RISE, 80)
+    stops = [plateau(points[: k + 1], 3, 0.02, "best", 6, 1.0) for k in range(len(points))]
+    assert stops.index(True) == len(points) - 1
+    assert not any(plateau(points[: k + 1], 3, 0.02, "trend", 6, 1.0) for k in range(len(points)))

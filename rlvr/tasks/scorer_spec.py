@@ -16,9 +16,20 @@ from rlvr.scoring.scorers import GatedScorer, WeightedScorer
 from rlvr.tasks.plugins import resolve_scorer
 from rlvr.types import Scenario, Scorer
 
+# The task's own training reward (its `reward` hook, or the reward its rollout set): its partial
+# credit differs from its check by design, so alarm/judge_disagrees does not compare it. Every
+# other scorer — a judge, a composite, a reward function of the user's — is compared.
+OWN_REWARD = frozenset({"verifier", "rollout"})
+
 
 def scorer_spec(cfg: TrainConfig, scenario: Scenario) -> str:
     return scenario.default_scorer if cfg.scorer == "default" else cfg.scorer
+
+
+def compared_with_truth(cfg: TrainConfig, scenario: Scenario) -> bool:
+    """Whether the run's configured scorer is checked against the ground truth of the same
+    rollouts (alarm/judge_disagrees): every scorer but the task's own reward."""
+    return scorer_spec(cfg, scenario).replace(" ", "") not in OWN_REWARD
 
 
 def _weighted_part(part: str) -> tuple[str, float]:

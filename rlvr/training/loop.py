@@ -1,11 +1,12 @@
 """The hybrid training loop, top to bottom.
 
     split 80/10/10 -> baseline validation -> repeat:
-        sample training items -> roll out groups (ART gather) -> score (scorer) ->
-        drop no-signal groups (counted) -> train (backend) -> metrics, hints ->
+        draw training items from the pool (rlvr.training.pool) -> roll out groups (ART gather)
+        -> score (scorer) -> refill groups without signal -> train on the groups with signal
+        (backend) -> metrics, hints -> no signal in the first steps? stop ->
         every eval_every steps: validation accuracy from the scenario's ground truth ->
-        plateau? divergence? -> stop
-    restore the best checkpoint -> test split (start, after the warm start, final) ->
+        plateau (no counted gain, no rising trend)? divergence? -> stop
+    restore the best checkpoint -> test split (start, after the warm start, best, last) ->
     summary.json, report.png
 
 Training reward comes from the scorer; stopping comes only from held-out ground truth.
@@ -23,7 +24,6 @@ from rlvr.paired import test_block
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, runlock, store
 from rlvr.runs.report import plot_report
-from rlvr.scoring.scorers import RolloutScorer, VerifierScorer
 from rlvr.tasks.api import Task
 from rlvr.training.backends import open_policy
 from rlvr.training.checkpoints import keep_checkpoints, save_best
@@ -35,18 +35,23 @@ from rlvr.training.output import (
     print_alarm,
     print_budget,
     print_finished,
+    print_no_signal,
     print_step,
     print_warm_start,
 )
+from rlvr.training.pool import record
 from rlvr.training.session import Session, build_scenario, open_session
 from rlvr.training.split import split_items
 from rlvr.training.state import (
     RunResult,
     StopReason,
+    Tested,
     eval_due,
+    no_signal_stop,
+    no_signal_verdict,
+    step_outcomes,
     stop_after_eval,
-    tested_checkpoints,
-    warm_policy_step,
+    tested,
 )
 from rlvr.training.step import train_step
 from rlvr.training.stopping import (
@@ -81,20 +86,14 @@ async def run_training(
             raise ValueError(f"{resume}: this run already finished (summary.json exists)")
     async with open_session(cfg, scenario, scorer, resume) as run:
         stop = await train_until_stop(run)
-        best = run.state.evals[
-            best_index(
-                [p.val for p in run.state.evals],
-                gain_threshold(run.state.evals, run.cfg.stopping.min_delta),
-            )
+        evals = run.state.evals
+        best = evals[
+            best_index([p.val for p in evals], gain_threshold(evals, cfg.stopping.min_delta))
         ]
-        best_policy_step = run.state.policy_steps.get(best.step, 0)
-        save_best(run.policy, best_policy_step, run.run_dir)
-        tested = (
-            (None, None)
-            if stop == StopReason.JUDGE_BUDGET
-            else await evaluate_tests(run, best, best_policy_step)
-        )
-        return finish(run, stop, best, *tested)
+        save_best(run.policy, run.state.policy_steps.get(best.step, 0), run.run_dir)
+        untested = stop in (StopReason.JUDGE_BUDGET, StopReason.NO_SIGNAL)
+        results = (None, None) if untested else await evaluate_tests(run, best, evals[-1])
+        return finish(run, stop, best, *results)
 
 
 async def train_until_stop(run: Session) -> StopReason:
@@ -112,28 +111,23 @@ async def train_until_stop(run: Session) -> StopReason:
             await run.validate(state.step)  # killed between the step's row and its evaluation
         elif state.evals[-1].step == state.step:  # its checkpoints may have been cut short
             await keep_checkpoints(cfg, run.policy, state, run.run_dir, run.rows)
-        if 0 < state.step == state.evals[-1].step:  # the decision a killed run may have taken
+        if no_signal_stop(cfg, run.rows):  # the decision a killed run may have taken
+            stop = StopReason.NO_SIGNAL
+        elif 0 < state.step == state.evals[-1].step:
             stop = stop_after_eval(cfg, state, run.rows, test_n, val_n)
         while stop is None and state.step < cfg.max_steps:
-            row, table = await train_step(
-                cfg,
-                state.step,
-                run.split,
-                run.scenario,
-                run.scorer,
-                run.policy,
-                run.limit,
-                run.rollout,
-                run.score,
-                run.failure_log,
-            )
+            row, table = await train_step(run, state.step)
             run.save_trajectories(layout.step_name(state.step + 1), state.step + 1, table)
             row[HINT_KEY] = decision_hints(row, cfg)
             state.step += 1
+            state.pool = record(state.pool, step_outcomes(row))
             judge_alarm(run, row)
             run.emit(row)
             print_step(row)
-            if eval_due(cfg, state.step):
+            if no_signal_stop(cfg, run.rows):
+                stop = StopReason.NO_SIGNAL
+                print_no_signal(no_signal_verdict(run.rows, cfg))
+            elif eval_due(cfg, state.step):
                 await run.validate(state.step)
                 stop = stop_after_eval(cfg, state, run.rows, test_n, val_n)
     except BudgetExhausted as error:
@@ -151,16 +145,10 @@ async def warm(run: Session) -> None:
     print_warm_start(row, before)
 
 
-def judged_against_truth(scorer: Scorer) -> bool:
-    """Whether alarm/judge_disagrees applies: not to the task's own reward, whose partial credit
-    differs from its check by design (2048: progress 0.55 where made-the-tile gives 0.24)."""
-    return not isinstance(scorer, VerifierScorer | RolloutScorer)
-
-
 def judge_alarm(run: Session, row: dict[str, Any]) -> None:
     """alarm/judge_disagrees on this step's row, unless it already fired within the window."""
     cfg, state = run.cfg, run.state
-    if not judged_against_truth(run.scorer):
+    if not run.compared_with_truth:
         return
     points = [
         StepPoint(
@@ -187,14 +175,17 @@ def judge_alarm(run: Session, row: dict[str, Any]) -> None:
 
 
 async def evaluate_tests(
-    run: Session, best: EvalPoint, best_policy_step: int
+    run: Session, best: EvalPoint, last: EvalPoint
 ) -> tuple[float | None, dict[str, Any] | None]:
     """The test split for the final (best) checkpoint and, on the same items with the same greedy
-    sampling, for the starting model and the model after the warm start: (final accuracy, the
-    paired `test` block of summary.json, None where the start could not be evaluated)."""
-    accuracy_final: float | None = None
+    sampling, for the starting model, the model after the warm start and the last checkpoint:
+    (final accuracy, the paired `test` block of summary.json, None where the start could not be
+    evaluated)."""
+    steps = run.state.policy_steps
+    checkpoints = tested(run.rows, steps.get(best.step, 0), steps.get(last.step, 0))
     scores: dict[int, dict[str, float]] = {}  # policy step -> item id -> score
-    for name, policy_step in tested_checkpoints(run.rows, best_policy_step):
+    accuracy_final: float | None = None
+    for name, policy_step in checkpoints.items():
         if policy_step in scores:
             continue
         try:
@@ -202,7 +193,7 @@ async def evaluate_tests(
                 run.split.test, "test", f"test ({name})", step=policy_step
             )
         except RunFailed as error:
-            if name == "final":
+            if name == Tested.FINAL:
                 raise
             # A backend that keeps no older checkpoint cannot serve the start: the run still
             # ends with its final test accuracy, without the paired gains.
@@ -211,15 +202,20 @@ async def evaluate_tests(
         scores[policy_step] = {
             i.id: float(g.trajectories[0].reward) for g, i in zip(groups, done, strict=True)
         }
-        final = policy_step == best_policy_step
+        final = name == Tested.FINAL
         accuracy_final = accuracy if final else accuracy_final
         rows = store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test")
         run.save_trajectories(layout.test_name(None if final else name), best.step, rows)
-    warm_step = warm_policy_step(run.rows)
-    if 0 not in scores or (warm_step is not None and warm_step not in scores):
+    needed = [checkpoints[Tested.START], checkpoints.get(Tested.AFTER_WARM_START, 0)]
+    if any(step not in scores for step in needed):
         return accuracy_final, None
-    after_warm = scores[warm_step] if warm_step is not None else None
-    return accuracy_final, test_block(scores[0], after_warm, scores[best_policy_step])
+    warm = checkpoints.get(Tested.AFTER_WARM_START)
+    return accuracy_final, test_block(
+        scores[0],
+        scores[warm] if warm is not None else None,
+        scores[checkpoints[Tested.FINAL]],
+        scores.get(checkpoints.get(Tested.LAST, checkpoints[Tested.FINAL])),
+    )
 
 
 def finish(
@@ -246,9 +242,12 @@ def finish(
     summary = {
         **result.model_dump(mode="json"),
         "gain": result.best_val - result.baseline_val,
+        "last_step": run.state.evals[-1].step,
         "val_items": len(run.val_items),
         "test": test,
     }
+    if stop == StopReason.NO_SIGNAL:
+        summary["no_signal"] = no_signal_verdict(run.rows, run.cfg).model_dump()
     warmed = next((r for r in run.rows if WarmMetric.SECONDS in r), None)
     if warmed is not None:  # the warm start's own gain, apart from RL's
         summary["warm_start"] = {

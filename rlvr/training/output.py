@@ -10,6 +10,7 @@ from rich.panel import Panel
 
 from rlvr.metrics import HINT_KEY, M
 from rlvr.paired import describe_block
+from rlvr.training.state import NoSignal
 from rlvr.training.stopping import Alarm, AlarmName
 from rlvr.training.warmstart import WarmMetric
 
@@ -34,9 +35,16 @@ def print_alarm(alarm: Alarm) -> None:
     console.print(Panel(alarm.message, title=f"ALARM: {alarm.name}", style=f"bold {style}"))
 
 
-def print_validation(step: int, accuracy: float, policy_step: int) -> None:
+def print_validation(
+    step: int, accuracy: float, policy_step: int, trend: float | None, se: float | None
+) -> None:
+    slope = (
+        ""
+        if trend is None
+        else f"; trend {trend:+.3f}/eval" + ("" if se is None else f" ± {se:.3f}")
+    )
     console.print(
-        f"[green]validation @ step {step}: {accuracy:.3f}[/] (policy step {policy_step})",
+        f"[green]validation @ step {step}: {accuracy:.3f}[/] (policy step {policy_step}{slope})",
         highlight=False,
     )
 
@@ -48,6 +56,11 @@ def print_warm_start(row: dict[str, Any], before: float) -> None:
         f"it {before:.3f} ({row[WarmMetric.SECONDS]:.0f}s)",
         highlight=False,
     )
+
+
+def print_no_signal(verdict: NoSignal) -> None:
+    """The no-signal stop: what the first steps' groups looked like and what to do."""
+    console.print(Panel(verdict.message(), title="no signal: stopping", style="bold yellow"))
 
 
 def print_budget(message: str) -> None:

@@ -27,7 +27,7 @@ from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.runs import layout, runlock, store
 from rlvr.tasks.api import Task
 from rlvr.tasks.plugins import open_judge, resolve_task
-from rlvr.tasks.scorer_spec import make_scorer
+from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
 from rlvr.training.backends import ART_DIR, Policy, open_policy, rewind_policy
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import evaluate
@@ -35,7 +35,7 @@ from rlvr.training.failures import Failure, FailureLog
 from rlvr.training.output import console, print_alarm, print_validation
 from rlvr.training.split import Split, split_items
 from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
-from rlvr.training.stopping import EvalPoint, Thresholds, divergence
+from rlvr.training.stopping import EvalPoint, Thresholds, divergence, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.types import Item, Sampling, Scenario, Scorer
 
@@ -89,8 +89,10 @@ class Session:
         split: Split,
         tracker: Any,
         policy: Policy,
+        compared_with_truth: bool,
     ) -> None:
         self.cfg, self.scenario, self.scorer, self.run_dir = cfg, scenario, scorer, run_dir
+        self.compared_with_truth = compared_with_truth  # alarm/judge_disagrees applies
         self.rows, self.split, self.tracker, self.policy = rows, split, tracker, policy
         self.state: RunState = restore_state(rows)
         self.started = time.monotonic() - self.state.wall_s
@@ -157,6 +159,7 @@ class Session:
         )
         self.state.evals.append(point)
         self.state.policy_steps[step] = policy_step
+        trend = val_trend(self.state.evals, self.cfg.stopping.trend_window)
         row = {
             M.STEP: step,
             M.VAL_ACCURACY: accuracy,
@@ -167,6 +170,8 @@ class Session:
             M.VAL_ERRORS: len(self.val_items) - len(done),
             M.EVAL_SECONDS: time.monotonic() - t0,
             M.EVAL_ITEM_SECONDS: (time.monotonic() - t0) / max(1, len(self.val_items)),
+            M.VAL_TREND: trend.slope if trend.points >= 2 else None,
+            M.VAL_TREND_SE: trend.se if trend.points >= 2 and trend.se < float("inf") else None,
         }
         alarm = divergence(self.state.evals, self.thresholds)
         if alarm is not None and all(a.step != alarm.step for a in self.state.alarms):
@@ -174,7 +179,7 @@ class Session:
             row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
             print_alarm(alarm)
         self.emit(row)
-        print_validation(step, accuracy, policy_step)
+        print_validation(step, accuracy, policy_step, row[M.VAL_TREND], row[M.VAL_TREND_SE])
         await keep_checkpoints(self.cfg, self.policy, self.state, self.run_dir, self.rows)
 
 
@@ -189,6 +194,10 @@ async def open_session(
     exit, errors and Ctrl-C included."""
     async with AsyncExitStack() as stack:
         cfg, built, scorer_, judge = await resolve(cfg, stack, scenario, scorer, resume is not None)
+        # A scorer object of the caller's is compared with the truth; a spec unless it names the
+        # task's own reward (rlvr.tasks.scorer_spec.compared_with_truth).
+        given = scorer is not None and not isinstance(scorer, str)
+        compared = given or compared_with_truth(cfg, built)
         check_can_demonstrate(cfg, built)
         items = built.load()
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
@@ -217,4 +226,4 @@ async def open_session(
             highlight=False,
         )
         policy = await stack.enter_async_context(open_policy(cfg, run_dir))
-        yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy)
+        yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy, compared)

@@ -11,14 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import ALARM_PREFIX, M
-from rlvr.training.stopping import (
-    Alarm,
-    AlarmName,
-    EvalPoint,
-    gain_threshold,
-    out_of_time,
-    plateaued,
-)
+from rlvr.training.pool import History, Outcome, record
+from rlvr.training.stopping import Alarm, AlarmName, EvalPoint, out_of_time, plateau
 from rlvr.training.warmstart import WarmMetric
 
 
@@ -28,6 +22,7 @@ class StopReason(StrEnum):
     TIME_BUDGET = "time_budget"  # the next evaluation period would not fit in max_minutes
     REWARD_HACKING = "reward_hacking"  # divergence alarm with on_divergence=stop
     JUDGE_BUDGET = "judge_budget"  # the judge spend cap was reached
+    NO_SIGNAL = "no_signal"  # the first steps found no group with reward spread, refills included
 
 
 class RunResult(BaseModel):
@@ -56,6 +51,12 @@ class RunState(BaseModel):
     policy_steps: dict[int, int] = {}  # loop step of an evaluation -> policy checkpoint step
     alarms: list[Alarm] = []
     wall_s: float = 0.0
+    pool: dict[str, History] = {}  # training item id -> its groups so far (rlvr.training.pool)
+
+
+def step_outcomes(row: dict[str, Any]) -> list[Outcome]:
+    """The scored groups a step row records (item id, mean training reward, signal)."""
+    return [Outcome.model_validate(o) for o in row.get(M.OUTCOMES) or []]
 
 
 def restore_state(rows: list[dict[str, Any]]) -> RunState:
@@ -64,6 +65,7 @@ def restore_state(rows: list[dict[str, Any]]) -> RunState:
         step = int(row.get(M.STEP, 0))
         if M.REWARD_MEAN in row:
             state.step = max(state.step, step)
+            state.pool = record(state.pool, step_outcomes(row))
         if M.VAL_ACCURACY in row:
             state.evals.append(
                 EvalPoint(
@@ -99,22 +101,21 @@ def stop_after_eval(
 ) -> StopReason | None:
     """The stopping rules after the evaluation at `state.step`. A pure function of the history,
     so a resumed run re-derives a decision the killed run took but did not act on."""
-    vals = [p.val for p in state.evals]
+    rules = cfg.stopping
     hacking = [
         a for a in state.alarms if a.name == AlarmName.REWARD_HACKING and a.step == state.step
     ]
     evals = [r for r in rows if M.VAL_ACCURACY in r]
     if hacking and cfg.stopping.on_divergence == "stop":
         return StopReason.REWARD_HACKING
-    if plateaued(vals, cfg.stopping.patience, gain_threshold(state.evals, cfg.stopping.min_delta)):
+    if plateau(
+        state.evals, rules.patience, rules.min_delta, rules.rule, rules.trend_window, rules.trend_z
+    ):
         return StopReason.PLATEAU
     if cfg.max_minutes is not None and out_of_time(
         [r["time/wall_s"] for r in evals],
-        # the test split is evaluated for the final, the starting and the warm-started model
-        test_s=evals[-1][M.EVAL_SECONDS]
-        * test_items
-        / val_items
-        * len(tested_checkpoints(rows, -1)),
+        # the test split is evaluated for the best, the last, the start and the warm start
+        test_s=evals[-1][M.EVAL_SECONDS] * test_items / val_items * (len(tested(rows, -1, -2))),
         budget_s=cfg.max_minutes * 60,
     ):
         return StopReason.TIME_BUDGET
@@ -136,12 +137,92 @@ def warm_policy_step(rows: list[dict[str, Any]]) -> int | None:
     return int(warm[M.POLICY_STEP]) if warm is not None and M.POLICY_STEP in warm else None
 
 
-def tested_checkpoints(rows: list[dict[str, Any]], final: int) -> list[tuple[str, int]]:
-    """(name, policy step) of the checkpoints the test split is evaluated for: the final (best)
-    one, the start (policy step 0, before any training) and the one after the warm start."""
+class Tested(StrEnum):
+    """The checkpoints the test split is evaluated for, on the same items."""
+
+    FINAL = "final"  # the best checkpoint by validation: the run's result
+    START = "start"  # policy step 0, before any training
+    AFTER_WARM_START = "after-warm-start"
+    LAST = "last"  # the last checkpoint, where it is not the best one
+
+
+def tested(rows: list[dict[str, Any]], final: int, last: int) -> dict[Tested, int]:
+    """Policy step of each checkpoint the test split is evaluated for: the final (best) one, the
+    start, the one after the warm start (with one) and the last one (when it differs from the
+    best, so RL's effect on held-out accuracy is measured even when the best stays the start)."""
     warm = warm_policy_step(rows)
-    return [
-        ("final", final),
-        ("start", 0),
-        *([("after-warm-start", warm)] if warm is not None else []),
-    ]
+    return {
+        Tested.FINAL: final,
+        Tested.START: 0,
+        **({Tested.AFTER_WARM_START: warm} if warm is not None else {}),
+        **({Tested.LAST: last} if last != final else {}),
+    }
+
+
+NO_SIGNAL_STEPS = 2  # steps without any group with signal after which a run says so and stops
+
+
+def no_signal_stop(cfg: TrainConfig, rows: list[dict[str, Any]]) -> bool:
+    """The template's preflight as the run's first act: the first NO_SIGNAL_STEPS steps trained
+    on no group at all (every group all equal, refills included)."""
+    steps = [r for r in rows if M.REWARD_MEAN in r]
+    return (
+        cfg.preflight
+        and len(steps) == NO_SIGNAL_STEPS
+        and all(not r.get(M.TRAINED_GROUPS) for r in steps)
+    )
+
+
+class NoSignal(BaseModel):
+    """Why a run found nothing to learn from in its first steps, and what the GRPO template
+    advises for it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    steps: int
+    groups: int
+    all_zero: int
+    all_one: int
+    reward_counts: dict[str, int]
+    truncated_rate: float
+    remedies: list[str]
+
+    def message(self) -> str:
+        counts = ", ".join(f"{value}: {n}" for value, n in self.reward_counts.items())
+        return (
+            f"no group with reward spread in the first {self.steps} steps ({self.groups} groups, "
+            f"refills included; {self.all_zero} all-0, {self.all_one} all-1); rewards seen: "
+            f"{counts}. GRPO has nothing to learn from. " + " ".join(self.remedies)
+        )
+
+
+def no_signal_verdict(rows: list[dict[str, Any]], cfg: TrainConfig) -> NoSignal:
+    """What the first steps' groups looked like and the template's remedies for that case."""
+    steps = [r for r in rows if M.REWARD_MEAN in r]
+    counts: dict[str, int] = {}
+    for row in steps:
+        for value, n in (row.get(M.REWARD_COUNTS) or {}).items():
+            counts[value] = counts.get(value, 0) + n
+    all_zero = sum(int(r.get(M.ALL_ZERO) or 0) for r in steps)
+    all_one = sum(int(r.get(M.ALL_ONE) or 0) for r in steps)
+    truncated = sum(float(r.get(M.TRUNCATED_RATE) or 0.0) for r in steps) / max(len(steps), 1)
+    remedies = []
+    if all_zero or not all_one:
+        cut = f" ({truncated:.0%} of replies were cut at max_tokens={cfg.max_tokens})"
+        remedies.append(
+            "All-0 groups (too hard, or the reward too strict): give partial credit, raise "
+            f"max_tokens{cut if truncated else ''}, raise temperature (now {cfg.temperature:g}), "
+            "use easier items, or add a warm start (sft_steps=) from demonstrations."
+        )
+    if all_one:
+        remedies.append("All-1 groups (too easy): use harder items.")
+    remedies.append("preflight=false trains anyway.")
+    return NoSignal(
+        steps=len(steps),
+        groups=sum(int(r.get(M.GROUPS) or 0) for r in steps),
+        all_zero=all_zero,
+        all_one=all_one,
+        reward_counts=dict(sorted(counts.items(), key=lambda kv: float(kv[0]))),
+        truncated_rate=truncated,
+        remedies=remedies,
+    )

@@ -1,19 +1,25 @@
-"""One training step: sample a batch, roll out groups, score them as they finish, train on the
-groups with signal, and the step's metrics row."""
+"""One training step, in named phases:
+
+    draw the batch (rlvr.training.pool) -> play a round: roll out groups and score each as it
+    finishes -> refill groups without signal -> update the policy on the groups with signal ->
+    the step's metrics row
+
+Each phase is a function of what it needs; `train_step` reads top to bottom.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import random
+import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import art
 from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict
 
 from rlvr import faults
-from rlvr.config import TrainConfig
 from rlvr.metrics import (
     INDEPENDENT_REWARD,
     M,
@@ -21,170 +27,281 @@ from rlvr.metrics import (
     group_stats,
     has_signal,
     peak_rss_gb,
+    reward_counts,
     trajectory_metric_means,
 )
 from rlvr.runs import store
-from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS, Policy, train_kwargs
-from rlvr.training.evaluation import RolloutFn, rollout_groups
-from rlvr.training.failures import FailureLog, require_some
-from rlvr.training.output import console
-from rlvr.training.split import Split
-from rlvr.types import Item, Sampling, Scenario, Scorer
-
-ScoreFn = Callable[[art.TrajectoryGroup, Item], Awaitable[art.TrajectoryGroup | None]]
+from rlvr.training import pool
+from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS, train_kwargs
+from rlvr.training.evaluation import rollout_groups
+from rlvr.training.failures import require_some
+from rlvr.training.session import Session
+from rlvr.types import Item, Sampling
 
 _SKIPPED = "rlvr_skipped"  # group metadata: the scorer returned None
 
 
-class _ScoreTiming:
-    """When each group's scoring ran, to tell how much of it hid behind other groups' rollouts."""
+class Span(BaseModel):
+    """When one group's scoring ran."""
 
-    def __init__(self) -> None:
-        self.first_start: float | None = None
-        self.last_start: float | None = None  # the last group's rollouts ended here
-        self.busy_s = 0.0
+    model_config = ConfigDict(frozen=True)
 
-    def begin(self) -> float:
-        now = time.monotonic()
-        self.first_start = self.first_start or now
-        self.last_start = now
-        return now
-
-    def end(self, began: float) -> None:
-        self.busy_s += time.monotonic() - began
-
-    def metrics(self, gathered: float) -> dict[str, float]:
-        """`time/score_s`: summed scoring time of the groups; `time/score_hidden`: the share of
-        the span in which scoring ran that overlapped rollouts (the rest is waited for)."""
-        if self.first_start is None or self.last_start is None:
-            return {}
-        span = gathered - self.first_start
-        exposed = gathered - self.last_start
-        hidden = 1.0 - exposed / span if span > 0 else 0.0
-        return {M.SCORE_SECONDS: self.busy_s, M.SCORE_HIDDEN: hidden}
+    start: float
+    end: float
 
 
-async def train_step(
-    cfg: TrainConfig,
-    step: int,
-    split: Split,
-    scenario: Scenario,
-    scorer: Scorer,
-    policy: Policy,
-    limit: asyncio.Semaphore,
-    rollout: RolloutFn | None = None,
-    score: ScoreFn | None = None,
-    failure_log: FailureLog | None = None,
-) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One step; returns its metrics row and its scored trajectories as table rows. `rollout`
-    and `score` default to the scenario's and scorer's own (the loop passes traced ones)."""
-    rollout = rollout or scenario.rollout
-    score = score or scorer.score
+class Round(BaseModel):
+    """The groups of one rollout call (the first draw, or one refill): its items' scored groups (a
+    skipped group is left out), and when its last group's rollouts ended."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    groups: list[art.TrajectoryGroup]
+    items: list[Item]
+    played: int  # items rolled out
+    skipped: int  # groups the scorer could not score (a judge failure)
+    rollout_errors: int
+    spans: list[Span]  # each group's scoring; it starts when the group's rollouts end
+
+
+class Batch(BaseModel):
+    """A step's rounds: the first draw and its refills, which run concurrently with it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    rounds: list[Round]
+    started: float
+    gathered: float
+
+    @property
+    def groups(self) -> list[art.TrajectoryGroup]:
+        return [g for r in self.rounds for g in r.groups]
+
+    @property
+    def items(self) -> list[Item]:
+        return [i for r in self.rounds for i in r.items]
+
+    @property
+    def trainable(self) -> list[art.TrajectoryGroup]:
+        return [g for g in self.groups if has_signal(g)]
+
+
+class Update(BaseModel):
+    """What the policy update did."""
+
+    model_config = ConfigDict(frozen=True)
+
+    metrics: dict[str, float]
+    seconds: float
+    turns_without_logprobs: int
+
+
+async def train_step(run: Session, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Step `step + 1`: its metrics row and its scored trajectories as table rows."""
     started = time.monotonic()
-    rng = random.Random(
-        f"{cfg.seed}-{step}"
-    )  # the batch of a step is reproducible, resume included
-    batch = rng.sample(split.train, min(cfg.groups_per_batch, len(split.train)))
-    sampling = Sampling.from_config(cfg, "train")
-    by_id = {item.id: item for item in batch}
-    # Ground truth of training trajectories, for judge agreement and the reward-hacking view;
-    # skipped where the truth itself is a judge (that would double the judge's bill).
-    truth_known = not scenario.judged_check
-    timing = _ScoreTiming()
-
-    async def check_and_score(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
-        """Truth and training reward of one group, as soon as its rollouts are done."""
-        t0 = timing.begin()
-        item = by_id[str(group.metadata["item_id"])]
-        if truth_known:
-            truths = await asyncio.gather(*(scenario.check(item, t) for t in group.trajectories))
-            for t, truth in zip(group.trajectories, truths, strict=True):
-                t.metrics[INDEPENDENT_REWARD] = truth
-        scored = await score(group, item)
-        timing.end(t0)
-        # The loop's bookkeeping (item id, rollout exceptions) survives any scorer; a skipped
-        # group (None) is kept with a mark, since ART's gather would drop it uncounted.
-        kept = art.TrajectoryGroup(
-            (scored or group).trajectories, metadata={**group.metadata, _SKIPPED: scored is None}
-        )
-        kept.exceptions = list(group.exceptions)  # already ART's records: not re-wrapped
-        return kept
-
-    groups, items, rollout_errors, failures = await rollout_groups(
-        rollout,
-        policy,
-        batch,
-        cfg.group_size,
-        sampling,
-        limit,
-        f"step {step} rollouts",
-        after_each=check_and_score,
-    )
-    (failure_log or FailureLog(console)).report(failures, f"step {step + 1}")
-    require_some(len(groups), failures, f"step {step + 1}")
+    batch = await gather_batch(run, step)
     faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
-    gathered = time.monotonic()
-    rollout_s = (timing.last_start or gathered) - started
-    scored = [None if g.metadata.get(_SKIPPED) else g for g in groups]
-    kept = [(g, i) for g, i in zip(scored, items, strict=True) if g is not None]
-    scored_groups = [g for g, _ in kept]
-    trainable = [g for g in scored_groups if has_signal(g)]
+    update = await update_policy(run, batch.trainable)
+    row = step_row(run, step + 1, batch, update, started)
+    row[M.POLICY_STEP] = await run.policy.model.get_step()
+    table = store.trajectory_rows(
+        batch.groups, [i.id for i in batch.items], step=step + 1, split="train"
+    )
+    return row, table
 
-    train_started = time.monotonic()
-    result_metrics: dict[str, float] = {}
-    without_logprobs = turns_without_logprobs(trainable)
-    if trainable:
-        kwargs = train_kwargs(cfg)
-        if without_logprobs and cfg.backend in TRAINS_WITHOUT_LOGPROBS:
-            kwargs["allow_training_without_logprobs"] = True
-            trainable = [as_messages_without_logprobs(g) for g in trainable]
-        result = await policy.backend.train(policy.model, trainable, **kwargs)
-        result_metrics = dict(result.metrics)
-    train_s = time.monotonic() - train_started
 
-    stats = group_stats(scored_groups)
-    judged = [
-        t.reward for g in scored_groups for t in g.trajectories if INDEPENDENT_REWARD in t.metrics
+class Refills:
+    """The refills of one step (signal strategy): each group scored without signal is replaced at
+    once by another drawn item, up to `cap` extra groups, so replacements roll out beside the
+    groups still running. The k-th replacement is drawn from its own seeded source, excluding
+    every item drawn before it: the same draws for the same outcomes, whatever the timing."""
+
+    def __init__(self, run: Session, step: int, drawn: list[str], cap: int) -> None:
+        self.run, self.step, self.drawn, self.cap = run, step, list(drawn), cap
+        self.tasks: list[asyncio.Task[Round]] = []
+
+    def after(self, group: art.TrajectoryGroup) -> None:
+        """Called with each scored group: replace it if it has no signal and the cap allows."""
+        if group.metadata.get(_SKIPPED) or has_signal(group) or len(self.tasks) >= self.cap:
+            return
+        cfg, train = self.run.cfg, self.run.split.train
+        taken = set(self.drawn)
+        rng = pool.step_rng(cfg.seed, self.step, len(self.tasks) + 1)
+        candidates = [i.id for i in train if i.id not in taken]
+        picked = pool.draw(self.run.state.pool, candidates, 1, cfg.sampling, rng)
+        if not picked:
+            return
+        self.drawn += picked
+        item = next(i for i in train if i.id == picked[0])
+        label = f"step {self.step + 1} refill {len(self.tasks) + 1}"
+        self.tasks.append(asyncio.create_task(play_round(self.run, [item], label, self.after)))
+
+    async def rounds(self) -> list[Round]:
+        """Every replacement's round, the ones they started in turn included."""
+        while not all(t.done() for t in self.tasks):
+            await asyncio.gather(*self.tasks)  # a replacement may start another meanwhile
+        return [t.result() for t in self.tasks]
+
+
+async def gather_batch(run: Session, step: int) -> Batch:
+    """The step's groups: `groups_per_batch` items drawn by the configured strategy and, under the
+    signal strategy, replacements for the groups that came back without signal."""
+    cfg, started = run.cfg, time.monotonic()
+    train_ids = [i.id for i in run.split.train]
+    by_id = {i.id: i for i in run.split.train}
+    if cfg.sampling.strategy == "uniform":
+        drawn = pool.uniform_draw(train_ids, cfg.groups_per_batch, cfg.seed, step)
+    else:
+        rng = pool.step_rng(cfg.seed, step, 0)
+        drawn = pool.draw(run.state.pool, train_ids, cfg.groups_per_batch, cfg.sampling, rng)
+    cap = 0 if cfg.sampling.strategy == "uniform" else cfg.sampling.max_refill
+    refills = Refills(run, step, drawn, cfg.groups_per_batch if cap is None else cap)
+    first = await play_round(run, [by_id[i] for i in drawn], f"step {step + 1}", refills.after)
+    rounds = [first, *await refills.rounds()]
+    return Batch(rounds=rounds, started=started, gathered=time.monotonic())
+
+
+async def play_round(
+    run: Session, items: list[Item], label: str, after: Callable[[art.TrajectoryGroup], None]
+) -> Round:
+    """Roll out a group per item; each group's ground truth and training reward are scored as
+    soon as its own rollouts finish (so scoring overlaps the other groups' rollouts), then handed
+    to `after`."""
+    spans: list[Span] = []
+    groups, done, errors, failures = await rollout_groups(
+        run.rollout,
+        run.policy,
+        items,
+        run.cfg.group_size,
+        Sampling.from_config(run.cfg, "train"),
+        run.limit,
+        f"{label} rollouts",
+        after_each=functools.partial(score_group, run, {i.id: i for i in items}, spans, after),
+    )
+    run.failure_log.report(failures, label)
+    require_some(len(groups), failures, label)
+    kept = [(g, i) for g, i in zip(groups, done, strict=True) if not g.metadata.get(_SKIPPED)]
+    return Round(
+        groups=[g for g, _ in kept],
+        items=[i for _, i in kept],
+        played=len(items),
+        skipped=len(groups) - len(kept),
+        rollout_errors=errors,
+        spans=spans,
+    )
+
+
+async def score_group(
+    run: Session,
+    by_id: dict[str, Item],
+    spans: list[Span],
+    after: Callable[[art.TrajectoryGroup], None],
+    group: art.TrajectoryGroup,
+) -> art.TrajectoryGroup:
+    """One group's ground truth (`independent_reward`, for judge agreement and the hacking view;
+    not where the truth is itself a judge, which would double its bill) and training reward."""
+    started = time.monotonic()
+    item = by_id[str(group.metadata["item_id"])]
+    if not run.scenario.judged_check:
+        truths = await asyncio.gather(*(run.scenario.check(item, t) for t in group.trajectories))
+        for t, truth in zip(group.trajectories, truths, strict=True):
+            t.metrics[INDEPENDENT_REWARD] = truth
+    scored = await run.score(group, item)
+    spans.append(Span(start=started, end=time.monotonic()))
+    # The loop's bookkeeping (item id, rollout exceptions) survives any scorer; a skipped group
+    # (None) is kept with a mark, since ART's gather would drop it uncounted.
+    kept = art.TrajectoryGroup(
+        (scored or group).trajectories, metadata={**group.metadata, _SKIPPED: scored is None}
+    )
+    kept.exceptions = list(group.exceptions)  # already ART's records: not re-wrapped
+    after(kept)
+    return kept
+
+
+async def update_policy(run: Session, groups: list[art.TrajectoryGroup]) -> Update:
+    """One update of the policy on the groups with signal (none: no update)."""
+    started = time.monotonic()
+    without_logprobs = turns_without_logprobs(groups)
+    if not groups:
+        return Update(metrics={}, seconds=0.0, turns_without_logprobs=0)
+    kwargs = train_kwargs(run.cfg)
+    if without_logprobs and run.cfg.backend in TRAINS_WITHOUT_LOGPROBS:
+        kwargs["allow_training_without_logprobs"] = True
+        groups = [as_messages_without_logprobs(g) for g in groups]
+    result = await run.policy.backend.train(run.policy.model, groups, **kwargs)
+    return Update(
+        metrics={k: float(v) for k, v in result.metrics.items() if isinstance(v, int | float)},
+        seconds=time.monotonic() - started,
+        turns_without_logprobs=without_logprobs,
+    )
+
+
+def step_row(
+    run: Session, step: int, batch: Batch, update: Update, started: float
+) -> dict[str, Any]:
+    """The step's metrics row (rlvr.metrics.M)."""
+    groups = batch.groups
+    stats = group_stats(groups)
+    scored = [t for g in groups for t in g.trajectories if INDEPENDENT_REWARD in t.metrics]
+    truths = [float(t.metrics[INDEPENDENT_REWARD]) for t in scored]
+    outcomes = [
+        pool.outcome_of(i.id, [t.reward for t in g.trajectories])
+        for g, i in zip(groups, batch.items, strict=True)
     ]
-    truths_kept = [
-        float(t.metrics[INDEPENDENT_REWARD])
-        for g in scored_groups
-        for t in g.trajectories
-        if INDEPENDENT_REWARD in t.metrics
-    ]
+    counts = pool.counts(pool.record(run.state.pool, outcomes), [i.id for i in run.split.train])
+    refills = batch.rounds[1:]
     row: dict[str, Any] = {
-        M.STEP: step + 1,
+        M.STEP: step,
         M.REWARD_MEAN: stats.reward_mean,
         M.REWARD_STD: stats.reward_std,
         M.GROUPS: stats.groups,
-        M.TRAINED_GROUPS: len(trainable),
+        M.TRAINED_GROUPS: len(batch.trainable),
         M.NO_SIGNAL_RATE: stats.no_signal_rate,
         M.ALL_ZERO: stats.all_zero,
         M.ALL_ONE: stats.all_one,
         M.TRUNCATED_RATE: stats.truncated_rate,
         M.COMPLETION_TOKENS: stats.completion_tokens_mean,
-        M.SKIPPED: len(groups) - len(kept),
-        M.ROLLOUT_ERRORS: rollout_errors,
-        M.NO_LOGPROB_TURNS: without_logprobs,
-        M.KL: result_metrics.get("kl"),
-        M.LOSS: result_metrics.get("loss"),
-        M.INDEPENDENT: sum(truths_kept) / len(truths_kept) if truths_kept else None,
-        M.TRUTH_ROLLOUTS: len(truths_kept),
-        M.POLICY_STEP: await policy.model.get_step(),
-        M.ROLLOUT_SECONDS: rollout_s,
-        **timing.metrics(gathered),
-        M.TRAIN_SECONDS: train_s,
+        M.SKIPPED: sum(r.skipped for r in batch.rounds),
+        M.ROLLOUT_ERRORS: sum(r.rollout_errors for r in batch.rounds),
+        M.NO_LOGPROB_TURNS: update.turns_without_logprobs,
+        M.KL: update.metrics.get("kl"),
+        M.LOSS: update.metrics.get("loss"),
+        M.INDEPENDENT: sum(truths) / len(truths) if truths else None,
+        M.TRUTH_ROLLOUTS: len(truths),
+        M.SIGNAL_GROUPS: len(batch.trainable),
+        M.REFILLED: sum(r.played for r in refills),
+        M.EXTRA_ROLLOUTS: sum(r.played for r in refills) * run.cfg.group_size,
+        M.POOL_MIXED: counts.mixed,
+        M.POOL_EQUAL: counts.all_equal,
+        M.POOL_UNTRIED: counts.untried,
+        M.OUTCOMES: [o.model_dump() for o in outcomes],
+        M.REWARD_COUNTS: reward_counts([t.reward for g in groups for t in g.trajectories]),
+        **rollout_timing(batch),
+        M.UPDATE_SECONDS: update.seconds,
         M.STEP_SECONDS: time.monotonic() - started,
         M.PEAK_RSS: peak_rss_gb(),
-        **scorer.pop_metrics(),
-        **trajectory_metric_means(scored_groups),
+        **run.scorer.pop_metrics(),
+        **trajectory_metric_means(groups),
     }
-    if truths_kept:  # how far the training reward agrees with ground truth (judge or not)
-        row[M.JUDGE_AGREEMENT] = agreement(judged, truths_kept)
-    table = store.trajectory_rows(
-        scored_groups, [i.id for _, i in kept], step=step + 1, split="train"
-    )
-    return row, table
+    if truths:  # how far the training reward agrees with ground truth (judge or not)
+        row[M.JUDGE_AGREEMENT] = agreement([t.reward for t in scored], truths)
+    return row
+
+
+def rollout_timing(batch: Batch) -> dict[str, float]:
+    """`time/rollout_s`: from the step's start to the end of its last group's rollouts;
+    `time/score_s`: scoring summed over the groups; `time/score_hidden`: the share of the span in
+    which scoring ran that overlapped rollouts (the rest was waited for)."""
+    spans = [s for r in batch.rounds for s in r.spans]
+    if not spans:
+        return {M.ROLLOUT_SECONDS: batch.gathered - batch.started}
+    last_rollout = max(s.start for s in spans)
+    span = batch.gathered - min(s.start for s in spans)
+    return {
+        M.ROLLOUT_SECONDS: last_rollout - batch.started,
+        M.SCORE_SECONDS: sum(s.end - s.start for s in spans),
+        M.SCORE_HIDDEN: 1.0 - (batch.gathered - last_rollout) / span if span > 0 else 0.0,
+    }
 
 
 def turns_without_logprobs(groups: list[art.TrajectoryGroup]) -> int:

@@ -1,7 +1,10 @@
 """Stopping rules and alarms: pure functions over the history of evaluations.
 
 The hybrid approach trains on the scorer's reward and trusts only held-out validation accuracy:
-- plateau: validation has not gained more than `min_delta` over its best for `patience` evals;
+- plateau: validation has not gained more than `min_delta` (and its noise) over its best for
+  `patience` evals — and, under the default `trend` rule, its least-squares trend over the last
+  `trend_window` evals does not rise by more than `trend_z` standard errors, so a slow steady rise
+  that no single evaluation resolves keeps the run going while a flat or falling one stops it;
 - reward hacking: the training reward trends up while validation trends down by more than
   `val_drop` and more than the noise of an accuracy on that many validation items;
 - converged: the training reward trends up while validation stays flat;
@@ -70,6 +73,60 @@ def best_index(vals: list[float], min_delta: float = 0.0) -> int:
 def plateaued(vals: list[float], patience: int, min_delta: float) -> bool:
     """True when the last `patience` evaluations brought no gain above `min_delta`."""
     return bool(vals) and len(vals) - 1 - best_index(vals, min_delta) >= patience
+
+
+class Trend(BaseModel):
+    """The least-squares slope of validation per evaluation over a window, and its standard error
+    from the per-item sampling noise of each evaluation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slope: float
+    se: float
+    points: int
+
+    def rising(self, z: float) -> bool:
+        return self.points >= 3 and self.slope > 0 and self.slope > z * self.se
+
+
+def val_trend(points: list[EvalPoint], window: int) -> Trend:
+    """Validation's trend over the last `window` evaluations. Each evaluation's noise is that of
+    an accuracy on its items (binomial at the window's mean), or the measured spread of a check
+    that is not an accuracy; evaluations are treated as independent, which overstates the noise of
+    repeated evaluations on the same items, so a rise that counts here is a real one."""
+    recent = points[-window:]
+    n = len(recent)
+    if n < 2:
+        return Trend(slope=0.0, se=math.inf, points=n)
+    xs = range(n)
+    mean_x, mean_y = (n - 1) / 2, sum(p.val for p in recent) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (p.val - mean_y) for x, p in zip(xs, recent, strict=True)) / sxx
+    noise = item_noise(recent)
+    return Trend(slope=slope, se=noise / math.sqrt(sxx) if noise else math.inf, points=n)
+
+
+def item_noise(points: list[EvalPoint]) -> float:
+    """Standard deviation of one evaluation's mean score from its items' sampling noise."""
+    n = points[-1].val_items
+    if not n:
+        return 0.0
+    spread = next((p.val_std for p in reversed(points) if p.val_std is not None), None)
+    if spread is not None:
+        return spread / math.sqrt(n)
+    p = min(1.0, max(0.0, sum(point.val for point in points) / len(points)))
+    return math.sqrt(p * (1 - p) / n)
+
+
+def plateau(
+    points: list[EvalPoint], patience: int, min_delta: float, rule: str, window: int, z: float
+) -> bool:
+    """The plateau stop: no counted gain for `patience` evaluations and, under the `trend` rule,
+    no rising validation trend over the last `window` evaluations."""
+    vals = [p.val for p in points]
+    if not plateaued(vals, patience, gain_threshold(points, min_delta)):
+        return False
+    return rule == "best" or not val_trend(points, window).rising(z)
 
 
 def trend(values: list[float]) -> float:
@@ -176,17 +233,9 @@ def gain_threshold(points: list[EvalPoint], min_delta: float) -> float:
 def val_noise(points: list[EvalPoint]) -> float:
     """Standard error of the difference of two accuracies measured on the same number of items:
     a validation fall smaller than this is indistinguishable from sampling noise (0.11 on 40
-    items at 50 % accuracy), so it cannot stop a run as reward hacking."""
-    n = points[-1].val_items
-    if not n:
-        return 0.0
-    spread = next((p.val_std for p in reversed(points) if p.val_std is not None), None)
-    if spread is not None:
-        # A check that is not an accuracy (ART's idiom without one: the rollout's own reward, any
-        # real number): the measured spread of the per-item scores.
-        return math.sqrt(2 / n) * spread
-    p = min(1.0, max(0.0, sum(point.val for point in points) / len(points)))
-    return math.sqrt(2 * p * (1 - p) / n)
+    items at 50 % accuracy), so it cannot stop a run as reward hacking. For a check that is not
+    an accuracy (ART's idiom without one: the rollout's own reward) the measured spread counts."""
+    return math.sqrt(2) * item_noise(points)
 
 
 def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool:
