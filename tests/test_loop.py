@@ -85,3 +85,21 @@ def test_cli_rejects_bad_config_without_writing(tmp_path):
     assert out.exit_code == 2
     assert "group_size" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_eval_of_a_finished_run_repeats_its_test_accuracy(finished_run, tmp_path):
+    """`rlvr eval` opens the finished run read only (rlvr.training.session.open_finished) and
+    scores the best checkpoint again: greedy, the same items, the same accuracy."""
+    import asyncio
+    import shutil
+
+    from rlvr.training import evaluate_run
+
+    result, run_dir = finished_run
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)  # the shared run stays untouched
+    metrics_before = (copy / "metrics.jsonl").read_text()
+    accuracy = asyncio.run(evaluate_run(copy, "test"))
+    assert accuracy == pytest.approx(result.test_accuracy)
+    assert (copy / "trajectories" / "eval-test.parquet").is_file()
+    assert (copy / "metrics.jsonl").read_text() == metrics_before  # nothing recovered or added

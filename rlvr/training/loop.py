@@ -14,21 +14,18 @@ Training reward comes from the scorer; stopping comes only from held-out ground 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M
 from rlvr.paired import test_block
 from rlvr.redact import install_log_redaction
-from rlvr.runs import layout, runlock, store
+from rlvr.runs import layout, store
 from rlvr.runs.report import plot_report
 from rlvr.tasks.api import Task
-from rlvr.training.backends import open_policy
 from rlvr.training.checkpoints import keep_checkpoints, save_best
-from rlvr.training.evaluation import evaluate
-from rlvr.training.failures import FailureLog, RunFailed
+from rlvr.training.failures import RunFailed
 from rlvr.training.hints import decision_hints
 from rlvr.training.output import (
     console,
@@ -40,8 +37,7 @@ from rlvr.training.output import (
     print_warm_start,
 )
 from rlvr.training.pool import record
-from rlvr.training.session import Session, build_scenario, open_session
-from rlvr.training.split import split_items
+from rlvr.training.session import Session, open_finished, open_session
 from rlvr.training.state import (
     RunResult,
     StopReason,
@@ -63,7 +59,7 @@ from rlvr.training.stopping import (
     judge_disagrees,
 )
 from rlvr.training.warmstart import WarmMetric, warm_start
-from rlvr.types import BudgetExhausted, Sampling, Scenario, Scorer
+from rlvr.types import BudgetExhausted, Scenario, Scorer
 
 
 async def run_training(
@@ -260,40 +256,18 @@ def finish(
 
 
 async def evaluate_run(
-    run_dir: Path, split_name: str = "test", scenario: Scenario | Task | None = None
+    run_dir: Path,
+    split_name: Literal["val", "test"] = "test",
+    scenario: Scenario | Task | None = None,
 ) -> float:
     """Evaluate a finished run's best checkpoint on its validation or test split again
     (`scenario`: the object it was trained with, where config.json names no installed task)."""
-    from contextlib import AsyncExitStack
-
-    cfg = store.read_config(run_dir)
-    summary = store.read_summary(run_dir)
-    policy_step = {
-        int(r[M.STEP]): int(r.get(M.POLICY_STEP, 0))
-        for r in store.read_metrics(run_dir)
-        if M.VAL_ACCURACY in r
-    }
-    best_policy_step = policy_step.get(int(summary["best_step"]), 0)
-    async with AsyncExitStack() as stack:
-        stack.enter_context(runlock.hold(run_dir))
-        cfg, built, _ = await build_scenario(cfg, stack, scenario, resuming=True)
-        split = split_items(
-            built.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+    best_step = int(store.read_summary(run_dir)["best_step"])
+    async with open_finished(run_dir, scenario) as run:
+        items = {"test": run.split.test, "val": run.split.val}[split_name]
+        accuracy, groups, done, _ = await run.evaluate(
+            items, split_name, f"eval {split_name}", step=run.state.policy_steps.get(best_step, 0)
         )
-        items = {"test": split.test, "val": split.val}[split_name]
-        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
-        accuracy, groups, done, _ = await evaluate(
-            built.rollout,
-            built.check,
-            policy,
-            items,
-            Sampling.from_config(cfg, "test", step=best_policy_step),
-            asyncio.Semaphore(cfg.rollout_concurrency),
-            f"eval {split_name}",
-            FailureLog(console),
-        )
-        rows = store.trajectory_rows(
-            groups, [i.id for i in done], step=int(summary["best_step"]), split=split_name
-        )
+        rows = store.trajectory_rows(groups, [i.id for i in done], step=best_step, split=split_name)
         store.write_trajectories(run_dir, f"eval-{split_name}", rows)
     return accuracy

@@ -1,6 +1,8 @@
 """A run's session: everything a run opens before its first step, shared by training
 (`run_training`), evaluation of a finished run (`evaluate_run`) and preflight.
 
+`open_finished` opens a finished run the same way, read only, to evaluate it again (`rlvr eval`).
+
 `resolve` turns what the caller gave (a task name or object, a scorer spec or object) into the
 built Scenario and Scorer, with the judge opened first because both may need it; everything that
 can reject the config happens there, before a run directory is written. `open_session` then claims
@@ -227,3 +229,22 @@ async def open_session(
         )
         policy = await stack.enter_async_context(open_policy(cfg, run_dir))
         yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy, compared)
+
+
+@asynccontextmanager
+async def open_finished(run_dir: Path, scenario: Scenario | Task | None) -> AsyncIterator[Session]:
+    """A finished run opened read only (its lock held, nothing recovered or rewound, no tracker):
+    its config, task, split, history and policy, to evaluate a checkpoint again. `scenario`: the
+    object it was trained with, where config.json names no installed task."""
+    async with AsyncExitStack() as stack:
+        stack.enter_context(runlock.hold(run_dir))
+        stored = store.read_config(run_dir)
+        cfg, built, scorer, _ = await resolve(stored, stack, scenario, None, resuming=True)
+        split = split_items(
+            built.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
+        quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
+        tracker = stack.enter_context(open_tracker(quiet, run_dir))
+        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        rows = store.read_metrics(run_dir)
+        yield Session(cfg, built, scorer, run_dir, rows, split, tracker, policy, False)
