@@ -29,11 +29,12 @@ import art
 import litellm
 
 from judges import open_judge
-from judges.client import JudgeClient, JudgeMetric
+from judges.client import JudgeClient
 from judges.rubric import RubricScorer
 from judges.rubric_data import Criterion, healthbench_path
 from judges.ruler import RulerScorer
 from rlvr.config import TrainConfig
+from rlvr.metrics import JudgeMetric
 from rlvr.types import Item
 
 GOAL_RULER_TOKENS_RATIO = 0.5

@@ -45,6 +45,7 @@ import openai
 from dotenv import find_dotenv, load_dotenv
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.metrics import JudgeMetric, judge_fault_metric
 from rlvr.redact import redact_error
 from rlvr.types import BudgetExhausted
 
@@ -98,24 +99,6 @@ RETRYABLE = frozenset(
         FaultKind.INVALID_OUTPUT,
     }
 )
-
-
-class JudgeMetric(StrEnum):
-    """Counter names reported per step (deltas since the last pop). The run's total spend, what
-    the cap is checked against, is `JudgeClient.spent_usd`."""
-
-    CALLS = "judge/calls"  # judge requests asked for (one per scored group or response)
-    FAILURES = "judge/failures"  # requests that failed after their retries
-    RETRIES = "judge/retries"  # attempts beyond the first
-    CLAMPED = "judge/clamped"  # scores clamped into [0, 1]
-    PROMPT_TOKENS = "judge/prompt_tokens"
-    COMPLETION_TOKENS = "judge/completion_tokens"
-    COST_USD = "judge/cost_usd"
-    UNPRICED = "judge/unpriced_calls"  # hosted calls litellm has no price for (counted as 0)
-
-
-def fault_metric(kind: FaultKind) -> str:
-    return f"judge/{kind.value}"
 
 
 class InvalidOutput(ValueError):
@@ -361,15 +344,18 @@ class JudgeClient:
         return self._endpoint_key or "not-needed"
 
     @property
+    def max_usd(self) -> float | None:
+        return self.settings.max_usd
+
+    @property
     def budget_exhausted(self) -> bool:
-        cap = self.settings.max_usd
-        return cap is not None and self.spent_usd >= cap
+        return self.max_usd is not None and self.spent_usd >= self.max_usd
 
     def pop_metrics(self) -> dict[str, float]:
         """Counters since the last pop, every key present (zeros included). Composed scorers that
         share one client can sum their pops: the first takes the counts, the rest get zeros."""
         counts, self._counts = self._counts, Counter()
-        keys = [m.value for m in JudgeMetric] + [fault_metric(kind) for kind in FaultKind]
+        keys = [m.value for m in JudgeMetric] + [judge_fault_metric(kind) for kind in FaultKind]
         return {key: float(counts.get(key, 0)) for key in keys}
 
     async def api_base(self, verify: bool = False) -> str | None:
@@ -408,7 +394,7 @@ class JudgeClient:
                 raise
             except Exception as error:
                 kind = classify(error)
-                self.count(fault_metric(kind))
+                self.count(judge_fault_metric(kind))
                 message = redact(f"{type(error).__name__}: {error}")[:300]
                 if kind not in RETRYABLE or retries >= self.settings.max_retries:
                     self.count(JudgeMetric.FAILURES)

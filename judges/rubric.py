@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 from collections import Counter
-from enum import StrEnum
 from typing import Any
 
 import art
@@ -35,6 +34,7 @@ from judges.client import (
     JudgeFailure,
 )
 from judges.rubric_data import Criterion
+from rlvr.metrics import INDEPENDENT_REWARD, RubricMetric
 from rlvr.types import Item, completion_text
 
 log = logging.getLogger("rlvr.judges")
@@ -44,18 +44,6 @@ log = logging.getLogger("rlvr.judges")
 LOCAL_RATIONALE_CHARS = 100
 CRITERIA_KEY = "criteria"  # Item.data key holding [{"text": ..., "points": ...}, ...]
 VERDICTS_KEY = "rubric_verdicts"  # trajectory metadata key (JSON string)
-# The reward a trajectory had before judging (ART's RULER convention); where the loop has already
-# put the ground truth there, it is kept.
-INDEPENDENT_REWARD = "independent_reward"
-
-
-class RubricMetric(StrEnum):
-    GROUPS_SCORED = "rubric/groups_scored"
-    GROUPS_FAILED = "rubric/groups_failed"  # skipped: a judge call failed after its retries
-    CRITERIA = "rubric/criteria"  # criteria judged per group, summed over groups
-    ALWAYS_PASS = "rubric/criteria_always_pass"  # passed by every response of its group
-    NEVER_PASS = "rubric/criteria_never_pass"  # passed by no response of its group
-    NO_SIGNAL_RATE = "rubric/no_signal_criteria_rate"  # (always + never) / criteria
 
 
 SYSTEM_PROMPT = """You are grading one assistant response against a numbered list of criteria.

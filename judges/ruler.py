@@ -25,7 +25,6 @@ import logging
 import re
 import weakref
 from collections import Counter
-from enum import StrEnum
 from typing import Any
 
 import art
@@ -40,17 +39,15 @@ from judges.client import (
     InvalidOutput,
     JudgeClient,
     JudgeFailure,
-    JudgeMetric,
     clamp_score,
-    fault_metric,
     redact,
 )
+from rlvr.metrics import INDEPENDENT_REWARD, JudgeMetric, RulerMetric, judge_fault_metric
 from rlvr.types import Item, Scenario
 
 log = logging.getLogger("rlvr.judges")
 
 PROVIDER = "rlvr_judge"
-INDEPENDENT_REWARD = "independent_reward"
 SCORE_GRID = [round(i * 0.05, 2) for i in range(21)]
 LOCAL_EXPLANATION_CHARS = 200
 REFERENCE_RUBRIC = """
@@ -59,11 +56,6 @@ The correct final answer to this task is: {answer}
 A trajectory whose final answer matches it scores far above every trajectory whose answer does
 not; among those, prefer the one that states it most plainly."""
 _TRAJECTORY_TAG = re.compile(r'^<trajectory id="(\d+)">$', re.M)
-
-
-class RulerMetric(StrEnum):
-    GROUPS_SCORED = "ruler/groups_scored"
-    GROUPS_FAILED = "ruler/groups_failed"  # skipped: the judge failed after its retries
 
 
 # ---------------------------------------------------------------- pure functions
@@ -283,7 +275,7 @@ class RulerScorer:
                 # Not a judge answer at all (e.g. a group RULER cannot serialise): still a judge
                 # request that produced no scores, so it is counted and the group skipped.
                 self.judge.count(JudgeMetric.FAILURES)
-                self.judge.count(fault_metric(FaultKind.UNEXPECTED))
+                self.judge.count(judge_fault_metric(FaultKind.UNEXPECTED))
             self._counts[RulerMetric.GROUPS_FAILED] += 1
             reason = failure or redact(f"{type(error).__name__}: {str(error).splitlines()[0]}")
             log.warning("ruler: group for item %s skipped: %s", item.id, str(reason)[:300])

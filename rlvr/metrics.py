@@ -12,6 +12,42 @@ from pydantic import BaseModel, ConfigDict
 from scipy.stats import spearmanr
 
 
+class JudgeMetric(StrEnum):
+    """A judge client's counters per step (deltas since the last pop). The run's total spend,
+    what `judge.max_usd` is checked against, is the judge's `spent_usd`."""
+
+    CALLS = "judge/calls"  # judge requests asked for (one per scored group or response)
+    FAILURES = "judge/failures"  # requests that failed after their retries
+    RETRIES = "judge/retries"  # attempts beyond the first
+    CLAMPED = "judge/clamped"  # scores clamped into [0, 1]
+    PROMPT_TOKENS = "judge/prompt_tokens"
+    COMPLETION_TOKENS = "judge/completion_tokens"
+    COST_USD = "judge/cost_usd"
+    UNPRICED = "judge/unpriced_calls"  # hosted calls litellm has no price for (counted as 0)
+
+
+JUDGE_PREFIX = "judge/"
+
+
+def judge_fault_metric(kind: str) -> str:
+    """The counter of one kind of failed judge attempt (judges.client.FaultKind's values)."""
+    return f"{JUDGE_PREFIX}{kind}"
+
+
+class RulerMetric(StrEnum):
+    GROUPS_SCORED = "ruler/groups_scored"
+    GROUPS_FAILED = "ruler/groups_failed"  # skipped: the judge failed after its retries
+
+
+class RubricMetric(StrEnum):
+    GROUPS_SCORED = "rubric/groups_scored"
+    GROUPS_FAILED = "rubric/groups_failed"  # skipped: a judge call failed after its retries
+    CRITERIA = "rubric/criteria"  # criteria judged per group, summed over groups
+    ALWAYS_PASS = "rubric/criteria_always_pass"  # passed by every response of its group
+    NEVER_PASS = "rubric/criteria_never_pass"  # passed by no response of its group
+    NO_SIGNAL_RATE = "rubric/no_signal_criteria_rate"  # (always + never) / criteria
+
+
 class M(StrEnum):
     """Keys written to metrics.jsonl."""
 
@@ -36,9 +72,9 @@ class M(StrEnum):
     TRUTH_ROLLOUTS = "train/truth_rollouts"  # scored rollouts the ground truth was measured on
     COMPLETION_TOKENS = "train/completion_tokens_mean"
     POLICY_STEP = "train/policy_step"
-    JUDGE_CALLS = "judge/calls"
-    JUDGE_FAILURES = "judge/failures"
-    JUDGE_COST = "judge/cost_usd"
+    JUDGE_CALLS = JudgeMetric.CALLS.value
+    JUDGE_FAILURES = JudgeMetric.FAILURES.value
+    JUDGE_COST = JudgeMetric.COST_USD.value
     JUDGE_AGREEMENT = "judge/agreement"
     VAL_ACCURACY = "val/accuracy"
     VAL_TRAIN_REWARD = "val/train_reward"  # mean training reward since the previous evaluation
@@ -47,6 +83,7 @@ class M(StrEnum):
     VAL_ERRORS = (
         "val/errors"  # validation rollouts that raised (not scored; accuracy is over the rest)
     )
+    WALL_SECONDS = "time/wall_s"  # the run's wall-clock time when the row was written
     STEP_SECONDS = "time/step_s"
     ROLLOUT_SECONDS = "time/rollout_s"  # rollouts of the step's rounds (first draw and refills)
     SCORE_SECONDS = "time/score_s"  # scoring (truth + reward) summed over the step's groups

@@ -1,4 +1,5 @@
-"""The nouns rlvr adds to ART's four: Item, Sampling, Scenario, Scorer.
+"""The nouns rlvr adds to ART's four: Item, Sampling, Scenario, Scorer (and the Judge a scorer may
+call).
 
 Data that flows (Item, Sampling) are small frozen pydantic models. The protocols users implement
 (Scenario, Scorer) are separate from them. Trajectories and groups are ART's own types.
@@ -112,6 +113,18 @@ class Scorer(Protocol):
     async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None: ...
 
     def pop_metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """The run's judge client, as rlvr sees it (the judges package implements it): its spend so
+    far and its cap. A resumed run sets `spent_usd` to what the killed run had spent, so
+    `judge.max_usd` caps the whole run; a judge raises BudgetExhausted once the cap is reached."""
+
+    spent_usd: float
+
+    @property
+    def max_usd(self) -> float | None: ...
 
 
 class BudgetExhausted(RuntimeError):

@@ -444,3 +444,19 @@ def test_with_verdicts_copies_and_keeps_the_truth() -> None:
     assert [v["criterion"] for v in json.loads(scored.metadata["rubric_verdicts"])] == [1, 2, 3]
     assert len(scored.logs) == 3 and original.logs == [] and original.reward == 0.0
     assert "rubric_verdicts" not in original.metadata
+
+
+@pytest.mark.parametrize("cap", [None, 0.5])
+def test_the_judge_client_is_the_judge_rlvr_reads(cap) -> None:
+    """rlvr reads a judge only through rlvr.types.Judge: the spend and the cap."""
+    from judges.client import JudgeClient, JudgeSettings
+    from rlvr.config import TrainConfig
+    from rlvr.types import Judge
+
+    client = JudgeClient(
+        JudgeSettings.from_config(TrainConfig(judge="openai/x", **{"judge.max_usd": cap}))
+    )
+    assert isinstance(client, Judge)
+    client.spent_usd = 0.6
+    assert client.max_usd == cap
+    assert client.budget_exhausted is (cap is not None)

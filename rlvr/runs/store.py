@@ -30,6 +30,7 @@ from rlvr import faults
 from rlvr.runs import layout
 from rlvr.runs import runlock
 from rlvr.config import TrainConfig
+from rlvr.metrics import M
 from rlvr.redact import redact_data, redact_rows
 
 log = logging.getLogger(__name__)
@@ -145,7 +146,7 @@ def recover(run_dir: Path) -> list[dict[str, Any]]:
         _, torn = parse_metrics(text, path)
         if torn:
             atomic.write_text(path, "".join(f"{line}\n" for line in text.split("\n")[: torn - 1]))
-    done = max((int(r["step"]) for r in rows if "train/reward_mean" in r), default=0)
+    done = max((int(r[M.STEP]) for r in rows if M.REWARD_MEAN in r), default=0)
     for parquet in (run_dir / TRAJECTORIES).glob(f"*{layout.TABLE_SUFFIX}"):
         step = layout.table_step(parquet)
         if step is not None and step > done:

@@ -20,6 +20,7 @@ import importlib.util
 import inspect
 import re
 import sys
+from contextlib import AbstractAsyncContextManager
 from functools import cache
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -27,7 +28,7 @@ from typing import Any
 
 from rlvr.config import TrainConfig
 from rlvr.tasks.api import PluginError, Task, call_factory, config_for
-from rlvr.types import Scenario, Scorer
+from rlvr.types import Judge, Scenario, Scorer
 
 SCENARIO_GROUP = "rlvr.scenarios"
 SCORER_GROUP = "rlvr.scorers"
@@ -218,9 +219,10 @@ def resolve_scorer(name: str, **available: Any) -> Scorer:
     )
 
 
-def open_judge(cfg: TrainConfig) -> Any:
-    """The run's judge client as an async context manager, from the installed judge provider
-    (entry point `open` in group `rlvr.judges`); None inside for judge=none."""
+def open_judge(cfg: TrainConfig) -> AbstractAsyncContextManager[Judge | None]:
+    """The run's judge client (an `rlvr.types.Judge`) as an async context manager, from the
+    installed judge provider (entry point `open` in group `rlvr.judges`); None inside for
+    judge=none."""
     if cfg.judge.model == "none":
         return contextlib.nullcontext(None)
     if JUDGE_OPENER not in _entry_points(JUDGE_GROUP):

@@ -39,12 +39,12 @@ from rlvr.training.split import Split, split_items
 from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
 from rlvr.training.stopping import EvalPoint, Thresholds, divergence, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
-from rlvr.types import Item, Sampling, Scenario, Scorer
+from rlvr.types import Item, Judge, Sampling, Scenario, Scorer
 
 
 async def build_scenario(
     cfg: TrainConfig, stack: AsyncExitStack, scenario: Scenario | Task | None, resuming: bool
-) -> tuple[TrainConfig, Scenario, Any]:
+) -> tuple[TrainConfig, Scenario, Judge | None]:
     """(config, scenario, judge): the judge is opened on `stack` first (a task may need it);
     config.json names a scenario object that did not come from it."""
     task = scenario if isinstance(scenario, Task) else None
@@ -64,7 +64,7 @@ async def resolve(
     scenario: Scenario | Task | None,
     scorer: Scorer | str | None,
     resuming: bool,
-) -> tuple[TrainConfig, Scenario, Scorer, Any]:
+) -> tuple[TrainConfig, Scenario, Scorer, Judge | None]:
     """(config, scenario, scorer, judge) of a run; config.json names the objects that were used
     when they did not come from it."""
     cfg, built, judge = await build_scenario(cfg, stack, scenario, resuming)
@@ -117,7 +117,7 @@ class Session:
 
     def emit(self, row: dict[str, Any]) -> None:
         """Append a metrics row (fsynced), to the run's rows and to the tracker."""
-        row["time/wall_s"] = self.wall_s()
+        row[M.WALL_SECONDS] = self.wall_s()
         store.append_metrics(self.run_dir, row)
         self.rows.append(row)
         self.tracker.log_step(row)
@@ -213,7 +213,7 @@ async def open_session(
         rows = store.recover(run_dir) if resume is not None else store.read_metrics(run_dir)
         if resume is not None:
             rewind_policy(cfg, run_dir, last_policy_step(rows))
-            if hasattr(judge, "spent_usd"):  # the spend cap spans the killed run and this one
+            if judge is not None:  # the spend cap spans the killed run and this one
                 judge.spent_usd = sum(float(r.get(M.JUDGE_COST) or 0.0) for r in rows)
         split = split_items(
             items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed

@@ -84,7 +84,7 @@ def restore_state(rows: list[dict[str, Any]]) -> RunState:
                         name=AlarmName(key.removeprefix(ALARM_PREFIX)), step=step, message=message
                     )
                 )
-        state.wall_s = max(state.wall_s, float(row.get("time/wall_s", 0.0)))
+        state.wall_s = max(state.wall_s, float(row.get(M.WALL_SECONDS, 0.0)))
     return state
 
 
@@ -113,7 +113,7 @@ def stop_after_eval(
     ):
         return StopReason.PLATEAU
     if cfg.max_minutes is not None and out_of_time(
-        [r["time/wall_s"] for r in evals],
+        [r[M.WALL_SECONDS] for r in evals],
         # the test split is evaluated for the best, the last, the start and the warm start
         test_s=evals[-1][M.EVAL_SECONDS] * test_items / val_items * (len(tested(rows, -1, -2))),
         budget_s=cfg.max_minutes * 60,
