@@ -35,6 +35,7 @@ from judges.client import (
 )
 from judges.rubric_data import Criterion
 from rlvr.metrics import INDEPENDENT_REWARD, RubricMetric
+from rlvr.oneline import first_error
 from rlvr.types import Item, completion_text
 
 log = logging.getLogger("rlvr.judges")
@@ -160,9 +161,8 @@ def parse_verdicts(data: Any, criteria: list[Criterion]) -> tuple[list[Verdict],
     try:
         raw = _RawVerdicts.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "reply"
-        raise InvalidOutput(f"{where}: {first['msg']}") from None
+        first = first_error(error, "reply")
+        raise InvalidOutput(f"{first.where}: {first.message}") from None
     n = len(criteria)
     if len(raw.verdicts) != n:
         raise InvalidOutput(f"expected {n} verdicts, got {len(raw.verdicts)}")

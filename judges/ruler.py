@@ -43,6 +43,7 @@ from judges.client import (
     redact,
 )
 from rlvr.metrics import INDEPENDENT_REWARD, JudgeMetric, RulerMetric, judge_fault_metric
+from rlvr.oneline import first_error
 from rlvr.types import Item, Scenario
 
 log = logging.getLogger("rlvr.judges")
@@ -141,9 +142,8 @@ def parse_scores(data: Any, ids: list[str]) -> tuple[Response, int]:
     try:
         parsed = Response.model_validate(data)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "reply"
-        raise InvalidOutput(f"{where}: {first['msg']}") from None
+        first = first_error(error, "reply")
+        raise InvalidOutput(f"{first.where}: {first.message}") from None
     if len(parsed.scores) != len(ids):
         raise InvalidOutput(f"expected {len(ids)} scores, got {len(parsed.scores)}")
     by_id = {_id_key(s.trajectory_id): s for s in parsed.scores}

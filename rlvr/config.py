@@ -7,13 +7,13 @@ CLI into a validated config, or a `ConfigError` whose message is one line naming
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from rlvr.oneline import did_you_mean, first_error, means_none
 from rlvr.redact import redact_data, redact_error
 
 Backend = Literal["local", "art-local", "tinker", "serverless"]
@@ -362,21 +362,23 @@ def _describe(field: str) -> str:
 
 
 def _one_line(error: ValidationError) -> str:
-    first = error.errors()[0]
-    key = ".".join(str(p) for p in first["loc"]) or "config"
-    value = first.get("input")
-    if field_info(key) is not None:
-        return f"config: {key}={value!r}: {first['msg']}; expected {_describe(key)}"
-    return f"config: {first['msg'].removeprefix('Value error, ')}"
+    first = first_error(error, "config")
+    if field_info(first.where) is not None:
+        return (
+            f"config: {first.where}={first.value!r}: {first.message}; expected "
+            f"{_describe(first.where)}"
+        )
+    return f"config: {first.message.removeprefix('Value error, ')}"
 
 
 def build_config(values: dict) -> TrainConfig:
     """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
     for key in values:
         if not known_key(key):
-            close = difflib.get_close_matches(key, all_keys(), n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
-            raise ConfigError(f"config: unknown key '{key}'{hint} allowed: {', '.join(all_keys())}")
+            hint = did_you_mean(key, all_keys())
+            raise ConfigError(
+                f"config: unknown key '{key}'{hint}; allowed: {', '.join(all_keys())}"
+            )
     try:
         return TrainConfig.model_validate(values)
     except ValidationError as error:
@@ -417,6 +419,6 @@ def parse_overrides(pairs: list[str], base: dict | None = None) -> TrainConfig:
     None."""
     values = dict(base or {})
     for key, raw in pairs_to_dict(pairs).items():
-        unset = raw in ("", "none", "None", "null") and accepts_none(key)
+        unset = means_none(raw) and accepts_none(key)
         values[key] = None if unset else raw
     return build_config(values)

@@ -51,6 +51,15 @@ class Sampling(BaseModel):
         temperature = cfg.temperature if split == "train" else cfg.val_temperature
         return cls(temperature=temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, step=step)
 
+    def request(self) -> dict[str, Any]:
+        """The chat-completions keywords this sampling sends, with logprobs: ART trains on them."""
+        return {
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "logprobs": True,
+        }
+
 
 @runtime_checkable
 class Scenario(Protocol):

@@ -182,7 +182,7 @@ def test_task_options_are_split_from_train_config_keys() -> None:
         ({"num_items": "3"}, r"task math: option num_items='3': .*greater than or equal to 10"),
         (
             {"num_itmes": "30"},
-            r"unknown key 'num_itmes' \(did you mean 'num_items'\?\).*math options: difficulty, num_items; TrainConfig keys: task, model",
+            r"unknown key 'num_itmes'; did you mean 'num_items'\?; .*math options: difficulty, num_items; TrainConfig keys: task, model",
         ),
         ({"group_size": "one"}, r"config: group_size='one'"),
     ],

@@ -21,6 +21,7 @@ import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlvr.config import ConfigError, TrainConfig, all_keys, known_key
+from rlvr.oneline import did_you_mean, first_error, means_none
 from rlvr.types import SCENARIO_HOOKS, SCENARIO_MEMBERS, Item, Sampling, Scenario, ScenarioBase
 
 # What a factory may ask for, by parameter name.
@@ -80,18 +81,17 @@ class Task(BaseModel):
     def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
         """Validate option values (strings from the CLI included) into the options model."""
         cleaned = {
-            k: None if v in ("", "none", "None", "null") and _accepts_none(self.options, k) else v
+            k: None if means_none(v) and _accepts_none(self.options, k) else v
             for k, v in values.items()
         }
         try:
             return self.options.model_validate(cleaned)
         except ValidationError as error:
-            first = error.errors()[0]
-            key = ".".join(str(p) for p in first["loc"]) or "options"
-            shown = f"={first['input']!r}" if key in cleaned else ""
+            first = first_error(error, "options")
+            shown = f"={first.value!r}" if first.where in cleaned else ""
             raise ConfigError(
-                f"config: task {self.name}: option {key}{shown}: {first['msg']}"
-                f"{self.describe_option(key)}"
+                f"config: task {self.name}: option {first.where}{shown}: {first.message}"
+                f"{self.describe_option(first.where)}"
             ) from None
 
     def describe_option(self, key: str) -> str:
@@ -173,9 +173,10 @@ def as_items(rows: Iterable[Any], source: str, objects: bool = False) -> list[It
         try:
             items.append(Item.model_validate(values))
         except ValidationError as error:
-            first = error.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            raise ConfigError(f"{source}: row {number}: field '{field}': {first['msg']}") from None
+            first = first_error(error, "row")
+            raise ConfigError(
+                f"{source}: row {number}: field '{first.where}': {first.message}"
+            ) from None
     ids = [i.id for i in items]
     if len(set(ids)) != len(ids):
         dup = next(i for i in ids if ids.count(i) > 1)
@@ -316,14 +317,10 @@ def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any],
         elif key in task.options.model_fields:
             options[key] = value
         else:
-            import difflib
-
-            known = [*all_keys(), *task.options.model_fields]
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            hint = did_you_mean(key, [*all_keys(), *task.options.model_fields])
             own = ", ".join(task.options.model_fields) or "none"
             raise ConfigError(
-                f"config: unknown key '{key}'{hint}: not a TrainConfig key nor an option of task "
+                f"config: unknown key '{key}'{hint}; not a TrainConfig key nor an option of task "
                 f"{task.name}; {task.name} options: {own}; TrainConfig keys: "
                 f"{', '.join(k for k in all_keys() if k != 'task_options')}"
             )
@@ -336,9 +333,6 @@ def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> TrainConfig:
     from rlvr.config import accepts_none, build_config
 
     config, options = split_values(task, {**task.defaults, **values})
-    config = {
-        k: None if v in ("", "none", "None", "null") and accepts_none(k) else v
-        for k, v in config.items()
-    }
+    config = {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
     parsed = task.parse_options(options)
     return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})

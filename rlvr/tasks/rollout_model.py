@@ -87,13 +87,7 @@ class RolloutModel:
         return self._model.get_inference_name(self._sampling.step if step is None else step)
 
     def openai_client(self) -> Any:
-        defaults = {
-            "model": self.get_inference_name(),
-            "temperature": self._sampling.temperature,
-            "top_p": self._sampling.top_p,
-            "max_tokens": self._sampling.max_tokens,
-            "logprobs": True,
-        }
+        defaults = {"model": self.get_inference_name(), **self._sampling.request()}
         return _Client(self._model.openai_client(), defaults)
 
     def __getattr__(self, name: str) -> Any:

@@ -19,10 +19,7 @@ async def chat_turn(
     response = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(sampling.step),
         messages=messages,
-        max_tokens=sampling.max_tokens,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        logprobs=True,
+        **sampling.request(),
         **extra,
     )
     return response.choices[0]
