@@ -81,6 +81,7 @@ bench: $(STAMP)
 	$(BIN)/rlvr bench turns
 	$(BIN)/rlvr bench train
 	$(BIN)/rlvr bench eval math
+	$(BIN)/rlvr bench step math
 	$(BIN)/rlvr bench judge
 	$(BIN)/rlvr bench hack
 

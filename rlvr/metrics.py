@@ -89,6 +89,12 @@ class M(StrEnum):
     SCORE_SECONDS = "time/score_s"  # scoring (truth + reward) summed over the step's groups
     SCORE_HIDDEN = "time/score_hidden"  # share of the scoring span that overlapped rollouts
     UPDATE_SECONDS = "time/update_s"  # the backend's policy update
+    # Where a step's tokens go: prompts sent to sampling (and the part the prefix cache served),
+    # tokens decoded, tokens trained (the update's trained positions).
+    PROMPT_TOKENS = "tokens/prompt"
+    CACHED_PROMPT_TOKENS = "tokens/prompt_cached"
+    DECODED_TOKENS = "tokens/decoded"
+    TRAINED_TOKENS = "tokens/trained"
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items

@@ -127,3 +127,19 @@ def bench_eval(
     from rlvr.bench.eval import run_eval_bench
 
     _print_figures(run_eval_bench(task, items, repeats, threads, **_overrides(overrides)))
+
+
+@bench_app.command("step")
+def bench_step(
+    task: Annotated[str, typer.Argument(help="a task name (see `rlvr tasks`)")] = "math",
+    overrides: Overrides = None,
+    steps: Annotated[int, typer.Option(help="RL steps measured (median)", min=1)] = 2,
+    bare: Annotated[bool, typer.Option(help="also time the bare baselines")] = True,
+) -> None:
+    """Real RL steps of TASK at its defaults (its warm start first): seconds in rollouts,
+    scoring and the update, tokens prompted (prefix-cached), decoded and trained, each against
+    its bare figure (a batched generate of the same turn prompts; a bare forward+backward+AdamW
+    of the same packed tokens). Prints one JSON line last."""
+    from rlvr.bench.step import run_step_bench
+
+    _print_figures(run_step_bench(task, steps, bare, **_overrides(overrides)))

@@ -24,6 +24,7 @@ from rlvr.metrics import (
     INDEPENDENT_REWARD,
     M,
     agreement,
+    completion_tokens,
     group_stats,
     has_signal,
     peak_rss_gb,
@@ -39,6 +40,7 @@ from rlvr.training.session import Session
 from rlvr.types import Item, Sampling
 
 _SKIPPED = "rlvr_skipped"  # group metadata: the scorer returned None
+NUM_TOKENS = "num_tokens"  # trained positions, in the update's metrics (the backends' name)
 
 
 class Span(BaseModel):
@@ -278,6 +280,8 @@ def step_row(
         M.REWARD_COUNTS: reward_counts([t.reward for g in groups for t in g.trajectories]),
         **rollout_timing(batch),
         M.UPDATE_SECONDS: update.seconds,
+        M.DECODED_TOKENS: sum(completion_tokens(t) for g in groups for t in g.trajectories),
+        M.TRAINED_TOKENS: update.metrics.get(NUM_TOKENS),
         M.STEP_SECONDS: time.monotonic() - started,
         M.PEAK_RSS: peak_rss_gb(),
         **run.scorer.pop_metrics(),

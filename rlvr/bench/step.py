@@ -1,0 +1,121 @@
+"""`rlvr bench step TASK`: real RL steps of a task at its defaults (its warm start first, when it
+has one), and where each step's time and tokens go, each against its bare figure in the same
+process: the step's rollouts against one batched `generate` of every sampled turn's prompt, and
+its update against a bare forward + backward + AdamW on the same packed tokens.
+
+The step is the loop's own (rlvr.training.step: draw, play, refill, update, the row), on a run
+directory of its own that is removed afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import art
+import torch
+from openai.types.chat.chat_completion import Choice
+
+from rlvr.bench.policy import PEAK_RSS, bare_generate, bare_train_step, log
+from rlvr.metrics import M, peak_rss_gb
+from rlvr.policy.backend import TorchBackend, pack_groups
+from rlvr.tasks.plugins import task_config
+from rlvr.training.loop import warm
+from rlvr.training.pool import record
+from rlvr.training.session import Session, open_session
+from rlvr.training.state import step_outcomes
+from rlvr.training.step import gather_batch, step_row, update_policy
+
+# The figures of a step row the benchmark reports (medians over the steps).
+REPORTED = {
+    "step_s": M.STEP_SECONDS,
+    "rollout_s": M.ROLLOUT_SECONDS,
+    "score_s": M.SCORE_SECONDS,
+    "update_s": M.UPDATE_SECONDS,
+    "prompt_tokens": M.PROMPT_TOKENS,
+    "cached_prompt_tokens": M.CACHED_PROMPT_TOKENS,
+    "decoded_tokens": M.DECODED_TOKENS,
+    "trained_tokens": M.TRAINED_TOKENS,
+}
+
+
+def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str, Any]]], int]:
+    """Every sampled turn's prompt (the chat before it) and the longest completion sampled."""
+    prompts, longest = [], 1
+    for t in (t for g in groups for t in g.trajectories):
+        rendered = t.messages()
+        for i, part in enumerate(t.messages_and_choices):
+            if isinstance(part, Choice):
+                prompts.append(list(rendered[:i]))
+                if part.logprobs is not None:
+                    longest = max(longest, len(part.logprobs.content or []))
+    return prompts, longest
+
+
+async def bench_one_step(run: Session, step: int, bare: bool) -> dict[str, Any]:
+    """One real step (the loop's phases) and, with `bare`, its bare figures."""
+    started = asyncio.get_running_loop().time()
+    batch = await gather_batch(run, step)
+    update = await update_policy(run, batch.trainable)
+    row = step_row(run, step + 1, batch, update, started)
+    run.state.step = step + 1
+    run.state.pool = record(run.state.pool, step_outcomes(row))
+    figures = {name: row.get(key) for name, key in REPORTED.items()}
+    backend = run.policy.backend
+    if bare and isinstance(backend, TorchBackend):
+        engine = backend.engine(run.policy.model)
+        prompts, longest = turn_prompts(batch.groups)
+        _, figures["bare_generate_s"] = await asyncio.to_thread(
+            bare_generate, engine, prompts, longest, run.cfg.temperature
+        )
+        packed = pack_groups(engine.tokenizer, batch.trainable)
+        if packed is not None:
+            optimizer = torch.optim.AdamW(engine.trainable_parameters(), lr=0.0)  # no change
+            figures["bare_update_s"] = await asyncio.to_thread(
+                bare_train_step, engine, packed, optimizer
+            )
+    log(
+        f"step {step + 1}: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in figures.items() if isinstance(v, int | float))
+    )
+    return figures
+
+
+def ratio(figures: dict[str, Any], ours: str, bare: str) -> float | None:
+    if figures.get(ours) is None or not figures.get(bare):
+        return None
+    return round(figures[ours] / figures[bare], 3)
+
+
+async def run_step_bench(
+    task: str, steps: int = 2, bare: bool = True, **overrides: Any
+) -> dict[str, Any]:
+    """`steps` real steps of `task` at its defaults (with `overrides`); medians and ratios."""
+    with tempfile.TemporaryDirectory(prefix="rlvr-bench-step-") as path:
+        cfg = task_config(task, **overrides, run_dir=str(Path(path) / "run"))
+        async with open_session(cfg, None, None, None) as run:
+            warm_s = None
+            if cfg.sft_steps > 0:
+                began = asyncio.get_running_loop().time()
+                await warm(run)
+                warm_s = asyncio.get_running_loop().time() - began
+            per_step = [await bench_one_step(run, step, bare) for step in range(steps)]
+    medians = {
+        key: statistics.median(values)
+        for key in per_step[0]
+        if (values := [s[key] for s in per_step if isinstance(s.get(key), int | float)])
+    }
+    return {
+        "bench": "step",
+        "task": task,
+        "steps": steps,
+        "warm_start_s": warm_s,
+        **{k: round(v, 3) for k, v in medians.items()},
+        "rollout_vs_bare": ratio(medians, "rollout_s", "bare_generate_s"),
+        "update_vs_bare": ratio(medians, "update_s", "bare_update_s"),
+        PEAK_RSS: round(peak_rss_gb(), 2),
+        "per_step": per_step,
+    }
