@@ -156,16 +156,13 @@ class _Client:
         try:
             return self._ready.result(timeout=timeout_s)
         except concurrent.futures.TimeoutError:
-            self.stop()
-            raise McpError(
-                f"MCP server {self.label}: no tool list within {timeout_s:.0f} s{self._tail()}"
-            ) from None
+            reason = f"no tool list within {timeout_s:.0f} s"
         except Exception as error:
-            self.stop()
-            reason = _one_line(f"{type(error).__name__}: {_innermost(error)}")
-            raise McpError(
-                f"MCP server {self.label} failed to start: {reason}{self._tail()}"
-            ) from None
+            cause = _innermost(error)
+            reason = f"failed to start: {_one_line(f'{type(cause).__name__}: {cause}')}"
+        tail = self._tail()  # read before stop() removes the log
+        self.stop()
+        raise McpError(f"MCP server {self.label}: {reason}{tail}")
 
     def _tail(self) -> str:
         with contextlib.suppress(OSError):
