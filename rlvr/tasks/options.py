@@ -11,17 +11,18 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import json
-import types
 import typing
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+_UNION = type(int | None)  # `X | Y` annotations (types.UnionType)
+
 
 def is_sequence(annotation: Any) -> bool:
     """A list, tuple or sequence type (or an optional one): text for it may be `a,b,c`."""
     origin = typing.get_origin(annotation) or annotation
-    if origin in (typing.Union, types.UnionType):
+    if origin in (typing.Union, _UNION):
         return any(is_sequence(a) for a in typing.get_args(annotation) if a is not type(None))
     return origin in (list, tuple, collections.abc.Sequence)
 

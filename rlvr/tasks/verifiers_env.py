@@ -24,7 +24,6 @@ import threading
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
@@ -63,7 +62,7 @@ def is_file(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
-def import_verifiers(ref: str) -> ModuleType:
+def import_verifiers(ref: str) -> Any:
     """verifiers' classic surface (`import verifiers as vf`), or one line naming the extra."""
     try:
         import verifiers as vf
@@ -85,12 +84,12 @@ def import_verifiers(ref: str) -> ModuleType:
     return vf
 
 
-def env_module(ref: str) -> ModuleType:
+def env_module(ref: str) -> Any:
     target = target_of(ref)
     return import_target(target if is_file(target) else target.replace("-", "_"), ref)
 
 
-def loader_of(module: ModuleType, ref: str) -> Callable[..., Any]:
+def loader_of(module: Any, ref: str) -> Callable[..., Any]:
     load = module.__dict__.get("load_environment")
     if not callable(load):
         raise PluginError(f"{ref}: {target_of(ref)} defines no load_environment(**kwargs)")
