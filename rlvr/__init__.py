@@ -35,6 +35,7 @@ _EXPORTS = {
     "completion_text": "rlvr.types",
     "final_reply": "rlvr.agent",
     "group_scorer": "rlvr.scoring.scorers",
+    "mcp_tools": "rlvr.agent.mcp",
     "parse_overrides": "rlvr.config",
     "resolve_task": "rlvr.tasks.plugins",
     "reward_scorer": "rlvr.scoring.scorers",
@@ -62,6 +63,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds it to _EXPORTS
     from rlvr.agent import Call, final_reply, tool_episode  # noqa: F401
+    from rlvr.agent.mcp import mcp_tools  # noqa: F401
     from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides  # noqa: F401
     from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
     from rlvr.tasks.api import PluginError, Task, scenario  # noqa: F401

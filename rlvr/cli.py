@@ -246,28 +246,42 @@ def compare(
 
 
 @app.command()
-def tasks() -> None:
+def tasks(
+    name: Annotated[
+        str | None, typer.Argument(help="one task only (a name or a reference)")
+    ] = None,
+) -> None:
     """List the installed tasks (entry-point group rlvr.scenarios) with their options and the
-    TrainConfig defaults each starts from."""
+    TrainConfig defaults each starts from; a task family also lists what it chooses among."""
     from rlvr.tasks.api import PluginError
     from rlvr.tasks.plugins import resolve_task, task_names
 
-    for name in task_names():
+    for task_name in [name] if name else task_names():
         try:
-            task = resolve_task(name)
+            task = resolve_task(task_name)
         except PluginError as error:
-            typer.echo(f"{name}\t(cannot load: {error})")
+            if name:
+                fail(str(error))
+            typer.echo(f"{task_name}\t(cannot load: {error})")
             continue
-        typer.echo(f"{name}\t{task.description}")
-        for key, info in task.options.model_fields.items():
-            value = info.get_default(call_default_factory=True)
-            shown = repr(value.value if isinstance(value, Enum) else value)
-            default = "(required)" if info.is_required() else shown
-            about = f"  {info.description}" if info.description else ""
-            typer.echo(f"    {key}={default}{about}")
-        if task.defaults:
-            shown = " ".join(f"{k}={v}" for k, v in task.defaults.items())
-            typer.echo(f"    defaults: {shown}")
+        for line in task_lines(task_name, task):
+            typer.echo(line)
+
+
+def task_lines(name: str, task) -> list[str]:
+    """What `rlvr tasks` says about one task: description, options, defaults, catalog."""
+    lines = [f"{name}\t{task.description}"]
+    for key, info in task.options.model_fields.items():
+        value = info.get_default(call_default_factory=True)
+        shown = repr(value.value if isinstance(value, Enum) else value)
+        default = "(required)" if info.is_required() else shown
+        about = f"  {info.description}" if info.description else ""
+        lines.append(f"    {key}={default}{about}")
+    if task.defaults:
+        lines.append(f"    defaults: {' '.join(f'{k}={v}' for k, v in task.defaults.items())}")
+    if task.catalog is not None:
+        lines.extend(f"    {line}" for line in task.catalog())
+    return lines
 
 
 @app.command()

@@ -77,6 +77,15 @@ class Task(BaseModel):
     options: type[BaseModel] = NoOptions
     defaults: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
+    # Lines `rlvr tasks` prints under the task: what its options choose among (a family's
+    # generators and each one's own options). Called only when listing.
+    catalog: Callable[[], list[str]] | None = None
+
+    @property
+    def open_options(self) -> bool:
+        """The options model takes keys beyond its fields (`extra="allow"`): options the task
+        validates itself, such as a generator's or an environment's own arguments."""
+        return self.options.model_config.get("extra") == "allow"
 
     def parse_options(self, values: Mapping[str, Any]) -> BaseModel:
         """Validate option values (strings from the CLI included) into the options model."""
@@ -314,7 +323,7 @@ def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any],
             continue
         if known_key(key):
             config[key] = value
-        elif key in task.options.model_fields:
+        elif key in task.options.model_fields or task.open_options:
             options[key] = value
         else:
             hint = did_you_mean(key, [*all_keys(), *task.options.model_fields])

@@ -43,12 +43,19 @@ def is_reference(name: str) -> bool:
 
 
 _FILE_REFERENCE = re.compile(r"([^\s+*>:]+\.py):")
+VF_PREFIX = "vf:"  # a verifiers environment: vf:MODULE or vf:path/to/env.py
 
 
 def referenced_files(*specs: str) -> list[Path]:
-    """The Python files that task and scorer specs (`a.py:task`, `verifier*0.5+b.py:s*0.5`) name:
-    the code a resumed or re-evaluated run will execute."""
-    return [Path(m).expanduser().resolve() for spec in specs for m in _FILE_REFERENCE.findall(spec)]
+    """The Python files that task and scorer specs (`a.py:task`, `verifier*0.5+b.py:s*0.5`,
+    `vf:env.py`) name: the code a resumed or re-evaluated run will execute."""
+    named = [m for spec in specs for m in _FILE_REFERENCE.findall(spec)]
+    environments = [
+        spec.removeprefix(VF_PREFIX)
+        for spec in specs
+        if spec.startswith(VF_PREFIX) and spec.endswith(".py")
+    ]
+    return [Path(m).expanduser().resolve() for m in [*named, *environments]]
 
 
 def _import_file(path: Path, ref: str) -> Any:
@@ -76,22 +83,26 @@ def _import_file(path: Path, ref: str) -> Any:
     return module
 
 
+def import_target(target: str, ref: str) -> Any:
+    """The module a reference names: a file (`path/to/file.py`) or an importable module."""
+    if target.endswith(".py") or "/" in target or "\\" in target:
+        return _import_file(Path(target), ref)
+    try:
+        return importlib.import_module(target)
+    except ModuleNotFoundError as error:
+        raise PluginError(f"{ref}: no module named '{error.name}'") from error
+    except Exception as error:
+        raise PluginError(
+            f"{ref}: importing {target} failed: {type(error).__name__}: {error}"
+        ) from error
+
+
 def load_reference(ref: str) -> Any:
     """The object named by `path/to/file.py:attr` or `package.module:attr`."""
     target, _, attr = ref.rpartition(":")
     if not target or not attr:
         raise PluginError(f"{ref}: expected path/to/file.py:name or package.module:name")
-    if target.endswith(".py") or "/" in target or "\\" in target:
-        module = _import_file(Path(target), ref)
-    else:
-        try:
-            module = importlib.import_module(target)
-        except ModuleNotFoundError as error:
-            raise PluginError(f"{ref}: no module named '{error.name}'") from error
-        except Exception as error:
-            raise PluginError(
-                f"{ref}: importing {target} failed: {type(error).__name__}: {error}"
-            ) from error
+    module = import_target(target, ref)
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -135,14 +146,20 @@ def task_names() -> list[str]:
 
 
 def resolve_task(name: str) -> Task:
-    """The Task for an installed task name or a file/module reference."""
+    """The Task for an installed task name, a file/module reference, or a verifiers
+    environment (`vf:MODULE_OR_FILE`, rlvr.tasks.verifiers_env)."""
     if name in _entry_points(SCENARIO_GROUP):
         return as_task(_load_entry_point(SCENARIO_GROUP, name), name)
+    if name.startswith(VF_PREFIX):
+        from rlvr.tasks.verifiers_env import vf_task
+
+        return vf_task(name)
     if is_reference(name):
         return as_task(load_reference(name), name)
     raise PluginError(
         f"unknown task '{name}'; installed tasks: {', '.join(task_names())}; or name your own as "
-        "path/to/file.py:factory or package.module:factory"
+        "path/to/file.py:factory or package.module:factory, or a verifiers environment as "
+        "vf:MODULE_OR_FILE"
     )
 
 

@@ -31,9 +31,31 @@ def split_sizes(n: int, val_ratio: float, test_ratio: float) -> tuple[int, int, 
     return n - n_val - n_test, n_val, n_test
 
 
+# An Item whose `data` names its part ("train", "val" or "test") keeps it: a task with its own
+# held-out set (a verifiers environment's eval dataset) pins every item, and ratios do not apply.
+PINNED = "split"
+PARTS = ("train", "val", "test")
+
+
+def pinned_split(items: list) -> Split | None:
+    """The split the items name themselves, when every one of them names a part; else None."""
+    from rlvr.types import Item
+
+    parts = [i.data.get(PINNED) if isinstance(i, Item) else None for i in items]
+    if not items or any(p not in PARTS for p in parts):
+        return None
+    return Split(
+        **{name: [i for i, p in zip(items, parts, strict=True) if p == name] for name in PARTS}
+    )
+
+
 def split_items(items: list[T], *, val_ratio: float, test_ratio: float, seed: int) -> Split:
-    """Shuffle with a seeded RNG and cut. The same items and seed always give the same split,
-    and the three parts are disjoint and cover every item."""
+    """Shuffle with a seeded RNG and cut (or keep the parts the items pin, `pinned_split`). The
+    same items and seed always give the same split, and the three parts are disjoint and cover
+    every item."""
+    pinned = pinned_split(items)
+    if pinned is not None:
+        return pinned
     order = list(items)
     random.Random(seed).shuffle(order)
     n_train, n_val, _ = split_sizes(len(order), val_ratio, test_ratio)
