@@ -55,6 +55,8 @@ class M(StrEnum):
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items
+    # Rewards a verifier-contract function returned outside [0, 1], clipped to it (and said once).
+    REWARD_CLIPPED = "train/reward_clipped"
 
 
 ALARM_PREFIX = "alarm/"
