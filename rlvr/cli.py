@@ -1,14 +1,18 @@
 """The `rlvr` command line. Each command is a thin shell over a function in the package; heavy
-modules are imported inside the command so `rlvr --help` stays fast. Config errors exit 2 with
-one line; a constant reward in preflight exits 1."""
+modules are imported inside the command so `rlvr --help` stays fast. What a user can act on is
+one line: a config error, or a task whose import, options, factory or load() raised (named by the
+file and line of its code), exit 2; every rollout failing, or a constant reward in preflight,
+exits 1. Only an error of rlvr's own prints its (redacted) traceback."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -64,7 +68,7 @@ _plugged_commands()
 console = Console(stderr=True, soft_wrap=True)  # errors stay on one line
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = 2) -> NoReturn:
     from rich.markup import escape
 
     from rlvr.redact import redact_error
@@ -73,7 +77,7 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def crash(error: BaseException) -> None:
+def crash(error: BaseException) -> NoReturn:
     """An unexpected error: its traceback on stderr, credentials removed (an exception's text
     may quote a key, e.g. a provider's 401), then exit 1."""
     import traceback
@@ -87,15 +91,12 @@ def crash(error: BaseException) -> None:
 
 def command_config(task: str | None, overrides: list[str]):
     """TrainConfig from TASK and key=value pairs (TrainConfig keys and the task's options)."""
-    from rlvr.config import ConfigError, pairs_to_dict, parse_overrides
+    from rlvr.config import pairs_to_dict, parse_overrides
     from rlvr.tasks.plugins import task_config
 
-    try:
-        if task is None:
-            return parse_overrides(overrides)
-        return task_config(task, **pairs_to_dict(overrides))
-    except ConfigError as error:
-        fail(str(error))
+    if task is None:
+        return parse_overrides(overrides)
+    return task_config(task, **pairs_to_dict(overrides))
 
 
 def announce_code(run_dir: Path) -> None:
@@ -114,17 +115,39 @@ def announce_code(run_dir: Path) -> None:
         )
 
 
-def _run_failed() -> type[BaseException]:
-    from rlvr.training.failures import RunFailed
-
-    return RunFailed
-
-
 def known_errors() -> tuple[type[BaseException], ...]:
+    """rlvr's own one-line errors: their text is the message."""
     from rlvr.config import ConfigError
     from rlvr.runs.runlock import RunLocked
 
     return (ConfigError, FileNotFoundError, RunLocked)
+
+
+def said_by_rlvr(error: BaseException) -> bool:
+    """One of rlvr's one-line errors (a config, run-directory or finished-run refusal)."""
+    text = str(error)
+    return isinstance(error, known_errors()) or (
+        isinstance(error, ValueError)
+        and (text.startswith("config:") or "run directory" in text or "already finished" in text)
+    )
+
+
+@contextmanager
+def one_line_errors(*own: type[BaseException]) -> Iterator[None]:
+    """Errors a user can act on become one line (rlvr.training.failures.as_one_line): exit 2,
+    or 1 when every rollout raised; anything else is rlvr's own bug, shown as its traceback.
+    `own`: the command's own one-line error types."""
+    from rlvr.training.failures import as_one_line
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except Exception as error:
+        said = as_one_line(error, known=isinstance(error, own) or said_by_rlvr(error))
+        if said is None:
+            crash(error)
+        fail(*said)
 
 
 @app.command()
@@ -142,33 +165,16 @@ def train(
             fail("--resume takes the run's own config.json; drop TASK and key=value overrides")
         if not (resume / layout.CONFIG).is_file():
             fail(f"{resume}: not a run directory (no config.json)")
-        announce_code(resume)
-        cfg = None
-    else:
-        if not task:
-            fail("give a TASK (see `rlvr tasks`) or --resume RUN_DIR")
-        cfg = command_config(task, overrides or [])
-    try:
-        if cfg is None:
+    elif not task:
+        fail("give a TASK (see `rlvr tasks`) or --resume RUN_DIR")
+    with one_line_errors():
+        if resume is not None:
             from rlvr.runs.store import read_config
 
+            announce_code(resume)
             result = asyncio.run(run_training(read_config(resume), resume=resume))
         else:
-            result = asyncio.run(run_training(cfg))
-    except _run_failed() as error:  # every rollout raised: printed above
-        fail(str(error), code=1)
-    except known_errors() as error:
-        fail(str(error).strip("'\""))
-    except ValueError as error:
-        if (
-            str(error).startswith("config:")
-            or "run directory" in str(error)
-            or "already finished" in str(error)
-        ):
-            fail(str(error))
-        crash(error)
-    except Exception as error:
-        crash(error)
+            result = asyncio.run(run_training(command_config(task, overrides or [])))
     typer.echo(result.model_dump_json())
 
 
@@ -183,13 +189,8 @@ def preflight(
 
     if not task:
         fail("give a TASK (see `rlvr tasks`)")
-    cfg = command_config(task, overrides or [])
-    try:
-        report = asyncio.run(run_preflight(cfg, items))
-    except _run_failed() as error:  # every rollout raised: printed above
-        fail(str(error), code=1)
-    except known_errors() as error:
-        fail(str(error).strip("'\""))
+    with one_line_errors():
+        report = asyncio.run(run_preflight(command_config(task, overrides or []), items))
     console.print(
         f"rewards ({len(report.rewards)} trajectories, {report.groups} groups):", highlight=False
     )
@@ -219,13 +220,9 @@ def eval_run(
 
     if split not in ("test", "val"):
         fail(f"--split: expected test or val, got '{split}'")
-    try:
+    with one_line_errors():
         announce_code(run_dir)
         accuracy = asyncio.run(evaluate_run(run_dir, split))
-    except _run_failed() as error:  # every rollout raised: printed above
-        fail(str(error), code=1)
-    except known_errors() as error:
-        fail(str(error).strip("'\""))
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
 
 
@@ -236,38 +233,75 @@ def compare(
 ) -> None:
     """B's final test accuracy minus A's, paired over the same test items, with its 95%
     interval and p-value (e.g. scorer=verifier against scorer=ruler_ref)."""
-    from rlvr.training.compare import compare_runs
+    from polars.exceptions import PolarsError
 
-    try:
-        gain = compare_runs(run_a, run_b)
-    except (FileNotFoundError, ValueError) as error:
-        fail(str(error))
+    from rlvr.training.compare import compare_runs
+    from rlvr.training.failures import first_line
+
+    with one_line_errors(ValueError):
+        try:
+            gain = compare_runs(run_a, run_b)
+        except PolarsError as error:
+            fail(f"{run_a}, {run_b}: cannot read their test rollouts: {first_line(str(error))}")
     typer.echo(f"{run_b.name} vs {run_a.name}: {gain.describe()}")
 
 
-@app.command()
-def tasks() -> None:
-    """List the installed tasks (entry-point group rlvr.scenarios) with their options and the
-    TrainConfig defaults each starts from."""
-    from rlvr.tasks.api import PluginError
-    from rlvr.tasks.plugins import resolve_task, task_names
+TaskNames = Annotated[
+    list[str] | None,
+    typer.Argument(help="tasks to show (default: every installed one); a name or file.py:factory"),
+]
 
+
+@app.command()
+def tasks(names: TaskNames = None) -> None:
+    """List the installed tasks (entry-point group rlvr.scenarios), or the tasks named, with their
+    options and the TrainConfig defaults each starts from. A task that cannot be imported or whose
+    options reject their own defaults is one line naming its file and line (exit 2)."""
+    from rlvr.tasks.plugins import task_names
+
+    if names:
+        with one_line_errors():
+            for name in names:
+                typer.echo("\n".join(task_lines(name)))
+        return
+    from rlvr.training.failures import as_one_line
+
+    broken = 0
     for name in task_names():
         try:
-            task = resolve_task(name)
-        except PluginError as error:
-            typer.echo(f"{name}\t(cannot load: {error})")
-            continue
-        typer.echo(f"{name}\t{task.description}")
-        for key, info in task.options.model_fields.items():
-            value = info.get_default(call_default_factory=True)
-            shown = repr(value.value if isinstance(value, Enum) else value)
-            default = "(required)" if info.is_required() else shown
-            about = f"  {info.description}" if info.description else ""
-            typer.echo(f"    {key}={default}{about}")
-        if task.defaults:
-            shown = " ".join(f"{k}={v}" for k, v in task.defaults.items())
-            typer.echo(f"    defaults: {shown}")
+            typer.echo("\n".join(task_lines(name)))
+        except Exception as error:
+            said = as_one_line(error, known=said_by_rlvr(error))
+            if said is None:
+                crash(error)
+            typer.echo(f"{name}\t(cannot load: {said[0]})")
+            broken += 1
+    if broken:
+        fail(f"{broken} installed task(s) cannot be loaded (above)")
+
+
+def task_lines(name: str) -> list[str]:
+    """A task's line, its options with their defaults, and the TrainConfig defaults. Defaults
+    are validated as `rlvr train NAME` would (when no option is required)."""
+    from rlvr.tasks.plugins import resolve_task
+
+    task = resolve_task(name)
+    fields = task.options.model_fields
+    if not any(info.is_required() for info in fields.values()):
+        task.parse_options({})
+    lines = [f"{name}\t{task.description}"]
+    for key, info in fields.items():
+        value = None if info.is_required() else info.get_default(call_default_factory=True)
+        shown = (
+            "(required)"
+            if info.is_required()
+            else repr(value.value if isinstance(value, Enum) else value)
+        )
+        about = f"  {info.description}" if info.description else ""
+        lines.append(f"    {key}={shown}{about}")
+    if task.defaults:
+        lines.append(f"    defaults: {' '.join(f'{k}={v}' for k, v in task.defaults.items())}")
+    return lines
 
 
 @app.command()
@@ -303,7 +337,7 @@ def inspect_run(
 
     from rlvr import inspection as ri
 
-    try:
+    with one_line_errors(ri.InspectError):
         run = ri.load_run(run_dir)
         if suspicious:
             parts = ri.suspicious_view(run, threshold, jump, step, limit)
@@ -311,8 +345,6 @@ def inspect_run(
             parts = ri.step_view(run, step, split, limit)
         else:
             parts = ri.overview_view(run)
-    except ri.InspectError as error:
-        fail(str(error))
     out = Out()
     for part in parts:
         out.print(part)
