@@ -16,6 +16,7 @@ from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rlvr.bench.cli import bench_app
 
@@ -69,8 +70,6 @@ console = Console(stderr=True, soft_wrap=True)  # errors stay on one line
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    from rich.markup import escape
-
     from rlvr.redact import redact_error
 
     console.print(f"[bold red]error:[/] {escape(redact_error(message))}", highlight=False)
@@ -183,31 +182,35 @@ def preflight(
     task: TaskArg = None,
     overrides: Overrides = None,
     items: Annotated[int, typer.Option(help="training items to roll out, group_size each")] = 4,
+    warm_steps: Annotated[
+        int,
+        typer.Option(
+            help="train a short warm start of this many steps first and judge its samples "
+            "(default: judge the warm start's demonstrations beside the untrained samples)",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
-    """Roll out and score a few items; exit 1 if the reward is constant."""
+    """Roll out and score a few training items as the run would; exit 1 if GRPO would have
+    nothing to learn from on what the run trains on (for a task with a warm start: its
+    demonstrations, checked by the task and scored beside the untrained samples)."""
+    from rlvr.training.preflight import describe, verdict
     from rlvr.training.preflight import preflight as run_preflight
 
     if not task:
         fail("give a TASK (see `rlvr tasks`)")
     with one_line_errors():
-        report = asyncio.run(run_preflight(command_config(task, overrides or []), items))
-    console.print(
-        f"rewards ({len(report.rewards)} trajectories, {report.groups} groups):", highlight=False
-    )
-    for value, count in report.histogram().items():
-        console.print(f"  {value:5.2f} {'█' * count} {count}", highlight=False)
-    console.print(
-        f"no-signal groups: {report.no_signal}/{report.groups} (all-0 {report.all_zero}, all-1 {report.all_one}); "
-        f"skipped {report.skipped}; truncated {report.truncated_rate:.0%}",
-        highlight=False,
-    )
-    if report.constant:
-        fail(
-            "the reward is constant on every sampled trajectory: GRPO cannot learn from it; "
-            "give partial credit, change difficulty, max_tokens or temperature",
-            code=1,
-        )
-    console.print("[green]reward varies: ok to train[/]")
+        cfg = command_config(task, overrides or [])
+        report = asyncio.run(run_preflight(cfg, items, warm_steps))
+    for line in describe(report):
+        console.print(line, highlight=False, markup=False)
+    judged = verdict(report)
+    console.print(f"judged: {judged.judged}", highlight=False, markup=False)
+    for warning in judged.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    if not judged.ok:
+        fail(judged.message, code=1)
+    console.print(f"[green]{escape(judged.message)}[/]", highlight=False)
 
 
 @app.command("eval")
