@@ -11,7 +11,6 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -83,7 +82,7 @@ class Progress:
         self,
         kind: type[BaseException] | None,
         error: BaseException | None,
-        tb: TracebackType | None,
+        traceback: object,
     ) -> None:
         if self._bar is not None:
             self._bar.stop()
