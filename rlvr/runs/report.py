@@ -226,18 +226,7 @@ def draw_curves(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
         )
         shown.append(before)
     draw_marks(ax, rows, summary)
-    for point in checkpoints_tested(rows, summary):
-        filled = point.name in ("best", "last")
-        ax.plot(
-            [point.step],
-            [point.accuracy],
-            marker="D" if point.name != "last" else "s",
-            color="tab:purple",
-            mfc="tab:purple" if filled else "white",
-            ls="none",
-            label=f"test, {point.name} ({point.accuracy:.3f})",
-        )
-        shown.append(point.accuracy)
+    shown += draw_tests(ax, rows, summary)
     last = max((int(r[M.STEP]) for r in rows if M.STEP in r), default=0)
     steps = MaxNLocator(integer=True).tick_values(0, max(last, 1))
     ticks = sorted({int(t) for t in steps if 0 <= t <= max(last, 1)})
@@ -250,6 +239,23 @@ def draw_curves(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
     ax.set_ylim(min([0.0, *shown]) - MARGIN, max([1.0, *shown]) + MARGIN)
     ax.legend(loc="upper left", fontsize=7)
     ax.grid(alpha=0.3)
+
+
+def draw_tests(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[float]:
+    """Each tested checkpoint's accuracy at its step; returns the values drawn."""
+    points = checkpoints_tested(rows, summary)
+    for point in points:
+        filled = point.name in ("best", "last")
+        ax.plot(
+            [point.step],
+            [point.accuracy],
+            marker="D" if point.name != "last" else "s",
+            color="tab:purple",
+            mfc="tab:purple" if filled else "white",
+            ls="none",
+            label=f"test, {point.name} ({point.accuracy:.3f})",
+        )
+    return [p.accuracy for p in points]
 
 
 def draw_marks(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
