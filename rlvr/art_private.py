@@ -8,17 +8,22 @@ breaks here and only here (pinned: openpipe-art 0.5.18, see requirements.lock).
   trajectories and yields per-batch metrics without logging them as a training step.
 - `build_rl_train_configs`: how ART's backends turn `train()` keyword arguments into its
   TrainConfig/dev config (the loss options), reused so rlvr's backend reads them the same way.
+- `gather_groups`: ART's `gather_trajectory_groups` without its tqdm bar (its gather context,
+  group wrapping and exception accounting, as they are), so a run shows its own progress: a bar
+  in a terminal, one line per step when piped, never carriage-return updates in a log.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import art
 from art._backend_training import build_rl_train_configs
+from art.gather import GatherContext, set_gather_context, wrap_group_awaitable
 
-__all__ = ["build_rl_train_configs", "delete_checkpoints", "train_sft"]
+__all__ = ["build_rl_train_configs", "delete_checkpoints", "gather_groups", "train_sft"]
 
 
 async def delete_checkpoints(backend: Any, model: art.TrainableModel, keep: list[int]) -> None:
@@ -31,3 +36,21 @@ def train_sft(
 ) -> AsyncIterator[dict[str, float]]:
     """Supervised steps on `trajectories` through the model's backend; per-batch metrics."""
     return model.backend()._train_sft(model, trajectories, config, {})
+
+
+async def gather_groups(
+    groups: Iterable[Awaitable[art.TrajectoryGroup]],
+    after_each: Callable[[art.TrajectoryGroup], Awaitable[art.TrajectoryGroup]],
+    max_exceptions: int,
+) -> list[art.TrajectoryGroup]:
+    """ART's gather of trajectory groups with no progress bar: each group's trajectories are
+    awaited with ART's exception accounting (a rollout that raises is recorded on its group, up
+    to `max_exceptions`), then `after_each` runs on it as soon as it is done."""
+
+    async def forward(group: Awaitable[art.TrajectoryGroup]) -> art.TrajectoryGroup | None:
+        gathered = await wrap_group_awaitable(group)
+        return None if gathered is None else await after_each(gathered)
+
+    with set_gather_context(GatherContext(pbar=None, max_exceptions=max_exceptions)):
+        done = await asyncio.gather(*(forward(g) for g in groups))
+    return [g for g in done if g is not None]

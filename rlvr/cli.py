@@ -1,17 +1,22 @@
 """The `rlvr` command line. Each command is a thin shell over a function in the package; heavy
-modules are imported inside the command so `rlvr --help` stays fast. Config errors exit 2 with
-one line; a constant reward in preflight exits 1."""
+modules are imported inside the command so `rlvr --help` stays fast. What a user can act on is
+one line: a config error, or a task whose import, options, factory or load() raised (named by the
+file and line of its code), exit 2; every rollout failing, or a constant reward in preflight,
+exits 1. Only an error of rlvr's own prints its (redacted) traceback."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rlvr.bench.cli import bench_app
 
@@ -64,16 +69,14 @@ _plugged_commands()
 console = Console(stderr=True, soft_wrap=True)  # errors stay on one line
 
 
-def fail(message: str, code: int = 2) -> None:
-    from rich.markup import escape
-
+def fail(message: str, code: int = 2) -> NoReturn:
     from rlvr.redact import redact_error
 
     console.print(f"[bold red]error:[/] {escape(redact_error(message))}", highlight=False)
     raise typer.Exit(code)
 
 
-def crash(error: BaseException) -> None:
+def crash(error: BaseException) -> NoReturn:
     """An unexpected error: its traceback on stderr, credentials removed (an exception's text
     may quote a key, e.g. a provider's 401), then exit 1."""
     import traceback
@@ -87,15 +90,12 @@ def crash(error: BaseException) -> None:
 
 def command_config(task: str | None, overrides: list[str]):
     """TrainConfig from TASK and key=value pairs (TrainConfig keys and the task's options)."""
-    from rlvr.config import ConfigError, pairs_to_dict, parse_overrides
+    from rlvr.config import pairs_to_dict, parse_overrides
     from rlvr.tasks.plugins import task_config
 
-    try:
-        if task is None:
-            return parse_overrides(overrides)
-        return task_config(task, **pairs_to_dict(overrides))
-    except ConfigError as error:
-        fail(str(error))
+    if task is None:
+        return parse_overrides(overrides)
+    return task_config(task, **pairs_to_dict(overrides))
 
 
 def announce_code(run_dir: Path) -> None:
@@ -114,17 +114,39 @@ def announce_code(run_dir: Path) -> None:
         )
 
 
-def _run_failed() -> type[BaseException]:
-    from rlvr.training.failures import RunFailed
-
-    return RunFailed
-
-
 def known_errors() -> tuple[type[BaseException], ...]:
+    """rlvr's own one-line errors: their text is the message."""
     from rlvr.config import ConfigError
     from rlvr.runs.runlock import RunLocked
 
     return (ConfigError, FileNotFoundError, RunLocked)
+
+
+def said_by_rlvr(error: BaseException) -> bool:
+    """One of rlvr's one-line errors (a config, run-directory or finished-run refusal)."""
+    text = str(error)
+    return isinstance(error, known_errors()) or (
+        isinstance(error, ValueError)
+        and (text.startswith("config:") or "run directory" in text or "already finished" in text)
+    )
+
+
+@contextmanager
+def one_line_errors(*own: type[BaseException]) -> Iterator[None]:
+    """Errors a user can act on become one line (rlvr.training.failures.as_one_line): exit 2,
+    or 1 when every rollout raised; anything else is rlvr's own bug, shown as its traceback.
+    `own`: the command's own one-line error types."""
+    from rlvr.training.failures import as_one_line
+
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except Exception as error:
+        said = as_one_line(error, known=isinstance(error, own) or said_by_rlvr(error))
+        if said is None:
+            crash(error)
+        fail(*said)
 
 
 @app.command()
@@ -142,33 +164,16 @@ def train(
             fail("--resume takes the run's own config.json; drop TASK and key=value overrides")
         if not (resume / layout.CONFIG).is_file():
             fail(f"{resume}: not a run directory (no config.json)")
-        announce_code(resume)
-        cfg = None
-    else:
-        if not task:
-            fail("give a TASK (see `rlvr tasks`) or --resume RUN_DIR")
-        cfg = command_config(task, overrides or [])
-    try:
-        if cfg is None:
+    elif not task:
+        fail("give a TASK (see `rlvr tasks`) or --resume RUN_DIR")
+    with one_line_errors():
+        if resume is not None:
             from rlvr.runs.store import read_config
 
+            announce_code(resume)
             result = asyncio.run(run_training(read_config(resume), resume=resume))
         else:
-            result = asyncio.run(run_training(cfg))
-    except _run_failed() as error:  # every rollout raised: printed above
-        fail(str(error), code=1)
-    except known_errors() as error:
-        fail(str(error).strip("'\""))
-    except ValueError as error:
-        if (
-            str(error).startswith("config:")
-            or "run directory" in str(error)
-            or "already finished" in str(error)
-        ):
-            fail(str(error))
-        crash(error)
-    except Exception as error:
-        crash(error)
+            result = asyncio.run(run_training(command_config(task, overrides or [])))
     typer.echo(result.model_dump_json())
 
 
@@ -177,36 +182,35 @@ def preflight(
     task: TaskArg = None,
     overrides: Overrides = None,
     items: Annotated[int, typer.Option(help="training items to roll out, group_size each")] = 4,
+    warm_steps: Annotated[
+        int,
+        typer.Option(
+            help="train a short warm start of this many steps first and judge its samples "
+            "(default: judge the warm start's demonstrations beside the untrained samples)",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
-    """Roll out and score a few items; exit 1 if the reward is constant."""
+    """Roll out and score a few training items as the run would; exit 1 if GRPO would have
+    nothing to learn from on what the run trains on (for a task with a warm start: its
+    demonstrations, checked by the task and scored beside the untrained samples)."""
+    from rlvr.training.preflight import describe, verdict
     from rlvr.training.preflight import preflight as run_preflight
 
     if not task:
         fail("give a TASK (see `rlvr tasks`)")
-    cfg = command_config(task, overrides or [])
-    try:
-        report = asyncio.run(run_preflight(cfg, items))
-    except _run_failed() as error:  # every rollout raised: printed above
-        fail(str(error), code=1)
-    except known_errors() as error:
-        fail(str(error).strip("'\""))
-    console.print(
-        f"rewards ({len(report.rewards)} trajectories, {report.groups} groups):", highlight=False
-    )
-    for value, count in report.histogram().items():
-        console.print(f"  {value:5.2f} {'█' * count} {count}", highlight=False)
-    console.print(
-        f"no-signal groups: {report.no_signal}/{report.groups} (all-0 {report.all_zero}, all-1 {report.all_one}); "
-        f"skipped {report.skipped}; truncated {report.truncated_rate:.0%}",
-        highlight=False,
-    )
-    if report.constant:
-        fail(
-            "the reward is constant on every sampled trajectory: GRPO cannot learn from it; "
-            "give partial credit, change difficulty, max_tokens or temperature",
-            code=1,
-        )
-    console.print("[green]reward varies: ok to train[/]")
+    with one_line_errors():
+        cfg = command_config(task, overrides or [])
+        report = asyncio.run(run_preflight(cfg, items, warm_steps))
+    for line in describe(report):
+        console.print(line, highlight=False, markup=False)
+    judged = verdict(report)
+    console.print(f"judged: {judged.judged}", highlight=False, markup=False)
+    for warning in judged.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    if not judged.ok:
+        fail(judged.message, code=1)
+    console.print(f"[green]{escape(judged.message)}[/]", highlight=False)
 
 
 @app.command("eval")
@@ -219,13 +223,9 @@ def eval_run(
 
     if split not in ("test", "val"):
         fail(f"--split: expected test or val, got '{split}'")
-    try:
+    with one_line_errors():
         announce_code(run_dir)
         accuracy = asyncio.run(evaluate_run(run_dir, split))
-    except _run_failed() as error:  # every rollout raised: printed above
-        fail(str(error), code=1)
-    except known_errors() as error:
-        fail(str(error).strip("'\""))
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
 
 
@@ -236,47 +236,72 @@ def compare(
 ) -> None:
     """B's final test accuracy minus A's, paired over the same test items, with its 95%
     interval and p-value (e.g. scorer=verifier against scorer=ruler_ref)."""
-    from rlvr.training.compare import compare_runs
+    from polars.exceptions import PolarsError
 
-    try:
-        gain = compare_runs(run_a, run_b)
-    except (FileNotFoundError, ValueError) as error:
-        fail(str(error))
+    from rlvr.training.compare import compare_runs
+    from rlvr.training.failures import first_line
+
+    with one_line_errors(ValueError):
+        try:
+            gain = compare_runs(run_a, run_b)
+        except PolarsError as error:
+            fail(f"{run_a}, {run_b}: cannot read their test rollouts: {first_line(str(error))}")
     typer.echo(f"{run_b.name} vs {run_a.name}: {gain.describe()}")
 
 
+TaskNames = Annotated[
+    list[str] | None,
+    typer.Argument(help="tasks to show (default: every installed one); a name or file.py:factory"),
+]
+
+
 @app.command()
-def tasks(
-    name: Annotated[
-        str | None, typer.Argument(help="one task only (a name or a reference)")
-    ] = None,
-) -> None:
-    """List the installed tasks (entry-point group rlvr.scenarios) with their options and the
-    TrainConfig defaults each starts from; a task family also lists what it chooses among."""
-    from rlvr.tasks.api import PluginError
-    from rlvr.tasks.plugins import resolve_task, task_names
+def tasks(names: TaskNames = None) -> None:
+    """List the installed tasks (entry-point group rlvr.scenarios), or the tasks named, with their
+    options and the TrainConfig defaults each starts from. A task that cannot be imported or whose
+    options reject their own defaults is one line naming its file and line (exit 2)."""
+    from rlvr.tasks.plugins import task_names
 
-    for task_name in [name] if name else task_names():
+    if names:
+        with one_line_errors():
+            for name in names:
+                typer.echo("\n".join(task_lines(name)))
+        return
+    from rlvr.training.failures import as_one_line
+
+    broken = 0
+    for name in task_names():
         try:
-            task = resolve_task(task_name)
-        except PluginError as error:
-            if name:
-                fail(str(error))
-            typer.echo(f"{task_name}\t(cannot load: {error})")
-            continue
-        for line in task_lines(task_name, task):
-            typer.echo(line)
+            typer.echo("\n".join(task_lines(name)))
+        except Exception as error:
+            said = as_one_line(error, known=said_by_rlvr(error))
+            if said is None:
+                crash(error)
+            typer.echo(f"{name}\t(cannot load: {said[0]})")
+            broken += 1
+    if broken:
+        fail(f"{broken} installed task(s) cannot be loaded (above)")
 
 
-def task_lines(name: str, task) -> list[str]:
-    """What `rlvr tasks` says about one task: description, options, defaults, catalog."""
+def task_lines(name: str) -> list[str]:
+    """A task's line, its options with their defaults, and the TrainConfig defaults. Defaults
+    are validated as `rlvr train NAME` would (when no option is required)."""
+    from rlvr.tasks.plugins import resolve_task
+
+    task = resolve_task(name)
+    fields = task.options.model_fields
+    if not any(info.is_required() for info in fields.values()):
+        task.parse_options({})
     lines = [f"{name}\t{task.description}"]
-    for key, info in task.options.model_fields.items():
-        value = info.get_default(call_default_factory=True)
-        shown = repr(value.value if isinstance(value, Enum) else value)
-        default = "(required)" if info.is_required() else shown
+    for key, info in fields.items():
+        value = None if info.is_required() else info.get_default(call_default_factory=True)
+        shown = (
+            "(required)"
+            if info.is_required()
+            else repr(value.value if isinstance(value, Enum) else value)
+        )
         about = f"  {info.description}" if info.description else ""
-        lines.append(f"    {key}={default}{about}")
+        lines.append(f"    {key}={shown}{about}")
     if task.defaults:
         lines.append(f"    defaults: {' '.join(f'{k}={v}' for k, v in task.defaults.items())}")
     if task.catalog is not None:
@@ -317,7 +342,7 @@ def inspect_run(
 
     from rlvr import inspection as ri
 
-    try:
+    with one_line_errors(ri.InspectError):
         run = ri.load_run(run_dir)
         if suspicious:
             parts = ri.suspicious_view(run, threshold, jump, step, limit)
@@ -325,8 +350,6 @@ def inspect_run(
             parts = ri.step_view(run, step, split, limit)
         else:
             parts = ri.overview_view(run)
-    except ri.InspectError as error:
-        fail(str(error))
     out = Out()
     for part in parts:
         out.print(part)

@@ -257,6 +257,12 @@ class TrainConfig(BaseModel):
     sft_steps: int = Field(0, ge=0, description="warm-start optimizer steps (0 = no warm start)")
     sft_batch_size: int = Field(16, ge=1, description="demonstrations per warm-start step")
     sft_learning_rate: float = Field(1e-3, gt=0, description="warm-start learning rate")
+    sft_budget_share: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="the warm start's share of max_minutes at most (its steps are cut to fit)",
+    )
 
     # Data split and determinism.
     train_ratio: float = Field(0.8, gt=0, lt=1)

@@ -109,6 +109,8 @@ class M(StrEnum):
     POOL_EQUAL = "pool/all_equal"  # ... whose last group was all equal (solved or hopeless)
     POOL_UNTRIED = "pool/untried"  # ... never drawn yet
     REWARD_COUNTS = "train/reward_counts"  # training rewards (rounded to 0.01) -> how many
+    # Rewards a verifier-contract function returned outside [0, 1], clipped to it (and said once).
+    REWARD_CLIPPED = "train/reward_clipped"
 
 
 ALARM_PREFIX = "alarm/"

@@ -462,6 +462,15 @@ def test_identical_completions(rows, flagged):
 
 
 @pytest.mark.parametrize(
+    ("length", "said"), [(60, ""), (61, " (+1 characters)"), (90, " (+30 characters)")]
+)
+def test_a_long_identical_completion_is_cut_and_says_so(length: int, said: str) -> None:
+    text = "x" * length
+    [found] = ri.identical_completions(frame_of([(text, 1.0, 0.0), (text, 1.0, 0.0)]))
+    assert found.detail.endswith(f"{text[:60]!r}{said}")
+
+
+@pytest.mark.parametrize(
     ("rewards", "truths", "jump_steps"),
     [
         ([0.1, 0.6, 0.7], [0.1, 0.1, 0.1], [2]),  # reward jumps, truth flat

@@ -137,3 +137,31 @@ def test_the_tiny_runs_summary_has_the_paired_test_block(tiny_run):
         assert test["last"] == test["final"]
     run = ri.load_run(tiny_run.run_dir)
     assert "on 4 test items (p=" in summary_line(run)
+
+
+def test_the_tiny_runs_story_in_words_and_in_its_report(tiny_run):
+    """No warm start: validation from the start to its best and its last evaluation; the test
+    of the start and the best checkpoint (and of the last one, where it is not the best)."""
+    import json
+
+    from rlvr.runs.report import checkpoints_tested, report_figure
+
+    run = ri.load_run(tiny_run.run_dir)
+    summary = json.loads((tiny_run.run_dir / "summary.json").read_text())
+    lines = ri.story(run)
+    assert lines[0].startswith("validation (4 items): ") and "at the start -> best " in lines[0]
+    assert lines[1].startswith("test (4 paired items): start ")
+    assert f"-> best (step {summary['best_step']}) " in lines[1]
+    assert lines[2].startswith("gain, best - start: ")
+    assert not any(line.startswith("RL gain") for line in lines)  # no warm start
+    assert [p.step for p in checkpoints_tested(run.metrics, summary)][:2] == [
+        0,
+        summary["best_step"],
+    ]
+    fig = report_figure(run.metrics, summary)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["0", "1", "2"]  # integer steps
+    assert "\n".join(lines) in [t.get_text() for t in fig.texts]
+    overview = cli(tiny_run.run_dir)
+    for line in lines:
+        assert " ".join(line.split()) in " ".join(overview.output.split()), line

@@ -92,11 +92,15 @@ def check(item, trajectory):
     return float(item.answer.lower() in (rlvr.final_reply(trajectory) or "").lower())
 
 
+OPENED = []  # every McpTools made, held here so only the run can have stopped them
+
+
 def make():
     tools = rlvr.mcp_tools(
         command=[sys.executable, str(HERE / "server.py")],
         env={"PID_FILE": str(HERE / "server.pid"), "FAIL": FAIL},
     )
+    OPENED.append(tools)
 
     async def rollout(model, item, sampling):
         messages = chat("Answer with the city only.", item.prompt)
@@ -331,3 +335,24 @@ def test_a_task_whose_server_fails_to_start_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2, result.output
     assert "failed to start" in result.output and "no database" in result.output
     assert "Traceback" not in result.output and not runs.exists()
+
+
+def test_a_run_stops_the_server_its_task_started_even_while_referenced(tmp_path: Path) -> None:
+    """In a long-lived process (a notebook) the run, not the garbage collector, ends the server:
+    the task's module still holds the tools when the run closes."""
+    from rlvr.config import TrainConfig
+    from rlvr.tasks.plugins import import_target
+    from rlvr.training.session import open_scratch
+
+    folder = write_task(tmp_path)
+    reference = f"{folder}/task.py:task"
+    module = import_target(str(folder / "task.py"), reference)  # the one the run imports
+
+    async def build() -> int:
+        async with open_scratch(TrainConfig(task=reference, judge="none")) as run:
+            assert run.scenario.name == "mcp-capitals"
+            return int((folder / "server.pid").read_text())
+
+    pid = asyncio.run(build())
+    assert module.OPENED, "the task's tools are still referenced"
+    assert gone_within(pid, 15)

@@ -65,7 +65,9 @@ def test_inspect_rollouts_notebook_on_the_tiny_run(tiny_run, monkeypatch):
     assert str(tiny_run.run_dir) in text
     assert frame["prompt"][0] in text and frame["item_id"][0] in text  # real rollouts rendered
     assert "train/reward_mean" in text and "signal" in text  # step table, groups
-    assert images(notebook) == 1  # the curves
+    assert images(notebook) == 2  # report.png and the curves
+    for line in ri.story(run):  # the whole story, as report.png and `rlvr inspect` tell it
+        assert line in text, line
     found = ri.suspicious(run)
     assert f"shape: ({len(found)}, 8)" in text  # the suspects table as polars shows it
 

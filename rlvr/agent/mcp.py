@@ -14,9 +14,9 @@ have, is one line (`McpError`, a ConfigError: exit 2 when the task is built).
 
 Lifetime: the client runs on a thread of its own (its own event loop), so the server is started
 once, where `mcp_tools` is called — in a task's `make`, once per run — and every concurrent
-episode of the run shares its one session. It is stopped by `close()` (or `with`), when the
-returned object and its tools are no longer referenced (the run's scenario is gone), and at
-interpreter exit; a stdio server is also killed by Linux when the run dies without cleanup
+episode of the run shares its one session. It is stopped when the run that built the task ends
+(rlvr.lifetime), by `close()` (or `with`), when the returned object and its tools are no longer
+referenced, and at interpreter exit; a stdio server is also killed by Linux when the run dies without cleanup
 (`rlvr/agent/mcp_launch.py`).
 """
 
@@ -42,6 +42,7 @@ from pydantic import ConfigDict, Field, create_model
 
 from rlvr.agent.tools import MAX_ERROR_CHARS, Tool, ToolError
 from rlvr.config import ConfigError
+from rlvr.lifetime import close_with_the_run
 
 LAUNCHER = Path(__file__).with_name("mcp_launch.py")
 STOP_TIMEOUT_S = 10.0  # the SDK closes stdin, waits 2 s, then SIGTERM and SIGKILL
@@ -388,4 +389,5 @@ def mcp_tools(
         )
     handle = _Handle(client)
     weakref.finalize(handle, client.stop)
+    close_with_the_run(client.stop)  # a run that builds this task stops the server as it ends
     return McpTools(handle, [_as_tool(handle, listed[n]) for n in wanted])

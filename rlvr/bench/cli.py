@@ -18,22 +18,28 @@ ThreadsOption = Annotated[int | None, typer.Option(help="torch CPU threads (defa
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
 
 
-def _fail(message: str) -> NoReturn:
+def _fail(message: str, code: int = 2) -> NoReturn:
     from rlvr.redact import redact_error
 
     typer.echo(f"error: {redact_error(message)}", err=True)
-    raise typer.Exit(2)
+    raise typer.Exit(code)
 
 
 def _print_figures(run: Any) -> None:
-    """Run a benchmark coroutine and print its JSON line (model and config errors exit 2)."""
+    """Run a benchmark coroutine and print its JSON line. Model and config errors, and a task
+    whose own code raised (named by file and line), are one line and exit 2
+    (rlvr.training.failures.as_one_line); an error of rlvr's own keeps its traceback."""
     from rlvr.config import ConfigError
     from rlvr.policy.models import ModelError
+    from rlvr.training.failures import as_one_line
 
     try:
         result = asyncio.run(run)
-    except (ModelError, ConfigError) as error:
-        _fail(str(error))
+    except Exception as error:
+        said = as_one_line(error, known=isinstance(error, ModelError | ConfigError))
+        if said is None:
+            raise
+        _fail(*said)
     typer.echo(json.dumps({k: v for k, v in result.items() if k != "history"}, default=str))
 
 

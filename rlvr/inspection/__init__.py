@@ -11,6 +11,7 @@ are thin shells over this package:
     ri.groups(frame); ri.no_signal_groups(frame)
     ri.render_conversation(ri.conversation(frame.row(0, named=True)))
     ri.suspicious(run)                    # the hacking candidates, each with a reason
+    ri.story(run)                         # the run in words, as report.png tells it
 
 Modules: `reader` (the run and its tables), `curves`, `conversations` (one trajectory as turns,
 and its rendering), `suspects` (hacking candidates), `views` (the terminal views).
@@ -56,7 +57,7 @@ from rlvr.inspection.suspects import (
     suspects_frame,
     suspicious,
 )
-from rlvr.inspection.views import overview_view, step_view, suspicious_view
+from rlvr.inspection.views import overview_view, step_view, story, suspicious_view
 
 __all__ = [
     "JUMP",
@@ -95,6 +96,7 @@ __all__ = [
     "reward_jumps",
     "step_table",
     "step_view",
+    "story",
     "suspect_conversations",
     "suspects_frame",
     "suspicious",

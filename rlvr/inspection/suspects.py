@@ -101,6 +101,7 @@ def identical_completions(frame: pl.DataFrame, threshold: float = THRESHOLD) -> 
                     f"{count} of {len(rows)} completions identical "
                     f"(#{', #'.join(str(r['index']) for r in same)}), reward "
                     f"{first['reward']:.2f}, {truth}: {text[:60]!r}"
+                    + (f" (+{len(text) - 60} characters)" if len(text) > 60 else "")
                 ),
                 step=first["step"],
                 split=first.get("split") or "train",

@@ -27,7 +27,7 @@ from rlvr.inspection.suspects import (
     suspicious,
 )
 from rlvr.metrics import HINT_KEY, M
-from rlvr.paired import describe_block
+from rlvr.runs.report import story_lines
 
 # --- terminal views (rlvr inspect) --------------------------------------------------------------
 
@@ -46,6 +46,13 @@ OVERVIEW_COLUMNS = {  # step-table column -> short terminal header
 }
 
 
+def story(run: Run) -> list[str]:
+    """The run's story in words, as report.png tells it: validation before and after the warm
+    start, at its best and at the last evaluation; the test accuracy of the start, after the
+    warm start, of the best and the last checkpoint, and the paired gains with their intervals."""
+    return story_lines(run.metrics, run.summary or {})
+
+
 def summary_line(run: Run) -> str:
     cfg, s = run.config, run.summary
     scorer = (s or {}).get("scorer") or cfg.get("scorer", "?")
@@ -55,8 +62,7 @@ def summary_line(run: Run) -> str:
     return head + (
         f"\nstop: {s.get('stop_reason')} after {s.get('steps')} steps · baseline val "
         f"{fmt_score(s.get('baseline_val'))} → best {fmt_score(s.get('best_val'))} (step {s.get('best_step')})"
-        f" · test {fmt_score(s.get('test_accuracy'))}"
-        + "".join(f"\n{line}" for line in (describe_block(s["test"]) if s.get("test") else []))
+        f" · test {fmt_score(s.get('test_accuracy'))}" + "".join(f"\n{line}" for line in story(run))
     )
 
 

@@ -1,6 +1,8 @@
 """Deterministic scorers and composition.
 
-- VerifierScorer wraps a scenario's deterministic reward under the verifier contract.
+- VerifierScorer wraps a deterministic reward: a task's own `reward(item, trajectory)` hook (any
+  real number, as the task set it) or a verifier-contract `fn(completion, ground_truth)`, whose
+  values are bounded to [0, 1] (a value outside is clipped, counted and said once).
 - RolloutScorer keeps the reward the rollout set (ART's idiom), unclipped.
 - LengthScorer is deliberately hackable (reward grows with reply length); it exists to show the
   divergence alarm and the suspicious-rollout view catching a gamed reward.
@@ -21,10 +23,14 @@ from collections.abc import Awaitable, Callable
 import art
 
 from rlvr.metrics import M
-from rlvr.scoring.verifiers import guarded
 from rlvr.types import Item, Scenario, Scorer, completion_text
 
 ItemReward = Callable[[Item, art.Trajectory], float | Awaitable[float]]
+UNIT = (0.0, 1.0)  # the verifier contract's range
+CLIP_FIX = (
+    "return rewards in [0, 1], or give the reward as a task's reward= hook or set it on the "
+    "trajectory with scorer=rollout, which keep any real number"
+)
 GroupFn = Callable[
     [art.TrajectoryGroup, Item],
     "list[float] | art.TrajectoryGroup | Awaitable[list[float] | art.TrajectoryGroup | None] | None",
@@ -46,40 +52,65 @@ def rescored(
     )
 
 
-async def _guarded(
-    reward: ItemReward, item: Item, trajectory: art.Trajectory
-) -> tuple[float, bool]:
-    """`guarded` for a reward that may be async."""
+async def _value(reward: ItemReward, item: Item, trajectory: art.Trajectory) -> float | None:
+    """The reward (sync or async) as a finite number; None when it raised, is not a number or is
+    not finite (a reward error)."""
     try:
         value = reward(item, trajectory)
         if inspect.isawaitable(value):
             value = await value
     except Exception:
-        return 0.0, True
-    return guarded(lambda: value)
+        return None
+    return _number(value)
 
 
 class VerifierScorer:
-    """Deterministic reward from the scenario (sync or async). Errors are 0.0 and counted
-    (reward contract)."""
+    """A deterministic reward per trajectory (sync or async). An error (raised, NaN, not a
+    number) is 0.0 and counted (`train/reward_errors`). With `bounds` (the verifier contract:
+    [0, 1]) a value outside is clipped to them, counted (`train/reward_clipped`) and said once
+    with the value and the item; without, the reward is kept as the task set it."""
 
-    def __init__(self, reward: ItemReward, name: str = "verifier") -> None:
+    def __init__(
+        self, reward: ItemReward, name: str = "verifier", bounds: tuple[float, float] | None = None
+    ) -> None:
         self._reward = reward
-        self.name = name
+        self.name, self.bounds = name, bounds
         self._counts: Counter[str] = Counter()
+        self._said_clipped = False
 
     async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup:
-        outcomes = [await _guarded(self._reward, item, t) for t in group.trajectories]
-        self._counts[M.REWARD_ERRORS] += sum(errored for _, errored in outcomes)
-        return rescored(
-            group,
-            [value for value, _ in outcomes],
-            [{"reward_error": int(errored)} for _, errored in outcomes],
-        )
+        values = [await _value(self._reward, item, t) for t in group.trajectories]
+        self._counts[M.REWARD_ERRORS] += sum(v is None for v in values)
+        rewards = [self._bounded(0.0 if v is None else v, item) for v in values]
+        return rescored(group, rewards, [{"reward_error": int(v is None)} for v in values])
+
+    def _bounded(self, value: float, item: Item) -> float:
+        if self.bounds is None:
+            return value
+        low, high = self.bounds
+        kept = min(high, max(low, value))
+        if kept != value:
+            self._counts[M.REWARD_CLIPPED] += 1
+            if not self._said_clipped:
+                self._said_clipped = True
+                log.warning(
+                    "scorer %s: reward %g of item %s is outside the verifier contract's "
+                    "[%g, %g] and was clipped to %g; each clipped reward is counted in %s (%s)",
+                    self.name,
+                    value,
+                    item.id,
+                    low,
+                    high,
+                    kept,
+                    M.REWARD_CLIPPED,
+                    CLIP_FIX,
+                )
+        return kept
 
     def pop_metrics(self) -> dict[str, float]:
         counts, self._counts = dict(self._counts), Counter()
-        return {M.REWARD_ERRORS: 0.0, **counts}
+        bounded = {M.REWARD_CLIPPED: 0.0} if self.bounds is not None else {}
+        return {M.REWARD_ERRORS: 0.0, **bounded, **counts}
 
 
 class RolloutScorer:
@@ -239,13 +270,15 @@ def group_scorer(fn: GroupFn, name: str | None = None, retries: int = 2) -> Scor
 
 def reward_scorer(fn: Callable[[str, str], float], name: str | None = None) -> Scorer:
     """Lift a verifier-contract `compute_reward(completion, ground_truth) -> float` to a Scorer
-    over the last assistant message and the item's answer."""
+    over the last assistant message and the item's answer; its values are bounded to [0, 1]."""
     return VerifierScorer(
         lambda item, t: fn(completion_text(t), item.answer or ""),
         name or getattr(fn, "__name__", "reward"),
+        bounds=UNIT,
     )
 
 
 def verifier_scorer(scenario: Scenario) -> Scorer:
-    """`scorer=verifier`: the scenario's own deterministic training reward."""
+    """`scorer=verifier`: the scenario's own deterministic training reward, any real number as
+    the task returns it (ART's idiom: negative and shaped rewards included)."""
     return VerifierScorer(scenario.reward)

@@ -10,6 +10,7 @@ from rlvr import art_private
 from rlvr.config import TrainConfig
 from rlvr.runs import layout, store
 from rlvr.training.backends import Policy
+from rlvr.training.progress import phase
 from rlvr.training.state import RunState, warm_policy_step
 from rlvr.training.stopping import best_index, gain_threshold
 
@@ -33,7 +34,8 @@ async def keep_checkpoints(
     step = state.evals[-1].step
     source = checkpoint_path(policy, state.policy_steps[step])
     if source is not None and step % cfg.save_every == 0:
-        store.save_checkpoint(run_dir, source, layout.step_name(step))
+        with phase(f"saving checkpoint {layout.step_name(step)}"):
+            store.save_checkpoint(run_dir, source, layout.step_name(step))
     best = state.evals[
         best_index(
             [p.val for p in state.evals], gain_threshold(state.evals, cfg.stopping.min_delta)
@@ -51,4 +53,5 @@ async def keep_checkpoints(
 def save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:
     source = checkpoint_path(policy, policy_step)
     if source is not None:
-        store.save_checkpoint(run_dir, source, layout.BEST)
+        with phase(f"saving checkpoint {layout.BEST}"):
+            store.save_checkpoint(run_dir, source, layout.BEST)

@@ -7,9 +7,11 @@ from collections.abc import Awaitable, Callable
 
 import art
 
+from rlvr import art_private
 from rlvr.tasks.rollout_model import RolloutModel
 from rlvr.training.backends import Policy
 from rlvr.training.failures import Failure, FailureLog, failures_of, require_some
+from rlvr.training.progress import LINES_PER_PHASE, Progress
 from rlvr.types import Item, Sampling
 
 RolloutFn = Callable[[art.Model, Item, Sampling], Awaitable[art.Trajectory]]
@@ -24,14 +26,14 @@ async def rollout_groups(
     n: int,
     sampling: Sampling,
     limit: asyncio.Semaphore,
-    desc: str,
+    progress: Progress,
     after_each: Callable[[art.TrajectoryGroup], Awaitable[art.TrajectoryGroup]] | None = None,
 ) -> tuple[list[art.TrajectoryGroup], list[Item], int, list[Failure]]:
     """n rollouts per item through ART's gather. Returns (groups with trajectories, their items,
     rollout errors, the failures behind them). A rollout that raises is dropped from its group
     and counted, never retried silently.
     `after_each` runs on each group as soon as its own rollouts are done (ART's hook), so scoring
-    one group overlaps the rollouts of the others."""
+    one group overlaps the rollouts of the others; then `progress` advances by one."""
 
     async def one(item: Item) -> art.Trajectory:
         async with limit:
@@ -39,25 +41,24 @@ async def rollout_groups(
         trajectory.metadata["item_id"] = item.id
         return trajectory
 
+    async def finished(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
+        done = await after_each(group) if after_each and group.trajectories else group
+        rewards = [t.reward for t in done.trajectories]
+        progress.advance(note=f"reward {sum(rewards) / len(rewards):.2f}" if rewards else "")
+        return done
+
     by_id = {item.id: item for item in items}
-    groups = await art.gather_trajectory_groups(
+    groups = await art_private.gather_groups(
         (
             art.TrajectoryGroup((one(item) for _ in range(n)), metadata={"item_id": item.id})
             for item in items
         ),
-        pbar_desc=desc,
+        after_each=finished,
         max_exceptions=len(items) * n,
-        after_each=(lambda g: after_each(g) if g.trajectories else _same(g))
-        if after_each
-        else None,
     )
     errors = sum(len(g.exceptions) for g in groups) + n * (len(items) - len(groups))
     kept = [g for g in groups if g.trajectories]
     return kept, [by_id[str(g.metadata["item_id"])] for g in kept], errors, failures_of(groups)
-
-
-async def _same(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
-    return group
 
 
 async def evaluate(
@@ -74,9 +75,10 @@ async def evaluate(
     A rollout that raised is an error of the code, not an answer of the policy: it is reported
     (`failure_log`) and counted, and the accuracy is over the completed items; when every
     rollout raised, RunFailed."""
-    groups, done, _, failures = await rollout_groups(
-        rollout, policy, items, 1, sampling, limit, desc
-    )
+    with Progress(desc, len(items), "item", lines=LINES_PER_PHASE) as progress:
+        groups, done, _, failures = await rollout_groups(
+            rollout, policy, items, 1, sampling, limit, progress
+        )
     if failure_log is not None:
         failure_log.report(failures, desc)
     require_some(len(done), failures, desc)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import sysconfig
+import traceback
 from pathlib import Path
 
 import art
@@ -62,12 +63,41 @@ def user_frame(traceback_text: str, machinery: tuple[str, ...] = _MACHINERY) -> 
     return None
 
 
+def first_line(text: str) -> str:
+    """The first line of a message, marked where more lines were left out."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return "(no message)"
+    return lines[0] + (f" [+{len(lines) - 1} more lines]" if len(lines) > 1 else "")
+
+
+def where_raised(error: BaseException) -> str | None:
+    """`path:line` of the innermost frame of the user's code where `error` came from (a task's
+    import, options, factory or load() that raised), looked for from its deepest cause out;
+    None when it came from rlvr, ART or a library alone."""
+    chain: list[BaseException] = []
+    link: BaseException | None = error
+    while link is not None and link not in chain:
+        chain.append(link)
+        link = link.__cause__ or (None if link.__suppress_context__ else link.__context__)
+    places = (user_frame("".join(traceback.format_tb(e.__traceback__))) for e in reversed(chain))
+    return next((place for place in places if place), None)
+
+
+def one_line(error: BaseException, known: bool = False) -> str:
+    """`error` as one line for the console, led by the place in the user's code it came from:
+    rlvr's own errors (`known`) keep their text; any other gets its type in front."""
+    text = str(error) if known else f"{type(error).__name__}: {error}"
+    place = where_raised(error)
+    return f"{place}: {first_line(text)}" if place else first_line(text)
+
+
 def failures_of(groups: list[art.TrajectoryGroup]) -> list[Failure]:
     """The exceptions ART stored on the groups, one Failure each."""
     return [
         Failure(
             kind=(m.group(1).rsplit(".", 1)[-1] if (m := _CLASS.match(e.type)) else e.type),
-            message=e.message.strip().splitlines()[0] if e.message.strip() else "(no message)",
+            message=first_line(e.message),
             where=user_frame(e.traceback),
         )
         for g in groups
@@ -101,3 +131,15 @@ def require_some(done: int, failures: list[Failure], during: str) -> None:
         raise RunFailed(
             f"every rollout of {during} failed ({len(failures)}); first: {failures[0].line()}"
         )
+
+
+def as_one_line(error: BaseException, known: bool) -> tuple[str, int] | None:
+    """(line, exit code) for an error a user can act on: every rollout raising (1), one of
+    rlvr's own one-line errors (`known`, 2), or an error raised in the user's own code — a task's
+    import, options, factory or load() — named by its file and line (2). None for anything else:
+    a fault of rlvr itself, whose traceback is what helps."""
+    if isinstance(error, RunFailed):
+        return str(error), 1
+    if known or where_raised(error) is not None:
+        return one_line(error, known=known), 2
+    return None

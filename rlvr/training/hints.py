@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from rlvr.scoring.scorers import CLIP_FIX
 from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS
 
 MOSTLY = 0.5  # "mostly" in the decision policy
@@ -22,7 +23,13 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
     all_zero = metrics.get(M.ALL_ZERO, 0) / groups if groups else 0.0
     all_one = metrics.get(M.ALL_ONE, 0) / groups if groups else 0.0
     truncated = metrics.get(M.TRUNCATED_RATE, 0.0)
+    clipped = metrics.get(M.REWARD_CLIPPED, 0) or 0
     hints: list[str] = []
+    if clipped:
+        hints.append(
+            f"{clipped:.0f} rewards were outside the verifier contract's [0, 1] and clipped "
+            f"(counted in {M.REWARD_CLIPPED}): {CLIP_FIX}"
+        )
     if metrics.get(M.REWARD_ERRORS, 0):
         hints.append(
             f"{metrics[M.REWARD_ERRORS]:.0f} reward errors: fix the reward function before "
@@ -30,7 +37,9 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
         )
     if all_zero >= MOSTLY:
         causes = (
-            f" and {truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens})"
+            f" after {clipped:.0f} rewards were clipped to [0, 1] (above)"
+            if clipped
+            else f" and {truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens})"
             if truncated >= TRUNCATION_HIGH
             else ": simplify the data, add partial credit, or raise temperature"
         )

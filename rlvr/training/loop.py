@@ -135,7 +135,13 @@ async def train_until_stop(run: Session) -> StopReason:
 async def warm(run: Session) -> None:
     """Validation before the warm start (its own gain), then the warm start; one row."""
     before, _, _, _ = await run.evaluate(run.val_items, "val", "validate before warm start")
-    row = await warm_start(run.cfg, run.scenario, run.policy.model, run.split.train)
+    row = await warm_start(
+        run.cfg,
+        run.scenario,
+        run.policy.model,
+        run.split.train,
+        share=run.cfg.sft_budget_share,
+    )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
     run.emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved})
     print_warm_start(row, before)
@@ -251,7 +257,7 @@ def finish(
         }
     plot_report(run.rows, summary, run.run_dir / store.REPORT)
     store.write_summary(run.run_dir, summary)
-    print_finished(summary)
+    print_finished(summary, run.rows)
     return result
 
 

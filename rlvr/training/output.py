@@ -1,20 +1,19 @@
 """What a training run prints: the step line with its hints, alarms, validations, the warm start
-and the finished panel. Everything else of a run goes to its directory (rlvr.runs.store)."""
+and the finished panel (the progress of long phases: rlvr.training.progress). Everything else of
+a run goes to its directory (rlvr.runs.store)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.panel import Panel
 
 from rlvr.metrics import HINT_KEY, M
-from rlvr.paired import describe_block
+from rlvr.runs.report import story_lines
+from rlvr.training.progress import console
 from rlvr.training.state import NoSignal
 from rlvr.training.stopping import Alarm, AlarmName
 from rlvr.training.warmstart import WarmMetric
-
-console = Console()
 
 
 def print_step(row: dict[str, Any]) -> None:
@@ -50,10 +49,16 @@ def print_validation(
 
 
 def print_warm_start(row: dict[str, Any], before: float) -> None:
+    steps = row.get(WarmMetric.STEPS)
+    trained = (
+        "" if steps is None else f" in {steps:.0f} steps ({row[WarmMetric.TOKENS]:,.0f} tokens)"
+    )
+    rejected = row.get(WarmMetric.REJECTED) or 0
+    left_out = f", {rejected:.0f} failing their check left out" if rejected else ""
     console.print(
-        f"[green]warm start[/]: {row[WarmMetric.DEMONSTRATIONS]:.0f} demonstrations, loss "
-        f"{row[WarmMetric.LOSS_FIRST]:.3f} -> {row[WarmMetric.LOSS_LAST]:.3f}; validation before "
-        f"it {before:.3f} ({row[WarmMetric.SECONDS]:.0f}s)",
+        f"[green]warm start[/]: {row[WarmMetric.DEMONSTRATIONS]:.0f} demonstrations{trained}"
+        f"{left_out}, loss {row[WarmMetric.LOSS_FIRST]:.3f} -> {row[WarmMetric.LOSS_LAST]:.3f}; "
+        f"validation before it {before:.3f} ({row[WarmMetric.SECONDS]:.0f}s)",
         highlight=False,
     )
 
@@ -67,8 +72,10 @@ def print_budget(message: str) -> None:
     console.print(Panel(message, title="judge budget reached", style="bold yellow"))
 
 
-def print_finished(summary: dict[str, Any]) -> None:
-    """The last lines of a run: how it stopped, validation, test, and the paired test gains."""
+def print_finished(summary: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> None:
+    """The last lines of a run: how it stopped, then its story as report.png tells it
+    (validation before and after the warm start, the test of each checkpoint, the paired gains;
+    `rows`: the run's metrics rows, for the validation line and the last checkpoint's step)."""
     test = summary.get("test_accuracy")
     console.print(
         Panel(
@@ -80,5 +87,5 @@ def print_finished(summary: dict[str, Any]) -> None:
             style="bold",
         )
     )
-    for line in describe_block(summary["test"]) if summary.get("test") else []:
-        console.print(line, highlight=False)
+    for line in story_lines(rows or [], summary):
+        console.print(line, highlight=False, markup=False)

@@ -1,7 +1,8 @@
 """A run's session: everything a run opens before its first step, shared by training
 (`run_training`), evaluation of a finished run (`evaluate_run`) and preflight.
 
-`open_finished` opens a finished run the same way, read only, to evaluate it again (`rlvr eval`).
+`open_finished` opens a finished run the same way, read only, to evaluate it again (`rlvr eval`),
+and `open_scratch` the run a config describes in a temporary directory (preflight, benchmarks).
 
 `resolve` turns what the caller gave (a task name or object, a scorer spec or object) into the
 built Scenario and Scorer, with the judge opened first because both may need it; everything that
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -25,6 +27,7 @@ import art
 
 from rlvr.config import TrainConfig
 from rlvr.integrations import open_tracker
+from rlvr.lifetime import run_lifetime
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.runs import layout, runlock, store
 from rlvr.tasks.api import Task
@@ -195,6 +198,7 @@ async def open_session(
     """The run's session (module docstring); the judge, tracker, lock and policy are closed on
     exit, errors and Ctrl-C included."""
     async with AsyncExitStack() as stack:
+        stack.enter_context(run_lifetime())  # what the task opens closes with the run
         cfg, built, scorer_, judge = await resolve(cfg, stack, scenario, scorer, resume is not None)
         # A scorer object of the caller's is compared with the truth; a spec unless it names the
         # task's own reward (rlvr.tasks.scorer_spec.compared_with_truth).
@@ -231,20 +235,46 @@ async def open_session(
         yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy, compared)
 
 
+async def quiet_session(
+    stack: AsyncExitStack,
+    cfg: TrainConfig,
+    scenario: Scenario,
+    scorer: Scorer,
+    run_dir: Path,
+    rows: list[dict[str, Any]],
+) -> Session:
+    """A session on `run_dir` that writes nothing a run keeps: no tracker, the policy opened in
+    place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""
+    split = split_items(
+        scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+    )
+    quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
+    tracker = stack.enter_context(open_tracker(quiet, run_dir))
+    policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+    return Session(cfg, scenario, scorer, run_dir, rows, split, tracker, policy, False)
+
+
 @asynccontextmanager
 async def open_finished(run_dir: Path, scenario: Scenario | Task | None) -> AsyncIterator[Session]:
     """A finished run opened read only (its lock held, nothing recovered or rewound, no tracker):
     its config, task, split, history and policy, to evaluate a checkpoint again. `scenario`: the
     object it was trained with, where config.json names no installed task."""
     async with AsyncExitStack() as stack:
+        stack.enter_context(run_lifetime())
         stack.enter_context(runlock.hold(run_dir))
         stored = store.read_config(run_dir)
         cfg, built, scorer, _ = await resolve(stored, stack, scenario, None, resuming=True)
-        split = split_items(
-            built.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
-        )
-        quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
-        tracker = stack.enter_context(open_tracker(quiet, run_dir))
-        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
         rows = store.read_metrics(run_dir)
-        yield Session(cfg, built, scorer, run_dir, rows, split, tracker, policy, False)
+        yield await quiet_session(stack, cfg, built, scorer, run_dir, rows)
+
+
+@asynccontextmanager
+async def open_scratch(cfg: TrainConfig) -> AsyncIterator[Session]:
+    """The run `cfg` describes, opened in a temporary directory removed on exit: its task,
+    scorer, split and a fresh policy, for a look before training (preflight, benchmarks)."""
+    async with AsyncExitStack() as stack:
+        stack.enter_context(run_lifetime())
+        cfg, built, scorer, _ = await resolve(cfg, stack, None, None, resuming=True)
+        check_can_demonstrate(cfg, built)
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlvr-scratch-")))
+        yield await quiet_session(stack, cfg, built, scorer, tmp / "run", [])

@@ -36,6 +36,7 @@ from rlvr.training import pool
 from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS, train_kwargs
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import require_some
+from rlvr.training.progress import Progress
 from rlvr.training.session import Session
 from rlvr.types import Item, Sampling
 
@@ -118,8 +119,11 @@ class Refills:
     groups still running. The k-th replacement is drawn from its own seeded source, excluding
     every item drawn before it: the same draws for the same outcomes, whatever the timing."""
 
-    def __init__(self, run: Session, step: int, drawn: list[str], cap: int) -> None:
+    def __init__(
+        self, run: Session, step: int, drawn: list[str], cap: int, progress: Progress
+    ) -> None:
         self.run, self.step, self.drawn, self.cap = run, step, list(drawn), cap
+        self.progress = progress
         self.tasks: list[asyncio.Task[Round]] = []
 
     def after(self, group: art.TrajectoryGroup) -> None:
@@ -136,7 +140,9 @@ class Refills:
         self.drawn += picked
         item = next(i for i in train if i.id == picked[0])
         label = f"step {self.step + 1} refill {len(self.tasks) + 1}"
-        self.tasks.append(asyncio.create_task(play_round(self.run, [item], label, self.after)))
+        self.progress.grow()
+        play = play_round(self.run, [item], label, self.after, self.progress)
+        self.tasks.append(asyncio.create_task(play))
 
     async def rounds(self) -> list[Round]:
         """Every replacement's round, the ones they started in turn included."""
@@ -157,14 +163,20 @@ async def gather_batch(run: Session, step: int) -> Batch:
         rng = pool.step_rng(cfg.seed, step, 0)
         drawn = pool.draw(run.state.pool, train_ids, cfg.groups_per_batch, cfg.sampling, rng)
     cap = 0 if cfg.sampling.strategy == "uniform" else cfg.sampling.max_refill
-    refills = Refills(run, step, drawn, cfg.groups_per_batch if cap is None else cap)
-    first = await play_round(run, [by_id[i] for i in drawn], f"step {step + 1}", refills.after)
-    rounds = [first, *await refills.rounds()]
+    with Progress(f"step {step + 1} rollouts", len(drawn), "group") as progress:
+        refills = Refills(run, step, drawn, cfg.groups_per_batch if cap is None else cap, progress)
+        items = [by_id[i] for i in drawn]
+        first = await play_round(run, items, f"step {step + 1}", refills.after, progress)
+        rounds = [first, *await refills.rounds()]
     return Batch(rounds=rounds, started=started, gathered=time.monotonic())
 
 
 async def play_round(
-    run: Session, items: list[Item], label: str, after: Callable[[art.TrajectoryGroup], None]
+    run: Session,
+    items: list[Item],
+    label: str,
+    after: Callable[[art.TrajectoryGroup], None],
+    progress: Progress,
 ) -> Round:
     """Roll out a group per item; each group's ground truth and training reward are scored as
     soon as its own rollouts finish (so scoring overlaps the other groups' rollouts), then handed
@@ -177,7 +189,7 @@ async def play_round(
         run.cfg.group_size,
         Sampling.from_config(run.cfg, "train"),
         run.limit,
-        f"{label} rollouts",
+        progress,
         after_each=functools.partial(score_group, run, {i.id: i for i in items}, spans, after),
     )
     run.failure_log.report(failures, label)

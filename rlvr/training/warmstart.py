@@ -6,6 +6,12 @@ turns. Before RL, `sft_steps` batches of such demonstrations of *training* items
 ground truth accepts — train the policy with cross-entropy on the assistant tokens through the
 backend's own SFT path (`rlvr.art_private.train_sft`, ART's `model.train_sft`; ART's tokenisation). It gives a small
 policy the protocol and the answer format, so RL starts from groups that sometimes succeed.
+
+The warm start fits the budget: with `max_minutes` set it may take at most `share` of it, on any
+CPU. Demonstrations are counted in tokens (what a step forwards and back-propagates): the first
+step is trained alone to measure seconds per token, then as many further steps as that speed fits
+in what is left, re-measured after each call. What the budget cut (steps, tokens) is said once and
+recorded in the warm-start row.
 """
 
 from __future__ import annotations
@@ -13,14 +19,25 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import art
 from art.types import TrainSFTConfig
+from rich.console import Console
 
 from rlvr import art_private
 from rlvr.config import ConfigError, TrainConfig
+from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
 from rlvr.types import Item, Scenario
+
+# The share of `max_minutes` the warm start may take, until TrainConfig carries it as a field:
+# RL then always keeps the rest (validation, steps, the test split).
+WARM_SHARE = 0.4
+CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be loaded
+
+TokenCount = Callable[[art.Trajectory], int]
 
 
 class WarmMetric:
@@ -32,6 +49,12 @@ class WarmMetric:
     LOSS_LAST = "warm/loss_last"  # ... last batch (measured before its update)
     VAL_BEFORE = "warm/val_before"  # validation accuracy before the warm start
     SECONDS = "warm/seconds"
+    STEPS = "warm/steps"  # SFT steps trained
+    STEPS_PLANNED = "warm/steps_planned"  # ... the steps its demonstrations made
+    TOKENS = "warm/tokens"  # tokens of the demonstrations trained on (prompts and replies)
+    TOKENS_PLANNED = "warm/tokens_planned"  # ... of all the demonstrations made
+    BUDGET_S = "warm/budget_s"  # the seconds it could take (share of max_minutes; None: no cap)
+    CUT = "warm/cut"  # 1 when the budget cut it short, else 0
 
 
 def check_can_demonstrate(cfg: TrainConfig, scenario: Scenario) -> None:
@@ -48,39 +71,189 @@ def demo_items(train: list[Item], count: int) -> list[Item]:
     return [train[i % len(train)] for i in range(count)] if train else []
 
 
-async def demonstrations(scenario: Any, items: list[Item]) -> tuple[list[art.Trajectory], int]:
-    """The scenario's demonstrations of `items` that its own check accepts, and how many it
-    rejected (an oracle that fails an item must not teach the failure)."""
+def warm_budget_s(max_minutes: float | None, share: float) -> float | None:
+    """The seconds a warm start may take: `share` of the run's budget (None: no budget)."""
+    return None if max_minutes is None else max_minutes * 60 * share
+
+
+async def demonstrated(
+    scenario: Any, items: list[Item], progress: Progress | None = None
+) -> list[art.Trajectory | None]:
+    """Each item's demonstration where the scenario's own check accepts it, else None (an oracle
+    that fails an item must not teach the failure); in the items' order."""
 
     async def one(item: Item) -> art.Trajectory | None:
         made = scenario.demonstrate(item)
         demo = await made if inspect.isawaitable(made) else made
-        return demo if demo is not None and await scenario.check(item, demo) >= 1.0 else None
+        passed = demo is not None and await scenario.check(item, demo) >= 1.0
+        if progress is not None:
+            progress.advance()
+        return demo if passed else None
 
-    made = await asyncio.gather(*(one(i) for i in items))
+    return list(await asyncio.gather(*(one(i) for i in items)))
+
+
+async def demonstrations(
+    scenario: Any, items: list[Item], progress: Progress | None = None
+) -> tuple[list[art.Trajectory], int]:
+    """The scenario's demonstrations of `items` that its own check accepts, and how many it
+    rejected."""
+    made = await demonstrated(scenario, items, progress)
     kept = [d for d in made if d is not None]
     return kept, len(made) - len(kept)
 
 
+def token_counter(model: str, out: Console = console) -> TokenCount:
+    """Tokens of a demonstration as the policy's tokenizer renders it (its chat template, with
+    the trajectory's tools). Where no tokenizer can be loaded or a trajectory cannot be rendered,
+    characters / 4, said once."""
+    from transformers import AutoTokenizer
+
+    from rlvr.policy.models import ALIASES, ModelError, resolve_model
+
+    said: list[str] = []
+
+    def estimate(trajectory: art.Trajectory, why: str) -> int:
+        if not said:
+            said.append(why)
+            out.print(f"warm start: demonstration tokens estimated as characters / 4 ({why})")
+        return len(str(trajectory.messages())) // CHARS_PER_TOKEN
+
+    # A hub id (a remote backend's model) fetches its tokenizer alone, never the weights.
+    local = model in ALIASES or Path(model).expanduser().is_dir()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(model)) if local else model)
+    except (ModelError, OSError, ValueError) as error:
+        why = f"no tokenizer for {model}: {type(error).__name__}"
+        return lambda t: estimate(t, why)
+
+    def count(trajectory: art.Trajectory) -> int:
+        try:
+            rendered = tokenizer.apply_chat_template(
+                trajectory.messages(), tools=trajectory.tools or None, tokenize=True
+            )
+        except Exception as error:  # a template that cannot render these turns
+            return estimate(trajectory, f"the chat template failed: {type(error).__name__}")
+        ids = rendered["input_ids"] if isinstance(rendered, Mapping) else rendered
+        return len(ids)
+
+    return count
+
+
+def steps_that_fit(
+    step_tokens: list[int], seconds_per_token: float | None, remaining_s: float | None
+) -> int:
+    """How many of the next steps (their tokens) to train in one call: all of them without a
+    budget; the first alone while the speed is unmeasured; then as many as the measured speed
+    fits in the remaining seconds (0: not even the next one)."""
+    if remaining_s is None:
+        return len(step_tokens)
+    if seconds_per_token is None:
+        return min(1, len(step_tokens))
+    spent, fit = 0.0, 0
+    for tokens in step_tokens:
+        spent += tokens * seconds_per_token
+        if spent > remaining_s:
+            break
+        fit += 1
+    return fit
+
+
 async def warm_start(
-    cfg: TrainConfig, scenario: Any, model: art.TrainableModel, train: list[Item]
-) -> dict[str, float]:
-    """Train `cfg.sft_steps` batches of demonstrations; returns the warm-start metrics."""
-    started = time.monotonic()
-    demos, rejected = await demonstrations(
-        scenario, demo_items(train, cfg.sft_steps * cfg.sft_batch_size)
-    )
+    cfg: TrainConfig,
+    scenario: Any,
+    model: art.TrainableModel,
+    train: list[Item],
+    *,
+    share: float = WARM_SHARE,
+    count_tokens: TokenCount | None = None,
+    clock: Clock = time.monotonic,
+    out: Console = console,
+) -> dict[str, float | None]:
+    """Train `cfg.sft_steps` batches of demonstrations within `share` of `cfg.max_minutes`;
+    returns the warm-start row. `count_tokens` defaults to the policy's tokenizer; `clock` is
+    the budget's clock."""
+    started = clock()
+    budget = warm_budget_s(cfg.max_minutes, share)
+    items = demo_items(train, cfg.sft_steps * cfg.sft_batch_size)
+    with Progress(
+        "warm start: demonstrations", len(items), "demonstration", out, clock, LINES_PER_PHASE
+    ) as bar:
+        demos, rejected = await demonstrations(scenario, items, bar)
     if not demos:
         raise ConfigError(
             f"warm start: task {scenario.name} produced no correct demonstration of "
             f"{rejected} training items; check its demonstrate()"
         )
-    config = TrainSFTConfig(learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_batch_size)
-    losses = [float(m["loss"]) async for m in art_private.train_sft(model, demos, config)]
-    return {
-        WarmMetric.DEMONSTRATIONS: len(demos),
+    if rejected:
+        out.print(
+            f"warm start: {rejected} of {len(items)} demonstrations failed the task's own check "
+            "and are left out",
+            highlight=False,
+        )
+    count = count_tokens or token_counter(cfg.model, out)
+    size = cfg.sft_batch_size
+    steps = [demos[i : i + size] for i in range(0, len(demos), size)]
+    tokens = [sum(count(d) for d in step) for step in steps]
+    losses, done = await train_within(cfg, model, steps, tokens, budget, started, clock, out)
+    row: dict[str, float | None] = {
+        WarmMetric.DEMONSTRATIONS: sum(len(step) for step in steps[:done]),
         WarmMetric.REJECTED: rejected,
         WarmMetric.LOSS_FIRST: losses[0] if losses else float("nan"),
         WarmMetric.LOSS_LAST: losses[-1] if losses else float("nan"),
-        WarmMetric.SECONDS: time.monotonic() - started,
+        WarmMetric.STEPS: done,
+        WarmMetric.STEPS_PLANNED: len(steps),
+        WarmMetric.TOKENS: sum(tokens[:done]),
+        WarmMetric.TOKENS_PLANNED: sum(tokens),
+        WarmMetric.BUDGET_S: budget,
+        WarmMetric.CUT: int(done < len(steps)),
+        WarmMetric.SECONDS: clock() - started,
     }
+    if done < len(steps):
+        print_cut(row, cfg.max_minutes, share, out)
+    return row
+
+
+async def train_within(
+    cfg: TrainConfig,
+    model: art.TrainableModel,
+    steps: list[list[art.Trajectory]],
+    tokens: list[int],
+    budget: float | None,
+    started: float,
+    clock: Clock,
+    out: Console,
+) -> tuple[list[float], int]:
+    """SFT on `steps` through the backend, as many as fit in `budget` seconds from `started`
+    (rlvr.training.warmstart.steps_that_fit): (each trained batch's loss, steps trained)."""
+    config = TrainSFTConfig(learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_batch_size)
+    losses: list[float] = []
+    done, spent_s = 0, 0.0
+    with Progress("warm start: SFT", len(steps), "step", out, clock) as bar:
+        while done < len(steps):
+            rate = spent_s / sum(tokens[:done]) if done else None
+            remaining = None if budget is None else budget - (clock() - started)
+            take = steps_that_fit(tokens[done:], rate, remaining)
+            if take == 0:
+                break
+            began = clock()
+            batch = [d for step in steps[done : done + take] for d in step]
+            async for metrics in art_private.train_sft(model, batch, config):
+                losses.append(float(metrics["loss"]))
+                bar.advance(note=f"loss {losses[-1]:.3f}")
+            spent_s += clock() - began
+            done += take
+    return losses, done
+
+
+def print_cut(
+    row: dict[str, float | None], max_minutes: float | None, share: float, out: Console
+) -> None:
+    out.print(
+        f"[yellow]warm start cut by its budget[/] ({share:.0%} of max_minutes={max_minutes:g}: "
+        f"{row[WarmMetric.BUDGET_S]:.0f}s): trained {row[WarmMetric.STEPS]:.0f} of "
+        f"{row[WarmMetric.STEPS_PLANNED]:.0f} steps, {row[WarmMetric.TOKENS]:,.0f} of "
+        f"{row[WarmMetric.TOKENS_PLANNED]:,.0f} demonstration tokens; RL keeps the rest of the "
+        "budget",
+        highlight=False,
+    )

@@ -1,0 +1,110 @@
+"""The progress of a run's long phases, and the console a run prints to.
+
+Progress is for phases that take more than a few seconds (the warm start's demonstrations and
+steps, evaluations, checkpoint saves): in a terminal a live bar; where the output goes to a file
+or a pipe, one plain line per step (per tenth of a long phase) and one when it ends, so a log
+shows where a run is without carriage returns."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as Bar
+
+console = Console()
+Clock = Callable[[], float]
+LINES_PER_PHASE = 10  # piped output: what a phase of many small units prints at most
+
+
+class Progress:
+    """The progress of a phase of `total` units (a context manager): `advance(note=...)` after
+    each unit. In a terminal a live bar with the last note; piped, one line per unit (or, with
+    `lines`, about that many over the phase: for many small units such as evaluation items) and a
+    last line with the phase's time."""
+
+    def __init__(
+        self,
+        desc: str,
+        total: int,
+        unit: str,
+        out: Console | None = None,
+        clock: Clock = time.monotonic,
+        lines: int | None = None,
+    ) -> None:
+        self.desc, self.total, self.unit = desc, total, unit
+        self.out, self.clock = out or console, clock
+        self.done, self.note, self._said = 0, "", 0
+        self.every = 1 if lines is None else max(1, math.ceil(total / lines))
+        self._bar: Bar | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> Progress:
+        self.started = self.clock()
+        if self.out.is_terminal:
+            self._bar = Bar(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn(f"{escape(self.unit)}s"),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[note]}"),
+                console=self.out,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(escape(self.desc), total=self.total, note="")
+        return self
+
+    def grow(self, n: int = 1) -> None:
+        """The phase has `n` more units than it started with (a step's refilled groups)."""
+        self.total += n
+        if self._bar is not None:
+            self._bar.update(self._task, total=self.total)
+
+    def advance(self, n: int = 1, note: str = "") -> None:
+        self.done, self.note = self.done + n, note or self.note
+        if self._bar is not None:
+            self._bar.update(self._task, advance=n, note=escape(self.note))
+        elif self.done - self._said >= self.every or self.done >= self.total:
+            self._said = self.done
+            self._line()
+
+    def _line(self, ended: bool = False) -> None:
+        note = f", {self.note}" if self.note else ""
+        when = f" in {self.clock() - self.started:.0f}s" if ended else ""
+        self.out.print(
+            f"{self.desc}: {self.done}/{self.total} {self.unit}s{note}{when}",
+            highlight=False,
+            markup=False,
+        )
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: object,
+    ) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+        if kind is None:
+            self._line(ended=True)
+
+
+@contextmanager
+def phase(desc: str, out: Console | None = None, clock: Clock = time.monotonic) -> Iterator[None]:
+    """A phase of one piece (a checkpoint save): a spinner in a terminal, and one line with its
+    time when it ends, in a terminal and piped alike."""
+    out = out or console
+    started = clock()
+    if out.is_terminal:
+        with out.status(escape(desc)):
+            yield
+    else:
+        yield
+    out.print(f"{desc}: done in {clock() - started:.1f}s", highlight=False, markup=False)
