@@ -19,6 +19,7 @@ import pytest
 
 import rlvr
 from rlvr.agent import Call, EpisodeEnd, ToolError, as_tool, as_tools, text_call, tool_episode
+from rlvr.agent.budget import approx_tokens
 from rlvr.agent.episode import run_call
 from rlvr.agent.tools import text_arguments
 from rlvr.config import ConfigError
@@ -236,12 +237,16 @@ async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> Non
     assert observations[1].startswith("Error: lookup failed: KeyError")
     assert "Lima" in observations[2]
     calls = 3 if protocol == "tools" else 2
+    shown = sum(approx_tokens(o) for o in observations[1:])
     assert trajectory.metrics == {
         "turns": 3,
         "tool_calls": calls,
         "tool_errors": 1,
         "truncated": 0.0,
         "turn_limit": 0.0,
+        "observation_tokens": shown,
+        "trimmed_observations": 0.0,
+        "observation_tokens_cut": 0.0,
         "calls/lookup": 1.0,
         "calls/multiply": calls - 2.0,
     }

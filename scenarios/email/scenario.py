@@ -94,20 +94,22 @@ def parse_level(value: str) -> Level:
 # --- Prompts --------------------------------------------------------------------------------------
 
 
-def system_prompt(inbox: Inbox, max_turns: int) -> str:
-    """The task's part of the system prompt; the episode layer adds how to call the tools."""
+def system_prompt(max_turns: int) -> str:
+    """The task's part of the system prompt; the episode layer adds how to call the tools. It is
+    the same for every item of a level, so every episode's prompt starts with the same tokens
+    (the engine's prefix cache reuses them); what differs — the inbox, the question — comes in
+    the user message."""
     return (
-        f"You answer questions about the email inbox of {inbox.owner.name} "
-        f"<{inbox.owner.address}>. You have {max_turns} turns. When you know the answer, reply "
-        f"with one line: {answer_line('answer', ['email ids'])}. If the inbox does not contain "
-        f"the answer, reply: {answer_line(NOT_IN_INBOX)}"
+        f"You answer questions about an email inbox in {max_turns} turns. When you know the "
+        f"answer, reply with one line: {answer_line('answer', ['email ids'])}. If the inbox "
+        f"does not say, reply: {answer_line(NOT_IN_INBOX)}"
     )
 
 
 def question_prompt(item: Item, inbox: Inbox, spec: LevelSpec) -> str:
-    """The question, after the evidence where the level shows it: small models attend to the end
-    of the prompt, so the question and the answer format come last."""
-    question = f"Question: {item.prompt}"
+    """Whose inbox it is and the question, after the evidence where the level shows it: small
+    models attend to the end of the prompt, so the question and the answer format come last."""
+    question = f"Inbox of {inbox.owner.name}.\nQuestion: {item.prompt}"
     if not spec.evidence_in_prompt:
         return question
     support = item.data["supporting_ids"]
@@ -129,11 +131,18 @@ class EmailScenario(ScenarioBase):
     default_scorer = "verifier"  # the local 135M judge cannot judge it (email/__init__.py)
     ruler_rubric = RUBRIC  # for the RULER judge (judges.ruler)
 
-    def __init__(self, inboxes: list[Inbox], level: Level, protocol: Protocol, num_items: int):
+    def __init__(
+        self,
+        inboxes: list[Inbox],
+        level: Level,
+        protocol: Protocol,
+        num_items: int,
+        observation_tokens: int | None = None,
+    ) -> None:
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol
         self.inboxes = {inbox.id: inbox for inbox in inboxes}
         self.store = InboxStore(inboxes)
-        self.num_items = num_items
+        self.num_items, self.observation_tokens = num_items, observation_tokens
 
     def load(self) -> list[Item]:
         items = [
@@ -176,13 +185,12 @@ class EmailScenario(ScenarioBase):
     ) -> art.Trajectory:
         inbox = self.inboxes[item.data["inbox"]]
         about = {"inbox": inbox.id, "question_id": item.data["question_id"]}
-        prompt = chat(
-            system_prompt(inbox, self.spec.max_turns), question_prompt(item, inbox, self.spec)
-        )
+        prompt = chat(system_prompt(self.spec.max_turns), question_prompt(item, inbox, self.spec))
         tools = inbox_tools(self.store, inbox.id)
         trajectory = await tool_episode(
             model, item, prompt, tools, sampling, self.spec.max_turns, self.protocol, script=script,
             metadata={**about, "kind": item.data["kind"], "difficulty": self.level.value},
+            observation_tokens=self.observation_tokens,
         )  # fmt: skip
         return self._measure(item, trajectory)
 
@@ -260,4 +268,6 @@ def build_inboxes(seed: int, level: Level, num_items: int) -> list[Inbox]:
 def make_scenario(options: Options, seed: int = 0) -> EmailScenario:
     level = parse_level(options.difficulty)
     inboxes = build_inboxes(seed, level, options.num_items)
-    return EmailScenario(inboxes, level, options.tool_protocol, options.num_items)
+    return EmailScenario(
+        inboxes, level, options.tool_protocol, options.num_items, options.observation_tokens
+    )
