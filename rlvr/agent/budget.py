@@ -11,12 +11,15 @@ lines nearer to one that holds some, then earlier before later. It gives up the 
 text first, until the result fits:
 
 1. lines that hold none of the terms and are not next to one that does are dropped;
-2. long lines are shortened, all of them a little at a time, down to `SHORT_LINE_WORDS` words:
-   the line's first word (the `[e012]` or `From:` that says what the line is) and the earliest
-   run of words that holds the most terms, `…` where words were left out — a search result
-   keeps every hit with a shorter snippet before it loses any;
-3. lines are dropped, least useful first; the first line (what the result is) stays, cut to a
-   window of itself when it alone is over the budget.
+2. lines are shortened, those holding fewer terms first and all lines of a kind a little at a
+   time, down to `SHORT_LINE_WORDS` words: the line's first word (the `[e012]` or `From:` that
+   says what the line is) and the earliest run of words that holds the most terms, `…` where
+   words were left out; then they are dropped, before the lines that hold more terms are
+   touched (a search result's weaker hits lose their snippets, then go, before the best hits
+   lose theirs);
+3. the most useful line and the first (what the result is: "5 emails found:", "[e012]") stay;
+   when they alone are over the budget, the most useful is cut to a window of itself, without
+   the first line only when no window fits beside it.
 
 A result many budgets long loses its least useful lines before any is shortened, so the work
 stays linear in its length. The last line of a cut result says how much was cut:
@@ -263,34 +266,35 @@ def _shortened(
                 yield n, _window(lines[n].words, size, found[n])
 
 
+def _ranked(lines: list[_Line]) -> list[int]:
+    """Line numbers, least useful first: fewer terms, farther from a line with terms, later; the
+    first line (what the result is: "5 emails found:", "[e012]") after its equals."""
+    return sorted(range(len(lines)), key=lambda n: (lines[n].hits, -lines[n].distance, n == 0, -n))
+
+
 def _cuts(
-    lines: list[_Line], asked: Asked, cutting: _Cutting
+    lines: list[_Line], order: list[int], asked: Asked, cutting: _Cutting
 ) -> Iterator[tuple[int, list[str] | None]]:
-    """The cuts in the order they are made (module docstring): (line, its new words or None)."""
-    # Least useful first; line 0 says what the result is and is only shortened, last.
-    order = sorted(range(1, len(lines)), key=lambda n: (lines[n].hits, -lines[n].distance, -n))
+    """The cuts in the order they are made (module docstring): (line, its new words or None),
+    until only the most useful line is left."""
     near = [n for n in order if lines[n].distance <= 1]
     yield from ((n, None) for n in order if lines[n].distance > 1)
-    dropped = set()  # a result many budgets long loses lines (never its best) before shortening
-    for n in near[:-1]:
+    dropped = set()  # a result many budgets long loses lines before any is shortened
+    for n in [n for n in near[:-1] if n != 0]:
         if cutting.estimate <= BULK_FACTOR * cutting.budget:
             break
         dropped.add(n)
         yield n, None
     kept = [n for n in near if n not in dropped]
     # Lines holding as much of the terms are shortened together, then dropped, before lines that
-    # hold more are touched; the most useful lines go only after the first line is shortened.
+    # hold more are touched.
     groups = [
         [n for n in kept if lines[n].hits == hits]
         for hits in dict.fromkeys(lines[n].hits for n in kept)
     ]
-    for group in groups[:-1]:
+    for group in groups:
         yield from _shortened(lines, group, asked, cutting.budget)
-        yield from ((n, None) for n in group)
-    best = groups[-1] if groups else []
-    yield from _shortened(lines, best, asked, cutting.budget)
-    yield from _shortened(lines, [0], asked, cutting.budget)
-    yield from ((n, None) for n in best)
+        yield from ((n, None) for n in group if n not in (0, order[-1]))
 
 
 def fit(
@@ -305,17 +309,32 @@ def fit(
         return Fitted(text=text, tokens=total)
     asked = focused(text.split("\n"), asked)
     lines = _lines(text.split("\n"), asked)
+    order = _ranked(lines)
     cutting = _Cutting(text, total, budget, count)
-    for n, words in _cuts(lines, asked, cutting):
+    for n, words in _cuts(lines, order, asked, cutting):
         if (done := cutting.set(n, words)) is not None:
             return done
-    # Only the first line is left and it alone is over: the longest window of it that fits.
-    first, low, high, best = lines[0].words, 1, min(len(lines[0].words), budget), None
-    terms = [held(word, asked.stems()) for word in first[1:]]
+    # The most useful line is left (with the first): the longest window of it that fits, with
+    # the first line while it can, without it when it cannot.
+    top = order[-1]
+    words = lines[top].words
+    terms = [held(word, asked.stems()) for word in words[1:]]
+    done = _longest_window(cutting, top, words, terms)
+    if done is None and top != 0:
+        cutting.set(0, None)
+        done = _longest_window(cutting, top, words, terms)
+    if done is None:  # not even one word of it fits beside the marker
+        done = cutting.set(top, None)
+    return done or Fitted(text=marker(total), tokens=count(marker(total)), cut=total)
+
+
+def _longest_window(
+    cutting: _Cutting, n: int, words: Sequence[str], terms: list[set[tuple[int, str]]]
+) -> Fitted | None:
+    """The result with line `n` cut to its longest window that fits (None: none does)."""
+    low, high, best = 1, min(len(words), cutting.budget), None
     while low <= high:
         size = (low + high) // 2
-        found = cutting.set(0, _window(first, size, terms))
+        found = cutting.set(n, _window(words, size, terms))
         best, low, high = (found, size + 1, high) if found else (best, low, size - 1)
-    if best is None:  # not even one word of it fits beside the marker
-        best = cutting.set(0, None)
-    return best or Fitted(text=marker(total), tokens=count(marker(total)), cut=total)
+    return best
