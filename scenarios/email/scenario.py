@@ -107,18 +107,19 @@ def system_prompt(max_turns: int) -> str:
 
 
 def question_prompt(item: Item, inbox: Inbox, spec: LevelSpec) -> str:
-    """Whose inbox it is and the question, after the evidence where the level shows it: small
-    models attend to the end of the prompt, so the question and the answer format come last."""
-    question = f"Inbox of {inbox.owner.name}.\nQuestion: {item.prompt}"
+    """Whose inbox it is, the evidence where the level shows it, then the question: small models
+    attend to the end of the prompt, so the question and the answer format come last."""
+    owner = f"Inbox of {inbox.owner.name}."
+    question = f"Question: {item.prompt}"
     if not spec.evidence_in_prompt:
-        return question
+        return f"{owner}\n{question}"
     support = item.data["supporting_ids"]
     others = [e for e in inbox.emails if e.id not in support]
     shown = [inbox.email(i) for i in support]
     shown += random.Random(item.id).sample(others, min(EVIDENCE_DISTRACTORS, len(others)))
     emails = "\n\n".join(show_email(e) for e in sorted(shown, key=lambda e: e.id))
     reminder = f"\nReply with one line: {answer_line('answer', ['email ids'])}"
-    return f"These emails may help:\n\n{emails}\n\n{question}{reminder}"
+    return f"{owner} These emails may help:\n\n{emails}\n\n{question}{reminder}"
 
 
 # --- The scenario ---------------------------------------------------------------------------------
