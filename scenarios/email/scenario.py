@@ -1,8 +1,9 @@
 """The email agent scenario (ART·E style): answer a question by searching a generated inbox.
 
-One episode is `rlvr.tool_episode`: a system prompt naming the inbox's owner, the tools (`search`,
-`read`: scenarios.email.tools) and the answer format, the question, then up to `max_turns`
-assistant turns; the first reply without a tool call is the answer. `demonstrate` plays the same
+One episode is `rlvr.tool_episode`: a system prompt with the answer format and the tools (`search`,
+`read`: scenarios.email.tools), the same for every item; the inbox's owner and the question in
+the user message; then up to `max_turns` assistant turns, each observation within the task's
+`observation_tokens` budget; the first reply without a tool call is the answer. `demonstrate` plays the same
 episode with the scripted oracle (scenarios.email.oracle) in place of the model: demonstrations for
 the supervised warm start. The check and the reward read the answer back from the trajectory, so a
 stored trajectory can be re-scored.

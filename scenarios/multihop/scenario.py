@@ -2,7 +2,8 @@
 
 One episode is `rlvr.tool_episode`: a system prompt, the question (after the evidence at the easy
 level), then up to `max_turns` assistant turns with the corpus tools (`search`, `read`:
-scenarios.multihop.tools); the first reply without a tool call is the answer.
+scenarios.multihop.tools), each observation within the task's `observation_tokens` budget; the
+first reply without a tool call is the answer.
 
 Difficulty levels (the task option `difficulty`):
 - easy: 2-hop questions; the supporting passages and `distractors` hard negatives are shown in the
