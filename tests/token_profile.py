@@ -21,6 +21,7 @@ from rlvr.agent.tokens import EpisodeTokens, episode_tokens, shared_prefix
 from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 
 GROUP_SIZE = 8
+EPISODES_SHOWN = 5
 
 
 def scenario_for(
@@ -107,8 +108,16 @@ def report(task: str, difficulty: str, protocol: str, episodes: list[EpisodeToke
             f" {mean([t.new for t in turns]):7.1f} {mean([t.reply for t in turns]):7.1f}"
             f" {mean([t.observation for t in turns]):12.1f}"
         )
-    largest = max(o for e in episodes for t in e.turns for o in [t.observation])
+    largest = max(t.observation for e in episodes for t in e.turns)
     lines.append(f"  largest single turn's observations: {largest} tokens")
+    lines.append(f"  the first {EPISODES_SHOWN} episodes; per turn: prompt/reply/observation")
+    for e in episodes[:EPISODES_SHOWN]:
+        seen = " ".join(f"{k} {v}" for k, v in sorted(e.observations.items()))
+        turns = "  ".join(f"{t.prompt}/{t.reply}/{t.observation}" for t in e.turns)
+        lines.append(
+            f"  system {e.system} protocol {e.protocol} question {e.question} {seen} "
+            f"replies {e.replies} sequence {e.sequence} | {turns}"
+        )
     return "\n".join(lines)
 
 
