@@ -9,6 +9,7 @@ repository and trains it 2 real steps with `rlvr train file.py:make`.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +19,19 @@ import openai
 import pytest
 
 import rlvr
-from rlvr.agent import Call, EpisodeEnd, ToolError, as_tool, as_tools, text_call, tool_episode
+from rlvr.agent import (
+    Call,
+    EpisodeEnd,
+    ToolError,
+    as_tool,
+    as_tools,
+    text_call,
+    text_instructions,
+    tool_episode,
+)
+from rlvr.agent.budget import approx_tokens
 from rlvr.agent.episode import run_call
-from rlvr.agent.tools import text_arguments
+from rlvr.agent.tools import find_text_call, text_arguments
 from rlvr.config import ConfigError
 from rlvr.metrics import M
 from rlvr.tasks.api import PluginError, Task
@@ -236,12 +247,16 @@ async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> Non
     assert observations[1].startswith("Error: lookup failed: KeyError")
     assert "Lima" in observations[2]
     calls = 3 if protocol == "tools" else 2
+    shown = sum(approx_tokens(o) for o in observations[1:])
     assert trajectory.metrics == {
         "turns": 3,
         "tool_calls": calls,
         "tool_errors": 1,
         "truncated": 0.0,
         "turn_limit": 0.0,
+        "observation_tokens": shown,
+        "trimmed_observations": 0.0,
+        "observation_tokens_cut": 0.0,
         "calls/lookup": 1.0,
         "calls/multiply": calls - 2.0,
     }
@@ -311,11 +326,172 @@ async def test_a_refused_later_turn_ends_the_episode_a_refused_first_turn_raises
     [
         ({"protocol": "xml"}, "protocol='xml'"),
         ({"max_turns": 0}, "max_turns=0"),
+        ({"observation_tokens": 10}, "observation_tokens=10: expected at least 24"),
     ],
 )
 async def test_bad_episode_settings_are_value_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         await tool_episode(ScriptedPolicy([]), ITEM, MESSAGES, TOOLS, SAMPLING, **kwargs)  # type: ignore[arg-type]
+
+
+# --- observations within a token budget ------------------------------------------------------
+
+DOCUMENTS = {
+    f"d{n}": "\n".join(
+        [
+            f"[d{n}] report {n}",
+            *(
+                f"Paragraph {k}: routine figures and minutes of the weekly meeting."
+                for k in range(8)
+            ),
+            f"The warehouse expansion in region {n} was approved at ${n},000." if n == 7 else "",
+            *(f"Appendix {k}: tables of regional statistics." for k in range(8)),
+        ]
+    )
+    for n in range(1, 10)
+}
+
+
+def search(query: str) -> str:
+    """Search the reports."""
+    terms = set(query.lower().split())
+
+    def best(text: str) -> str:  # the line that holds most of the query, as a snippet
+        return max(text.splitlines()[1:], key=lambda line: len(terms & set(line.lower().split())))
+
+    return "\n".join(f"[{key}] report {key[1:]}: {best(text)}" for key, text in DOCUMENTS.items())
+
+
+def read(id: str) -> str:
+    """Read one report."""
+    return DOCUMENTS[id]
+
+
+BUDGET_TURNS = {
+    "text": ["SEARCH: warehouse expansion", "READ: d7", "Approved at $7,000."],
+    "tools": [
+        [("search", '{"query": "warehouse expansion"}')],
+        [("read", '{"id": "d7"}')],
+        "Approved at $7,000.",
+    ],
+}
+CUT = re.compile(r"\[\.\.\. (\d+) tokens cut\]$")
+
+
+@pytest.mark.parametrize("protocol", ["text", "tools"])
+@pytest.mark.parametrize("budget", [None, 48, 96])
+async def test_an_episode_holds_observations_to_the_budget(
+    protocol: str, budget: int | None
+) -> None:
+    trajectory = await tool_episode(
+        ScriptedPolicy(BUDGET_TURNS[protocol]),  # type: ignore[arg-type]
+        ITEM,
+        MESSAGES,
+        [search, read],
+        SAMPLING,
+        max_turns=4,
+        protocol=protocol,  # type: ignore[arg-type]
+        observation_tokens=budget,
+    )
+    found, report = [m["content"] for m in trajectory.messages()[3:-1:2]]
+    metrics = trajectory.metrics
+    assert metrics["observation_tokens"] == approx_tokens(found) + approx_tokens(report)
+    if budget is None:
+        assert (found, report) == (search("warehouse expansion"), DOCUMENTS["d7"])
+        assert metrics["trimmed_observations"] == metrics["observation_tokens_cut"] == 0
+        return
+    assert approx_tokens(found) <= budget and approx_tokens(report) <= budget
+    cuts = [CUT.search(o) for o in (found, report)]
+    assert all(cuts) and metrics["trimmed_observations"] == 2
+    assert metrics["observation_tokens_cut"] == sum(int(c.group(1)) for c in cuts if c)
+    assert "[d7] report 7: The warehouse expansion" in found  # the hit that holds the query
+    # the read (asked only for an id) keeps the window around what the search asked for
+    assert report.startswith("[d7] report 7") and "warehouse expansion" in report
+    assert "Appendix 7" not in report and "Paragraph 3" not in report
+
+
+async def test_a_script_plays_within_the_budget_too() -> None:
+    turns = [Call(name="search", arguments={"query": "warehouse expansion"}), "done"]
+    demo = await tool_episode(
+        None, ITEM, MESSAGES, [search, read], Sampling(), protocol="text",
+        script=lambda _, n: turns[n], observation_tokens=48,
+    )  # fmt: skip
+    assert demo.metrics["trimmed_observations"] == 1
+    assert CUT.search(demo.messages()[3]["content"])
+
+
+def test_the_loop_reports_the_budget_metrics_per_rollout() -> None:
+    from rlvr.metrics import trajectory_metric_means
+
+    made = [
+        art.Trajectory(
+            messages_and_choices=[{"role": "user", "content": "q"}],
+            reward=0.0,
+            metrics={"observation_tokens": tokens, "trimmed_observations": trimmed},
+        )
+        for tokens, trimmed in ((100.0, 1.0), (60.0, 0.0))
+    ]
+    means = trajectory_metric_means([art.TrajectoryGroup(made)])
+    assert means["rollout/observation_tokens"] == 80.0
+    assert means["rollout/trimmed_observations"] == 0.5
+
+
+# --- the text protocol's instructions ---------------------------------------------------------
+
+
+def _email_tools() -> list[Any]:
+    from scenarios.email.store import InboxStore
+    from scenarios.email.tools import inbox_tools
+
+    return inbox_tools(InboxStore([]), "inbox-000")
+
+
+def _multihop_tools() -> list[Any]:
+    from scenarios.multihop.index import PassageIndex
+    from scenarios.multihop.tools import corpus_tools
+
+    return corpus_tools(PassageIndex([]), 3)
+
+
+def _shown(value: Any) -> str:
+    return ", ".join(value) if isinstance(value, list) else str(value)
+
+
+@pytest.mark.parametrize(
+    ("tools", "name", "values"),
+    [
+        (lambda: [lookup, multiply, note], "lookup", {"country": "Peru"}),
+        (lambda: [lookup, multiply, note], "multiply", {"a": 3, "b": 4}),
+        (lambda: [lookup, multiply, note], "note", {"text": "call Ana", "tags": ["work"]}),
+        (_email_tools, "search", {"keywords": "invoice Acme", "after": "2024-03-01"}),
+        (_email_tools, "search", {"keywords": "flight Lisbon", "sender": "reservations"}),
+        (_email_tools, "read", {"id": "e012"}),
+        (_multihop_tools, "search", {"query": "Who founded Davis Group?"}),
+        (_multihop_tools, "read", {"passage_id": "p012"}),
+    ],
+)
+def test_the_text_protocol_parses_what_its_instructions_ask_for(
+    tools: Any, name: str, values: dict[str, Any]
+) -> None:
+    """A line written as the instructions' usage line says (the required arguments in place of
+    their names, given optional ones as name:value) is the demonstrations' line, and parses
+    back into the call."""
+    by_name = as_tools(tools())
+    instructions = text_instructions(by_name)
+    assert "final answer" in instructions
+    usage = next(line for line in instructions.splitlines() if line.startswith(f"{name.upper()}:"))
+    line = usage.split(" - ", 1)[0]
+    for param, value in values.items():
+        line = line.replace(f"[{param}:VALUE]", f"{param}:{_shown(value)}")
+        line = re.sub(rf"(?<=[:|] ){param}\b", _shown(value), line)
+    line = re.sub(r" \[\w+:VALUE\]", "", line)
+    tool = by_name[name]
+    assert line == text_call(tool, values)
+    found = find_text_call(f"Let me look.\n{line}", by_name)
+    assert found is not None and found[0] is tool
+    assert tool.validate_arguments(text_arguments(tool, found[1])) == tool.validate_arguments(
+        values
+    )
 
 
 # --- scripted policies (demonstrations) -----------------------------------------------------------
@@ -481,7 +657,13 @@ def test_a_users_tool_agent_trains_from_its_file(tmp_path: Path, protocol: str) 
     rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in rows] == [1, 2]
     for row in rows:
-        for key in ("rollout/turns", "rollout/tool_calls", "rollout/tool_errors"):
+        for key in (
+            "rollout/turns",
+            "rollout/tool_calls",
+            "rollout/tool_errors",
+            "rollout/observation_tokens",
+            "rollout/trimmed_observations",
+        ):
             assert isinstance(row[key], float), key
         assert 1.0 <= row["rollout/turns"] <= 2.0
     warm = next(r for r in store.read_metrics(run_dir) if "warm/demonstrations" in r)

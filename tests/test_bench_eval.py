@@ -7,7 +7,7 @@ import art
 import pytest
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.bench.eval import first_prompt, run_eval_bench
+from rlvr.bench.eval import episode_figures, first_prompt, run_eval_bench
 from rlvr.bench.policy import RATIO
 
 
@@ -42,6 +42,39 @@ def _choice(text: str) -> Choice:
 def test_the_first_prompt_is_what_preceded_the_first_reply(messages, expected) -> None:
     trajectory = art.Trajectory(messages_and_choices=messages, reward=0.0)
     assert first_prompt(trajectory) == expected
+
+
+def _episode(metrics: dict[str, float]) -> art.Trajectory:
+    return art.Trajectory(
+        messages_and_choices=[{"role": "user", "content": "q"}], reward=0.0, metrics=metrics
+    )
+
+
+@pytest.mark.parametrize(
+    ("metrics", "expected"),
+    [
+        (
+            [
+                {"turns": 3.0, "observation_tokens": 300.0, "trimmed_observations": 1.0},
+                {"turns": 2.0, "observation_tokens": 100.0, "trimmed_observations": 0.0},
+            ],
+            {"observation_tokens_mean": 200.0, "trimmed_observations_mean": 0.5, "turns_mean": 2.5},
+        ),
+        (  # a single-turn task counts none of it
+            [{"correct": 1.0}],
+            {
+                "observation_tokens_mean": None,
+                "trimmed_observations_mean": None,
+                "turns_mean": None,
+            },
+        ),
+    ],
+)
+def test_episode_figures_are_means_of_the_episode_metrics(
+    metrics: list[dict[str, float]], expected: dict[str, float | None]
+) -> None:
+    groups = [art.TrajectoryGroup([_episode(m)]) for m in metrics]
+    assert episode_figures(groups) == expected
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ No model: the oracle plays through the real store and the rollout's own episode 
 from __future__ import annotations
 
 import functools
+import re
 from itertools import product
 from types import SimpleNamespace
 from typing import Any
@@ -17,10 +18,11 @@ from openai.types.chat.chat_completion import ChatCompletion, Choice
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 
 from rlvr.agent import Call, EpisodeEnd, as_tools
-from rlvr.agent.episode import scripted_message, turn_calls
+from rlvr.agent.budget import approx_tokens
+from rlvr.agent.episode import LAST_TURN_NOTE, scripted_message, turn_calls
 from rlvr.agent.tools import parse_json_arguments, text_arguments
 from rlvr.types import Item, Sampling
-from scenarios.email import Options, oracle
+from scenarios.email import OBSERVATION_TOKENS, Options, oracle
 from scenarios.email.inbox import NOT_IN_INBOX
 from scenarios.email.scenario import EmailScenario, Metric, make_scenario
 from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer
@@ -32,6 +34,7 @@ each_setting = pytest.mark.parametrize(("level", "protocol"), SETTINGS)
 OBSERVATION_ROLE = {"text": "user", "tools": "tool"}
 
 Demos = list[tuple[Item, art.Trajectory]]
+CUT = "tokens cut]"
 
 
 @functools.cache
@@ -194,6 +197,71 @@ async def test_demonstrations_are_grounded(level: str) -> None:
         if item.data["kind"] == "absent":
             assert item.data["entity"].lower() not in search_result.lower()
             assert answer.answer == NOT_IN_INBOX and answer.source_ids == ()
+
+
+@pytest.mark.parametrize("level", ["medium", "hard"])
+async def test_demonstrations_within_the_default_budget_pass_and_show_what_they_use(
+    level: str,
+) -> None:
+    """At the default observation budget every oracle demonstration passes the check, every
+    email it reads or cites was shown to it before, and the budget cut the search results (so
+    it is really on) while no email as read was cut."""
+    played = scenario(level, "text")
+    assert played.observation_tokens == OBSERVATION_TOKENS
+    demos = await demonstrations(level, "text")
+    assert [await played.check(item, demo) for item, demo in demos] == [1.0] * len(demos)
+    for _, demo in demos:
+        messages = demo.messages()
+        for n, message in enumerate(messages):
+            if message["role"] != "assistant":
+                continue
+            before = " ".join(m["content"] for m in messages[1:n] if m["role"] == "user")
+            used = [*re.findall(r"READ: (e\d+)", message["content"])]
+            answer = parse_answer(message["content"]) if n == len(messages) - 1 else None
+            used += list(answer.source_ids) if answer else []
+            assert all(f"[{i}]" in before for i in used), (used, before)
+        reads = [m["content"] for a, m in zip(messages[2::2], messages[3::2], strict=False)
+                 if a["content"].startswith("READ")]  # fmt: skip
+        assert not any(CUT in r for r in reads)
+        shown = [m["content"].removesuffix(f"\n\n{LAST_TURN_NOTE}") for m in messages[3::2]]
+        assert demo.metrics["observation_tokens"] == sum(map(approx_tokens, shown))
+        assert demo.metrics["trimmed_observations"] == sum(CUT in o for o in shown)
+    trimmed = sum(demo.metrics["trimmed_observations"] for _, demo in demos)
+    assert trimmed >= len(demos) / 2
+
+
+async def test_the_budget_spends_fewer_observation_tokens() -> None:
+    budgeted = await demonstrations("medium", "text")
+    whole = make_scenario(
+        Options(difficulty="medium", tool_protocol="text", num_items=40, observation_tokens=None)
+    )
+    spent = {
+        budget: sum(demo.metrics["observation_tokens"] for demo in demos)
+        for budget, demos in (
+            ("on", [demo for _, demo in budgeted[:40]]),
+            ("off", [await whole.demonstrate(item) for item in whole.load()]),
+        )
+    }
+    assert spent["on"] < 0.85 * spent["off"]
+
+
+@pytest.mark.parametrize("level", ["easy", "medium", "hard"])
+async def test_every_item_of_a_level_shares_the_system_prompt_and_asks_in_the_user_message(
+    level: str,
+) -> None:
+    """The item-specific parts (whose inbox, the question) come after the task's instructions
+    and the tool protocol, so every episode's prompt starts with the same text."""
+    played = scenario(level, "text")
+    items = played.load()[::15]
+    openings = [(await played.demonstrate(item)).messages()[:2] for item in items]
+    firsts = [(system["content"], user["content"]) for system, user in openings]
+    assert len({system for system, _ in firsts}) == 1
+    system = firsts[0][0]
+    assert "SEARCH:" in system and "ANSWER:" in system
+    for item, (_, user) in zip(items, firsts, strict=True):
+        owner = played.inboxes[item.data["inbox"]].owner
+        assert owner.name not in system and owner.name in user
+        assert item.prompt in user and item.prompt not in system
 
 
 async def test_auto_protocol_gets_text_demonstrations() -> None:

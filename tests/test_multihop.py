@@ -21,12 +21,19 @@ from rlvr.config import ConfigError
 from rlvr.tasks.plugins import resolve_task, task_config
 from rlvr.training.warmstart import demonstrations
 from rlvr.types import Item, Sampling
-from scenarios.multihop import Options, oracle
+from scenarios.multihop import OBSERVATION_TOKENS, Options, oracle
 from scenarios.multihop.corpus import Corpus, Question, generate_corpus, read_fact
-from scenarios.multihop.index import PassageIndex
+from scenarios.multihop.index import Hit, PassageIndex
 from scenarios.multihop.scenario import Metric, MultihopScenario, make_scenario
 from scenarios.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
-from scenarios.multihop.tools import Answer, answer_line, corpus_tools, parse_answer, shown_ids
+from scenarios.multihop.tools import (
+    Answer,
+    answer_line,
+    corpus_tools,
+    parse_answer,
+    show_hit,
+    shown_ids,
+)
 from tests.real_policy import real_rollout
 from tests.scripted import ScriptedPolicy, Turn
 from tests.test_email_rollout import BAD_TURNS, choices
@@ -453,6 +460,47 @@ async def test_oracle_solves_every_item_through_the_episode_loop(
         if difficulty != "easy":
             assert metrics["calls/search"] == metrics["calls/read"] == item.data["hops"]
             assert metrics["turns"] == 2 * item.data["hops"] + 1 <= scenario.spec.max_turns
+
+
+@pytest.mark.parametrize("difficulty", ["medium", "hard"])
+async def test_demonstrations_within_the_default_budget_pass_and_read_what_they_were_shown(
+    difficulty: str,
+) -> None:
+    """At the default observation budget every oracle demonstration passes the check, reads
+    only passages a search showed it, and no passage as read was cut."""
+    scenario = scenario_for(difficulty)
+    assert scenario.observation_tokens == OBSERVATION_TOKENS
+    for item in scenario.load():
+        demo = await scenario.demonstrate(item)
+        assert await scenario.check(item, demo) == 1.0
+        messages = demo.messages()
+        for n in range(2, len(messages) - 1, 2):
+            call, shown = messages[n]["content"], messages[n + 1]["content"]
+            if call.startswith("READ: "):
+                before = " ".join(m["content"] for m in messages[3:n:2])
+                assert f"[{call.removeprefix('READ: ')}]" in before
+                assert "tokens cut]" not in shown
+        assert demo.metrics["trimmed_observations"] >= 1  # the budget is on
+
+
+async def test_every_item_shares_the_system_prompt_and_asks_in_the_user_message() -> None:
+    scenario = scenario_for("medium")
+    items = scenario.load()[:10]
+    openings = [(await scenario.demonstrate(item)).messages()[:2] for item in items]
+    assert len({system["content"] for system, _ in openings}) == 1
+    for item, (system, user) in zip(items, openings, strict=True):
+        assert item.prompt in user["content"] and item.prompt not in system["content"]
+
+
+@pytest.mark.parametrize(
+    ("title", "snippet", "shown"),
+    [
+        ("Davis Group", "Davis Group is a shipping company", "[p012] Davis Group is a shipping company"),
+        ("Lisa Walters", "... born in Oslo", "[p012] Lisa Walters: ... born in Oslo"),
+    ],
+)  # fmt: skip
+def test_a_hit_names_its_title_once(title: str, snippet: str, shown: str) -> None:
+    assert show_hit(Hit(id="p012", title=title, snippet=snippet)) == shown
 
 
 def test_oracle_answers_from_passage_text_not_the_label(corpus: Corpus) -> None:

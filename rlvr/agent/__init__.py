@@ -6,10 +6,13 @@
 - `episode`: `tool_episode` plays the turns under the `tools`, `text` or `auto` protocol, with a
   model or with a scripted policy (demonstrations for the warm start);
 - `search`: model-written keywords as a safe SQLite FTS5 query, for search tools;
-- `levels`: difficulty levels (evidence in the prompt or found with the tools, turn cap).
+- `levels`: difficulty levels (evidence in the prompt or found with the tools, turn cap);
+- `budget`: observations within a token budget (`tool_episode(..., observation_tokens=N)`);
+- `tokens`: what an episode costs in the model's real tokens, part by part and turn by turn.
 """
 
-from rlvr.agent import levels, search
+from rlvr.agent import budget, levels, search, tokens
+from rlvr.agent.budget import Asked, Fitted, approx_tokens, fit
 from rlvr.agent.episode import (
     PROTOCOLS,
     EpisodeEnd,
@@ -24,20 +27,26 @@ from rlvr.agent.tools import Call, Tool, ToolError, as_tool, as_tools, text_call
 
 __all__ = [
     "PROTOCOLS",
+    "Asked",
     "Call",
     "EpisodeEnd",
     "EpisodeMetric",
+    "Fitted",
     "Protocol",
     "Script",
     "Tool",
     "ToolError",
+    "approx_tokens",
     "as_tool",
     "as_tools",
+    "budget",
     "chat",
     "final_reply",
+    "fit",
     "levels",
     "search",
     "text_call",
     "text_instructions",
+    "tokens",
     "tool_episode",
 ]

@@ -15,6 +15,11 @@ logprobs are what ART trains on) and every observation.
 
 A `script` in place of the model plays the same episode with a scripted policy — its turns are
 plain dict messages — which is how a task makes demonstrations for the supervised warm start.
+
+`observation_tokens=N` holds every observation within N tokens (`rlvr.agent.budget`): a longer
+one is cut around the terms of the call — and of the episode's calls before it, so a `read`
+keeps the window around what the last search asked for — and ends with a marker saying how much
+was cut. Every episode counts its observations' tokens and the observations it cut.
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ import art
 import openai
 from openai.types.chat.chat_completion import Choice
 
+from rlvr.agent.budget import (
+    MIN_BUDGET,
+    Asked,
+    Fitted,
+    TokenCounter,
+    approx_tokens,
+    call_terms,
+    fit,
+)
 from rlvr.agent.tools import (
     Call,
     Tool,
@@ -68,18 +82,49 @@ class EpisodeMetric(StrEnum):
     TOOL_ERRORS = "tool_errors"  # unknown tools, bad arguments, tools that raised
     TRUNCATED = "truncated"  # a sampled turn hit max_tokens
     TURN_LIMIT = "turn_limit"  # ended at max_turns without a final reply
+    OBSERVATION_TOKENS = "observation_tokens"  # tokens of the observations as shown
+    TRIMMED_OBSERVATIONS = "trimmed_observations"  # observations cut to observation_tokens
+    OBSERVATION_TOKENS_CUT = "observation_tokens_cut"  # tokens cut from them
 
 
 CALLS_PREFIX = "calls/"  # + tool name: that tool's successful calls in the episode
 
 
 class _Counts:
-    """Mutable tallies of one episode (never leave `tool_episode`)."""
+    """Mutable tallies of one episode (never leave `tool_episode`), and the terms its calls
+    asked for."""
 
     def __init__(self, tools: Iterable[str]) -> None:
         self.turns = self.calls = self.errors = 0
         self.truncated = False
         self.by_tool = dict.fromkeys(tools, 0)
+        self.observation_tokens = self.trimmed = self.cut = 0
+        self.asked: list[str] = []  # the terms of the episode's calls, the latest first
+
+    async def call(
+        self,
+        tools: Mapping[str, Tool],
+        name: str | None,
+        arguments: str | None,
+        rest: str | None,
+        budget: int | None,
+        count: TokenCounter,
+    ) -> str:
+        """Run one call, tally it, and return its observation as the model sees it: cut to the
+        budget around its terms (and, where its own find nothing, those of earlier calls)."""
+        observation, ran = await run_call(tools, name, arguments, rest)
+        self.calls += 1
+        self.errors += ran is None
+        if ran is not None:
+            self.by_tool[ran] += 1
+        terms = asked_terms(tools, name, arguments, rest)
+        asked = Asked(terms=tuple(terms), earlier=tuple(self.asked))
+        self.asked = list(dict.fromkeys([*terms, *self.asked]))
+        shown = shown_observation(observation, asked, budget, count)
+        self.observation_tokens += shown.tokens
+        self.trimmed += shown.cut > 0
+        self.cut += shown.cut
+        return shown.text
 
 
 def chat(system: str, user: str) -> list[dict[str, Any]]:
@@ -125,21 +170,42 @@ def turn_calls(
     return [] if found is None else [(found[0].name, None, found[1], None)]
 
 
+def call_values(
+    tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
+) -> tuple[Tool, dict[str, Any]]:
+    """The tool a call names and its argument values, as written (not yet validated); raises
+    ToolError for an unknown tool or unreadable arguments."""
+    tool = lookup(tools, name)
+    if rest is not None:
+        return tool, text_arguments(tool, rest)
+    return tool, parse_json_arguments(tool, arguments)
+
+
 async def run_call(
     tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
 ) -> tuple[str, str | None]:
     """One call's observation, and the tool's name when it ran (None: the call failed); never
     raises."""
     try:
-        tool = lookup(tools, name)
-        values = (
-            text_arguments(tool, rest)
-            if rest is not None
-            else parse_json_arguments(tool, arguments)
-        )
+        tool, values = call_values(tools, name, arguments, rest)
         return await tool.run(values), tool.name
     except ToolError as error:
         return f"Error: {error}", None
+
+
+def asked_terms(
+    tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
+) -> list[str]:
+    """The search terms of a call's arguments ([] when they cannot be read)."""
+    try:
+        return call_terms(call_values(tools, name, arguments, rest)[1].values())
+    except ToolError:
+        return []
+
+
+def shown_observation(text: str, asked: Asked, budget: int | None, count: TokenCounter) -> Fitted:
+    """An observation as the model sees it: whole without a budget, else fitted to it."""
+    return fit(text, budget, asked, count) if budget else Fitted(text=text, tokens=count(text))
 
 
 def scripted_message(
@@ -169,6 +235,23 @@ def scripted_message(
     return {"role": "assistant", "content": "\n".join(lines)}
 
 
+def check_settings(
+    protocol: str, max_turns: int, observation_tokens: int | None, has_policy: bool
+) -> None:
+    """Raise ValueError, naming the setting, for episode settings that cannot be played."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if max_turns < 1:
+        raise ValueError(f"max_turns={max_turns}: expected at least 1")
+    if observation_tokens is not None and observation_tokens < MIN_BUDGET:
+        raise ValueError(
+            f"observation_tokens={observation_tokens}: expected at least {MIN_BUDGET} "
+            "(or None for no budget)"
+        )
+    if not has_policy:
+        raise ValueError("tool_episode needs a model to sample from or a script to play")
+
+
 async def tool_episode(
     model: art.Model | None,
     item: Item,
@@ -182,21 +265,21 @@ async def tool_episode(
     instructions: bool = True,
     last_turn_note: str | None = LAST_TURN_NOTE,
     metadata: Mapping[str, str | int | float | bool | None] | None = None,
+    observation_tokens: int | None = None,
+    count_tokens: TokenCounter = approx_tokens,
 ) -> art.Trajectory:
     """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
     0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
-    `turn_limit` and `calls/<tool>` (successful calls per tool). `tools` are plain functions (or `rlvr.agent.Tool`s); `script` replaces the
-    model with a scripted policy; `instructions=False` leaves the text protocol's instructions
-    out of the system prompt (write your own); `last_turn_note` is added to the observations
-    before the last turn (small models rarely count turns); `metadata` is added to the
-    trajectory's. Under `auto` a script writes text actions (the prompt shows them) while the
-    schemas are offered, as a model sees it."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    if max_turns < 1:
-        raise ValueError(f"max_turns={max_turns}: expected at least 1")
-    if model is None and script is None:
-        raise ValueError("tool_episode needs a model to sample from or a script to play")
+    `turn_limit`, `observation_tokens`, `trimmed_observations`, `observation_tokens_cut` and
+    `calls/<tool>` (successful calls per tool). `tools` are plain functions (or
+    `rlvr.agent.Tool`s); `script` replaces the model with a scripted policy;
+    `instructions=False` leaves the text protocol's instructions out of the system prompt (write
+    your own); `last_turn_note` is added to the observations before the last turn (small models
+    rarely count turns); `metadata` is added to the trajectory's; `observation_tokens` is the
+    budget of one observation (None: no budget) in the tokens of `count_tokens` (by default an
+    estimate: `rlvr.agent.budget.approx_tokens`). Under `auto` a script writes text actions (the
+    prompt shows them) while the schemas are offered, as a model sees it."""
+    check_settings(protocol, max_turns, observation_tokens, model is not None or script is not None)
     by_name = as_tools(tools)
     schemas = [t.schema() for t in by_name.values()]
     shown = list(messages)
@@ -248,11 +331,9 @@ async def tool_episode(
             break
         note = f"\n\n{last_turn_note}" if last_turn_note and turn == max_turns - 2 else ""
         for name, arguments, rest, call_id in calls:
-            observation, ran = await run_call(by_name, name, arguments, rest)
-            counts.calls += 1
-            counts.errors += ran is None
-            if ran is not None:
-                counts.by_tool[ran] += 1
+            observation = await counts.call(
+                by_name, name, arguments, rest, observation_tokens, count_tokens
+            )
             trajectory.messages_and_choices.append(
                 {"role": "tool", "tool_call_id": call_id, "content": observation + note}
                 if call_id is not None
@@ -267,6 +348,9 @@ async def tool_episode(
             EpisodeMetric.TOOL_ERRORS: float(counts.errors),
             EpisodeMetric.TRUNCATED: float(counts.truncated),
             EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
+            EpisodeMetric.OBSERVATION_TOKENS: float(counts.observation_tokens),
+            EpisodeMetric.TRIMMED_OBSERVATIONS: float(counts.trimmed),
+            EpisodeMetric.OBSERVATION_TOKENS_CUT: float(counts.cut),
             **{f"{CALLS_PREFIX}{name}": float(n) for name, n in counts.by_tool.items()},
         }
     )

@@ -55,7 +55,9 @@ class Tool(BaseModel):
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-tool schema."""
         parameters = _strip_titles(self.arguments.model_json_schema())
-        parameters.setdefault("properties", {})
+        parameters["properties"] = {
+            name: _without_null(value) for name, value in parameters.get("properties", {}).items()
+        }
         return {
             "type": "function",
             "function": {
@@ -116,6 +118,16 @@ def _strip_titles(schema: Any) -> Any:
     if isinstance(schema, list):
         return [_strip_titles(v) for v in schema]
     return schema
+
+
+def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional parameter's schema without its `null` branch and `"default": null`: it is
+    optional by not being required, and the null branch costs tokens in every prompt."""
+    branches = [b for b in schema.get("anyOf", []) if b != {"type": "null"}]
+    rest = {k: v for k, v in schema.items() if k != "anyOf" and not (k == "default" and v is None)}
+    if "anyOf" not in schema or len(branches) == len(schema["anyOf"]):
+        return rest | ({"anyOf": schema["anyOf"]} if "anyOf" in schema else {})
+    return {**(branches[0] if len(branches) == 1 else {"anyOf": branches}), **rest}
 
 
 def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -304,15 +316,12 @@ def text_call(tool: Tool, arguments: Mapping[str, Any]) -> str:
 
 
 def text_instructions(tools: Mapping[str, Tool]) -> str:
-    """How to call `tools` in the text protocol, for the system prompt."""
+    """How to call `tools` in the text protocol, for the system prompt: one line per tool, its
+    usage (required arguments between bars, optional ones as `[name:VALUE]`) and what it does."""
     rows = []
     for tool in tools.values():
         required = " | ".join(tool.required)
         optional = " ".join(f"[{p}:VALUE]" for p in tool.params if p not in tool.required)
         usage = f"{tool.name.upper()}: {' '.join(w for w in (required, optional) if w)}"
-        rows.append(f"{usage}\n    {tool.description}")
-    return (
-        "To use a tool, reply with exactly one line:\n"
-        + "\n".join(rows)
-        + "\nWhen you have the final answer, reply with it and no tool line."
-    )
+        rows.append(f"{usage} - {tool.description}")
+    return "Reply with one tool line, or with your final answer. Tools:\n" + "\n".join(rows)

@@ -9,6 +9,11 @@ Three figures on the same items and the same weights:
   else (no endpoint, no tools, no check). For a single-turn task this is the whole work, so
   `ratio_vs_bare` (bare seconds ÷ ours) is the share of the bare speed the evaluation keeps; for a
   multi-turn task it covers the first turn only and the ratio understates ours.
+
+For a tool agent it also reports what its episodes showed the model (`episode_figures`): the
+observation tokens per episode and the share of observations cut to the task's budget
+(`rlvr.tool_episode(..., observation_tokens=N)`), to compare runs with and without one:
+`rlvr bench eval email observation_tokens=none`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import art
 import torch
 
+from rlvr.agent import EpisodeMetric
 from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.tasks.plugins import task_config
@@ -44,6 +50,24 @@ def first_prompt(trajectory: art.Trajectory) -> list[dict[str, Any]]:
             break
         messages.append({"role": message["role"], "content": message.get("content") or ""})
     return messages
+
+
+EPISODE_FIGURES = {
+    "observation_tokens_mean": EpisodeMetric.OBSERVATION_TOKENS,
+    "trimmed_observations_mean": EpisodeMetric.TRIMMED_OBSERVATIONS,
+    "turns_mean": EpisodeMetric.TURNS,
+}
+
+
+def episode_figures(groups: list[art.TrajectoryGroup]) -> dict[str, float | None]:
+    """Means over the evaluated episodes of what the episode layer counts (None for a task
+    whose rollouts do not count it, e.g. a single-turn one)."""
+    trajectories = [t for g in groups for t in g.trajectories]
+    figures: dict[str, float | None] = {}
+    for name, metric in EPISODE_FIGURES.items():
+        values = [float(t.metrics[metric]) for t in trajectories if metric in t.metrics]
+        figures[name] = round(statistics.mean(values), 2) if values else None
+    return figures
 
 
 async def run_eval_bench(
@@ -94,14 +118,13 @@ async def run_eval_bench(
         seconds, _, _ = await timed(1)
         alone.append(seconds)
         log(f"eval one at a time: {alone[-1]:.1f} s")
-        turns = [float(g.trajectories[0].metrics.get("turns", 1)) for g in groups]
     n = len(chosen)
     ours_s, bare_s = statistics.median(ours), statistics.median(bare)
     return {
         "bench": "eval",
         "task": task,
         "items": n,
-        "turns_mean": round(statistics.mean(turns), 2) if turns else None,
+        **episode_figures(groups),
         "max_tokens": cfg.max_tokens,
         "accuracy": round(accuracy, 3),
         "threads": torch.get_num_threads(),

@@ -13,11 +13,17 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlvr.agent.budget import MIN_BUDGET
 from rlvr.tasks.api import Task
 
 if TYPE_CHECKING:
     from rlvr.config import TrainConfig
     from scenarios.email.scenario import EmailScenario
+
+
+# Chosen from the oracle episodes' token profile (README, "A tool agent"): search results get
+# shorter snippets, an email as read stays whole.
+OBSERVATION_TOKENS = 200
 
 
 class Options(BaseModel):
@@ -36,6 +42,13 @@ class Options(BaseModel):
         "model emits them, else the text actions)",
     )
     num_items: int = Field(400, ge=10, description="questions generated before the split")
+    observation_tokens: int | None = Field(
+        OBSERVATION_TOKENS,
+        ge=MIN_BUDGET,
+        description="the most tokens one observation shows (estimated: rlvr.agent.budget); a "
+        "longer search result or email is cut around the call's terms, with a marker; none: "
+        "no budget",
+    )
 
 
 def make(options: Options, cfg: TrainConfig) -> EmailScenario:

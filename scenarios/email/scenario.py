@@ -1,8 +1,9 @@
 """The email agent scenario (ART·E style): answer a question by searching a generated inbox.
 
-One episode is `rlvr.tool_episode`: a system prompt naming the inbox's owner, the tools (`search`,
-`read`: scenarios.email.tools) and the answer format, the question, then up to `max_turns`
-assistant turns; the first reply without a tool call is the answer. `demonstrate` plays the same
+One episode is `rlvr.tool_episode`: a system prompt with the answer format and the tools (`search`,
+`read`: scenarios.email.tools), the same for every item; the inbox's owner and the question in
+the user message; then up to `max_turns` assistant turns, each observation within the task's
+`observation_tokens` budget; the first reply without a tool call is the answer. `demonstrate` plays the same
 episode with the scripted oracle (scenarios.email.oracle) in place of the model: demonstrations for
 the supervised warm start. The check and the reward read the answer back from the trajectory, so a
 stored trajectory can be re-scored.
@@ -94,29 +95,32 @@ def parse_level(value: str) -> Level:
 # --- Prompts --------------------------------------------------------------------------------------
 
 
-def system_prompt(inbox: Inbox, max_turns: int) -> str:
-    """The task's part of the system prompt; the episode layer adds how to call the tools."""
+def system_prompt(max_turns: int) -> str:
+    """The task's part of the system prompt; the episode layer adds how to call the tools. It is
+    the same for every item of a level, so every episode's prompt starts with the same tokens
+    (the engine's prefix cache reuses them); what differs — the inbox, the question — comes in
+    the user message."""
     return (
-        f"You answer questions about the email inbox of {inbox.owner.name} "
-        f"<{inbox.owner.address}>. You have {max_turns} turns. When you know the answer, reply "
-        f"with one line: {answer_line('answer', ['email ids'])}. If the inbox does not contain "
-        f"the answer, reply: {answer_line(NOT_IN_INBOX)}"
+        f"You answer questions about an email inbox in {max_turns} turns. When you know the "
+        f"answer, reply with one line: {answer_line('answer', ['email ids'])}. If the inbox "
+        f"does not say, reply: {answer_line(NOT_IN_INBOX)}"
     )
 
 
 def question_prompt(item: Item, inbox: Inbox, spec: LevelSpec) -> str:
-    """The question, after the evidence where the level shows it: small models attend to the end
-    of the prompt, so the question and the answer format come last."""
+    """Whose inbox it is, the evidence where the level shows it, then the question: small models
+    attend to the end of the prompt, so the question and the answer format come last."""
+    owner = f"Inbox of {inbox.owner.name}."
     question = f"Question: {item.prompt}"
     if not spec.evidence_in_prompt:
-        return question
+        return f"{owner}\n{question}"
     support = item.data["supporting_ids"]
     others = [e for e in inbox.emails if e.id not in support]
     shown = [inbox.email(i) for i in support]
     shown += random.Random(item.id).sample(others, min(EVIDENCE_DISTRACTORS, len(others)))
     emails = "\n\n".join(show_email(e) for e in sorted(shown, key=lambda e: e.id))
     reminder = f"\nReply with one line: {answer_line('answer', ['email ids'])}"
-    return f"These emails may help:\n\n{emails}\n\n{question}{reminder}"
+    return f"{owner} These emails may help:\n\n{emails}\n\n{question}{reminder}"
 
 
 # --- The scenario ---------------------------------------------------------------------------------
@@ -129,11 +133,18 @@ class EmailScenario(ScenarioBase):
     default_scorer = "verifier"  # the local 135M judge cannot judge it (email/__init__.py)
     ruler_rubric = RUBRIC  # for the RULER judge (judges.ruler)
 
-    def __init__(self, inboxes: list[Inbox], level: Level, protocol: Protocol, num_items: int):
+    def __init__(
+        self,
+        inboxes: list[Inbox],
+        level: Level,
+        protocol: Protocol,
+        num_items: int,
+        observation_tokens: int | None = None,
+    ) -> None:
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol
         self.inboxes = {inbox.id: inbox for inbox in inboxes}
         self.store = InboxStore(inboxes)
-        self.num_items = num_items
+        self.num_items, self.observation_tokens = num_items, observation_tokens
 
     def load(self) -> list[Item]:
         items = [
@@ -176,13 +187,12 @@ class EmailScenario(ScenarioBase):
     ) -> art.Trajectory:
         inbox = self.inboxes[item.data["inbox"]]
         about = {"inbox": inbox.id, "question_id": item.data["question_id"]}
-        prompt = chat(
-            system_prompt(inbox, self.spec.max_turns), question_prompt(item, inbox, self.spec)
-        )
+        prompt = chat(system_prompt(self.spec.max_turns), question_prompt(item, inbox, self.spec))
         tools = inbox_tools(self.store, inbox.id)
         trajectory = await tool_episode(
             model, item, prompt, tools, sampling, self.spec.max_turns, self.protocol, script=script,
             metadata={**about, "kind": item.data["kind"], "difficulty": self.level.value},
+            observation_tokens=self.observation_tokens,
         )  # fmt: skip
         return self._measure(item, trajectory)
 
@@ -260,4 +270,6 @@ def build_inboxes(seed: int, level: Level, num_items: int) -> list[Inbox]:
 def make_scenario(options: Options, seed: int = 0) -> EmailScenario:
     level = parse_level(options.difficulty)
     inboxes = build_inboxes(seed, level, options.num_items)
-    return EmailScenario(inboxes, level, options.tool_protocol, options.num_items)
+    return EmailScenario(
+        inboxes, level, options.tool_protocol, options.num_items, options.observation_tokens
+    )

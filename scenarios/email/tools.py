@@ -15,19 +15,22 @@ A final reply without an `ANSWER:` line is the answer as it stands (`Answer.impl
 ignores the format still answers and is scored like any other, which gives a small model a graded
 reward instead of a wall of zeros. Observations tag every email with its id (`[e012]`);
 `seen_ids` reads the tags back, which is how the rollout and the check agree on what was found.
+They name people without their addresses: no question asks for an address, the `sender:` and
+`to:` filters match names too, and an address costs about fourteen tokens each time it is shown.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.agent import ToolError
 from rlvr.agent.tools import marked_line
-from scenarios.email.inbox import Email
+from scenarios.email.inbox import MONTHS, Email
 from scenarios.email.store import InboxStore, SearchHit, ToolInputError
 
 MAX_ANSWER_CHARS = 500
@@ -82,7 +85,7 @@ def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
         after: str | None = None,
         before: str | None = None,
     ) -> str:
-        """Search the inbox: up to 5 emails (id, date, sender, subject, snippet), best match first.
+        """Search the inbox; shows the 5 best matches.
 
         Args:
             keywords: words to look for
@@ -98,7 +101,7 @@ def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
             raise ToolError(str(error)) from None
 
     def read(id: str) -> str:
-        """Read one email in full by its id.
+        """Read one email in full.
 
         Args:
             id: email id, e.g. e012
@@ -121,11 +124,26 @@ def seen_ids(texts: Iterable[str]) -> set[str]:
 # --- Observations ---------------------------------------------------------------------------------
 
 
+def person(header: str) -> str:
+    """'Ann Lee <ann.lee@acme.com>' -> 'Ann Lee'; a bare address stays as it is."""
+    name = header.split("<", 1)[0].strip()
+    return name or header.strip()
+
+
+def people(headers: Iterable[str]) -> str:
+    return ", ".join(person(h) for h in headers)
+
+
+def fmt_day(when: datetime) -> str:
+    """'Apr 17': a search result's date (the ids follow date order; a read shows the full date)."""
+    return f"{MONTHS[when.month - 1][:3]} {when.day}"
+
+
 def show_hits(hits: list[SearchHit]) -> str:
     if not hits:
         return "No emails match. Try other keywords."
     lines = [
-        f"[{h.id}] {h.date:%Y-%m-%d} | {h.sender} | {h.subject} | {' '.join(h.snippet.split())}"
+        f"[{h.id}] {fmt_day(h.date)} | {person(h.sender)} | {h.subject} | {' '.join(h.snippet.split())}"
         for h in hits
     ]
     return f"{len(hits)} emails found:\n" + "\n".join(lines)
@@ -135,9 +153,9 @@ def show_email(email: Email) -> str:
     body = email.body if len(email.body) <= MAX_BODY_CHARS else email.body[:MAX_BODY_CHARS] + " ..."
     header = [
         f"[{email.id}]",
-        f"From: {email.sender}",
-        f"To: {', '.join(email.to)}",
-        *([f"Cc: {', '.join(email.cc)}"] if email.cc else []),
+        f"From: {person(email.sender)}",
+        f"To: {people(email.to)}",
+        *([f"Cc: {people(email.cc)}"] if email.cc else []),
         f"Date: {email.date:%Y-%m-%d %H:%M}",
         f"Subject: {email.subject}",
     ]

@@ -36,12 +36,18 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rlvr.agent.budget import MIN_BUDGET
 from rlvr.tasks.api import Task
 from scenarios.multihop.scoring import RewardKind
 
 if TYPE_CHECKING:
     from rlvr.config import TrainConfig
     from scenarios.multihop.scenario import MultihopScenario
+
+
+# Chosen from the oracle episodes' token profile (README, "A tool agent"): search results get
+# shorter snippets, a passage as read stays whole.
+OBSERVATION_TOKENS = 96
 
 
 class Options(BaseModel):
@@ -67,6 +73,13 @@ class Options(BaseModel):
         2, ge=0, le=3, description="hard-negative passages shown beside the evidence (easy)"
     )
     num_items: int = Field(300, ge=10, description="questions generated before the split")
+    observation_tokens: int | None = Field(
+        OBSERVATION_TOKENS,
+        ge=MIN_BUDGET,
+        description="the most tokens one observation shows (estimated: rlvr.agent.budget); a "
+        "longer search result or passage is cut around the call's terms, with a marker; none: "
+        "no budget",
+    )
 
 
 def make(options: Options, cfg: TrainConfig) -> MultihopScenario:

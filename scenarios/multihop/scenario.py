@@ -2,7 +2,8 @@
 
 One episode is `rlvr.tool_episode`: a system prompt, the question (after the evidence at the easy
 level), then up to `max_turns` assistant turns with the corpus tools (`search`, `read`:
-scenarios.multihop.tools); the first reply without a tool call is the answer.
+scenarios.multihop.tools), each observation within the task's `observation_tokens` budget; the
+first reply without a tool call is the answer.
 
 Difficulty levels (the task option `difficulty`):
 - easy: 2-hop questions; the supporting passages and `distractors` hard negatives are shown in the
@@ -77,12 +78,14 @@ class Metric(StrEnum):
 # --- Prompts --------------------------------------------------------------------------------------
 
 _HEAD = """\
-You answer questions from a collection of short encyclopedia passages. A question needs two or \
-more facts: find the first, then use it to find the next. You have {max_turns} turns."""
+You answer questions from short encyclopedia passages in {max_turns} turns. A question needs two \
+or more facts: find the first, then use it to find the next."""
 
 
 def system_prompt(max_turns: int) -> str:
-    """The task's part of the system prompt; the episode layer adds how to call the tools."""
+    """The task's part of the system prompt; the episode layer adds how to call the tools. It is
+    the same for every item of a level (the question comes in the user message), so every
+    episode's prompt starts with the same tokens and the engine's prefix cache reuses them."""
     return (
         _HEAD.format(max_turns=max_turns)
         + f" When you know the answer, reply with one line: {answer_line('only the name or place')}"
@@ -153,10 +156,12 @@ class MultihopScenario(ScenarioBase):
         top_k: int,
         distractors: int,
         num_items: int,
+        observation_tokens: int | None = None,
     ) -> None:
         self.corpus, self.level, self.spec = corpus, level, LEVELS[level]
         self.protocol, self.reward_kind = protocol, reward_kind
         self.top_k, self.distractors, self.num_items = top_k, distractors, num_items
+        self.observation_tokens = observation_tokens
         self.index = PassageIndex(corpus.passages)
         self.questions = {q.id: q for q in corpus.questions}
 
@@ -214,6 +219,7 @@ class MultihopScenario(ScenarioBase):
             model, item, prompt, corpus_tools(self.index, self.top_k), sampling,
             self.spec.max_turns, self.protocol, script=script,
             metadata={**about, "difficulty": self.level.value},
+            observation_tokens=self.observation_tokens,
         )  # fmt: skip
         return self._measure(question, trajectory)
 
@@ -259,4 +265,5 @@ def make_scenario(options: Options, seed: int = 0) -> MultihopScenario:
         options.top_k,
         options.distractors,
         options.num_items,
+        options.observation_tokens,
     )

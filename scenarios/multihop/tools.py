@@ -68,7 +68,7 @@ def corpus_tools(index: PassageIndex, top_k: int) -> list[Callable[..., Any]]:
     """The search and read tools over one corpus."""
 
     def search(query: str | list[str]) -> str:
-        """Search the passages; shows the best few (id, title, snippet).
+        """Search the passages; shows the best matches.
 
         Args:
             query: keywords, e.g. a name
@@ -97,12 +97,18 @@ def corpus_tools(index: PassageIndex, top_k: int) -> list[Callable[..., Any]]:
 # --- Observations ---------------------------------------------------------------------------------
 
 
+def show_hit(hit: Hit) -> str:
+    """One search result: its id, and its title unless the snippet opens with it (a passage
+    starts with its entity's name, which would be shown twice)."""
+    if hit.snippet.startswith(hit.title):
+        return f"[{hit.id}] {hit.snippet}"
+    return f"[{hit.id}] {hit.title}: {hit.snippet}"
+
+
 def show_hits(hits: list[Hit]) -> str:
     if not hits:
         return "No passages match. Try other keywords."
-    return f"{len(hits)} passages found:\n" + "\n".join(
-        f"[{h.id}] {h.title}: {h.snippet}" for h in hits
-    )
+    return f"{len(hits)} passages found:\n" + "\n".join(show_hit(h) for h in hits)
 
 
 def show_passage(passage: Passage) -> str:
