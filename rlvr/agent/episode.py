@@ -302,10 +302,7 @@ async def tool_episode(
         response = await model.openai_client().chat.completions.create(
             model=model.get_inference_name(sampling.step),
             messages=history,  # type: ignore[arg-type]
-            max_tokens=sampling.max_tokens,
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            logprobs=True,
+            **sampling.request(),
             **extra,
         )
         return response.choices[0]
