@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlvr.policy.backend import TorchBackend
-from rlvr.policy.engine import group_attention_mask, top_p_filter
+from rlvr.policy.sampler import group_attention_mask, top_p_filter
 from rlvr.policy.server import ApiError, parse_model_name
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}

@@ -129,8 +129,8 @@ async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_sampler_and_trainer_log_probabilities_agree_at_step_one(trained) -> None:
     precision, engine, _, metrics = trained
-    assert engine.autocast == (None if precision == "fp32" else torch.bfloat16)
-    assert engine.sample_autocast == (torch.bfloat16 if precision == "bf16" else None)
+    assert engine.loaded.train_dtype == (None if precision == "fp32" else torch.bfloat16)
+    assert engine.loaded.sample_dtype == (torch.bfloat16 if precision == "bf16" else None)
     assert metrics["num_tokens"] > 0 and math.isfinite(metrics["loss"])
     print(f"{precision}: train/kl at step 1 = {metrics['kl']:.2e}")  # the README's figure
     assert 0.0 <= metrics["kl"] < KL_BOUND[precision]
@@ -144,11 +144,11 @@ async def test_trained_positions_equal_the_full_vocabulary_forward(trained) -> N
     from art.loss import shift_tensor
 
     _, engine, groups, _ = trained
-    tensors = _trimmed(pack_groups(engine.tokenizer, groups), engine.device)
+    tensors = _trimmed(pack_groups(engine.loaded.tokenizer, groups), engine.loaded.device)
     row = {key: value[:1] for key, value in tensors.items()}
-    with torch.no_grad(), engine.autocast_context():
-        _, fast = engine._forward_logprobs(row)
-        logits = engine.model(
+    with torch.no_grad(), engine.loaded.autocast("train"):
+        _, fast = engine.trainer.forward_logprobs(row)
+        logits = engine.loaded.model(
             input_ids=row["tokens"],
             attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
             position_ids=row["input_pos"],

@@ -92,19 +92,19 @@ def chat(engine, turns: list[str]) -> list[int]:
         {"role": "user" if i % 2 == 0 else "assistant", "content": text}
         for i, text in enumerate(turns)
     ]
-    return engine.tokenizer.apply_chat_template(
+    return engine.loaded.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False
     )
 
 
 def greedy(engine, prompts: list[list[int]], cached: bool):
-    from rlvr.policy.engine import SampleRow
+    from rlvr.policy.common import SampleRow
 
     if not cached:
         engine.prefixes.clear()
     before = engine.prefixes.reused_tokens
     rows = [SampleRow(prompt_ids=p, max_tokens=12, temperature=0.0) for p in prompts]
-    out = engine.sample(rows)
+    out = engine.sampler.sample(rows)
     if not cached:
         engine.prefixes.clear()
     return out, engine.prefixes.reused_tokens - before
@@ -131,7 +131,7 @@ def test_entries_of_changed_weights_are_never_reused(engine) -> None:
     prompt = chat(engine, ["Name three colors."])
     greedy(engine, [prompt], cached=True)
     assert len(engine.prefixes) > 0
-    engine._weights_changed()  # what every optimizer step calls
+    engine.adapters.changed()  # what every optimizer step calls
     assert len(engine.prefixes) == 0
     _, saved = greedy(engine, [prompt], cached=True)
     assert saved == 0

@@ -87,7 +87,7 @@ async def run_eval_bench(
             ours.append(seconds)
             chats = [first_prompt(g.trajectories[0]) for g in groups]
             _, seconds = await asyncio.to_thread(
-                bare_generate, engine, chats, cfg.max_tokens, temperature=0.0
+                bare_generate, engine.loaded, chats, cfg.max_tokens, temperature=0.0
             )
             bare.append(seconds)
             log(f"eval repeat {r}: concurrent {ours[-1]:.1f} s, bare generate {bare[-1]:.1f} s")

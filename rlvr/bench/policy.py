@@ -27,7 +27,10 @@ import torch
 
 from rlvr.metrics import peak_rss_gb
 from rlvr.policy.backend import TorchBackend, pack_groups
+from rlvr.policy.common import SampleRow
 from rlvr.policy.engine import Engine
+from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.sampler import Sampler
 
 RATIO = "ratio_vs_bare"
 PEAK_RSS = "peak_rss_gb"
@@ -63,15 +66,15 @@ async def _registered(
 
 
 def bare_generate(
-    engine: Engine,
+    loaded: LoadedModel,
     prompts: list[str] | list[list[dict[str, Any]]],
     max_tokens: int,
     temperature: float = 1.0,
 ) -> tuple[int, float]:
     """Completion tokens (up to and including the end token) and seconds of one batched
-    `generate` call on the same weights: user prompts or whole chats, sampled at `temperature`
-    (1, like the endpoint in `serve`; 0 = greedy, like an evaluation)."""
-    tokenizer = engine.tokenizer
+    `generate` call of `loaded`'s model as it is: user prompts or whole chats, sampled at
+    `temperature` (1, like the endpoint in `serve`; 0 = greedy, like an evaluation)."""
+    tokenizer = loaded.tokenizer
     chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
     ids = [
         tokenizer.apply_chat_template(
@@ -81,11 +84,11 @@ def bare_generate(
     ]
     width = max(len(x) for x in ids)
     pad = tokenizer.pad_token_id or 0
-    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=engine.device)
-    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=engine.device)
-    with engine.lock, torch.inference_mode(), engine.autocast_context("sample"):
+    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=loaded.device)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=loaded.device)
+    with loaded.lock, torch.inference_mode(), loaded.autocast("sample"):
         started = time.perf_counter()
-        out = engine.model.generate(
+        out = loaded.model.generate(
             input_ids=input_ids,
             attention_mask=mask,
             **(
@@ -99,7 +102,7 @@ def bare_generate(
         seconds = time.perf_counter() - started
     tokens = 0
     for row in out[:, width:].tolist():
-        ends = [i for i, t in enumerate(row) if t in engine.stop_ids]
+        ends = [i for i, t in enumerate(row) if t in loaded.stop_ids]
         tokens += ends[0] + 1 if ends else len(row)
     return tokens, seconds
 
@@ -141,17 +144,17 @@ async def run_serve_bench(
         engine = backend.engine(model)
         try:
             await _endpoint(model, prompts[:1], 4, True, 0)  # warm-up: server, caches
-            await asyncio.to_thread(bare_generate, engine, prompts[:1], 4)
+            await asyncio.to_thread(bare_generate, engine.loaded, prompts[:1], 4)
             bare_rates, ours_rates, passes = [], [], []
             for r in range(repeats):
                 tokens, seconds = await asyncio.to_thread(
-                    bare_generate, engine, prompts, max_tokens
+                    bare_generate, engine.loaded, prompts, max_tokens
                 )
                 bare_rates.append(tokens / seconds)
-                before = engine.passes
+                before = engine.sampler.passes
                 tokens, seconds = await _endpoint(model, prompts, max_tokens, True, 100 * r)
                 ours_rates.append(tokens / seconds)
-                passes.append(engine.passes - before)
+                passes.append(engine.sampler.passes - before)
                 log(
                     f"serve repeat {r}: bare {bare_rates[-1]:.1f} tok/s, endpoint {ours_rates[-1]:.1f} tok/s"
                 )
@@ -163,8 +166,8 @@ async def run_serve_bench(
     bare, ours = statistics.median(bare_rates), statistics.median(ours_rates)
     return {
         "bench": "serve",
-        "device": str(engine.device),
-        "precision": "bf16" if engine.sample_autocast is not None else "fp32",
+        "device": str(engine.loaded.device),
+        "precision": "bf16" if engine.loaded.sample_dtype is not None else "fp32",
         "threads": torch.get_num_threads(),
         "requests": requests,
         "max_tokens": max_tokens,
@@ -211,19 +214,20 @@ async def _sampled_groups(
     return list(await asyncio.gather(*(group(i) for i in range(groups))))
 
 
-def bare_train_step(engine: Engine, packed: dict, optimizer: torch.optim.Optimizer) -> float:
-    """Seconds of forward + backward + AdamW over the packed rows, nothing else."""
+def bare_train_step(loaded: LoadedModel, packed: dict, optimizer: torch.optim.Optimizer) -> float:
+    """Seconds of forward + backward + AdamW over the packed rows (plain causal attention,
+    cross-entropy on the trained tokens) with `loaded`'s model, nothing else."""
     from art.loss import shift_tensor
 
     used = (packed["group_ids"] != -1).any(0).nonzero()
     length = int(used.max()) + 1
-    tokens = packed["tokens"][:, :length].to(engine.device)
-    trained = shift_tensor(packed["assistant_mask"][:, :length], False).to(engine.device)
-    with engine.lock:
+    tokens = packed["tokens"][:, :length].to(loaded.device)
+    trained = shift_tensor(packed["assistant_mask"][:, :length], False).to(loaded.device)
+    with loaded.lock:
         started = time.perf_counter()
         for row in range(len(tokens)):
-            with engine.autocast_context():
-                logits = engine.model(input_ids=tokens[row : row + 1]).logits[0].float()
+            with loaded.autocast("train"):
+                logits = loaded.model(input_ids=tokens[row : row + 1]).logits[0].float()
             targets = torch.nn.functional.pad(tokens[row, 1:], (0, 1))
             loss = torch.nn.functional.cross_entropy(logits[trained[row]], targets[trained[row]])
             loss.backward()
@@ -245,15 +249,15 @@ async def run_train_bench(
         engine = backend.engine(model)
         try:
             sampled = await _sampled_groups(model, groups, group_size, max_tokens)
-            packed = pack_groups(engine.tokenizer, sampled)
+            packed = pack_groups(engine.loaded.tokenizer, sampled)
             if packed is None:
                 raise RuntimeError("bench train: the sampled groups carry no learning signal")
-            optimizer = torch.optim.AdamW(engine.trainable_parameters(), lr=1e-6)
-            await asyncio.to_thread(bare_train_step, engine, packed, optimizer)  # warm-up
+            optimizer = torch.optim.AdamW(engine.adapters.trainable_parameters(), lr=1e-6)
+            await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)  # warm-up
             bare_times, ours_times, metrics = [], [], {}
             for r in range(repeats):
                 bare_times.append(
-                    await asyncio.to_thread(bare_train_step, engine, packed, optimizer)
+                    await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)
                 )
                 started = time.perf_counter()
                 result = await backend.train(model, sampled, learning_rate=1e-6)
@@ -267,8 +271,8 @@ async def run_train_bench(
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
     return {
         "bench": "train",
-        "device": str(engine.device),
-        "precision": "bf16" if engine.autocast is not None else "fp32",
+        "device": str(engine.loaded.device),
+        "precision": "bf16" if engine.loaded.train_dtype is not None else "fp32",
         "threads": torch.get_num_threads(),
         "trajectories": groups * group_size,
         "packed_rows": int(packed["tokens"].shape[0]),
@@ -301,11 +305,9 @@ def _observation(turn: int) -> str:
     )
 
 
-def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) -> float:
+def play_turns(sampler: Sampler, conversations: int, turns: int, max_tokens: int) -> float:
     """Seconds to play `conversations` chats for `turns` turns, each turn one batched greedy
     `sample` call of every chat (greedy, so both modes do the same decoding work)."""
-    from rlvr.policy.engine import SampleRow
-
     chats = [
         [{"role": "system", "content": TURNS_SYSTEM}, {"role": "user", "content": p}]
         for p in _prompts(conversations)
@@ -314,7 +316,7 @@ def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) 
     for turn in range(turns):
         rows = [
             SampleRow(
-                prompt_ids=engine.tokenizer.apply_chat_template(
+                prompt_ids=sampler.tokenizer.apply_chat_template(
                     chat, add_generation_prompt=True, tokenize=True, return_dict=False
                 ),
                 max_tokens=max_tokens,
@@ -322,7 +324,7 @@ def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) 
             )
             for chat in chats
         ]
-        for chat, sampled in zip(chats, engine.sample(rows), strict=True):
+        for chat, sampled in zip(chats, sampler.sample(rows), strict=True):
             chat += [
                 {"role": "assistant", "content": sampled.text},
                 {"role": "user", "content": _observation(turn)},
@@ -345,24 +347,25 @@ def run_turns_bench(
         torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         engine = Engine(resolve_model(model_name), Path(path))
-        cache = engine.prefixes
+        sampler = engine.sampler
+        cache = sampler.prefixes
         budget = cache.max_bytes
-        play_turns(engine, 1, 1, 4)  # warm-up
+        play_turns(sampler, 1, 1, 4)  # warm-up
         bare_times, ours_times, shares = [], [], []
         for r in range(repeats):
             cache.clear()
             cache.max_bytes = 0
-            bare_times.append(play_turns(engine, conversations, turns, max_tokens))
+            bare_times.append(play_turns(sampler, conversations, turns, max_tokens))
             cache.max_bytes = budget
             cache.clear()
             prompt, reused = cache.prompt_tokens, cache.reused_tokens
-            ours_times.append(play_turns(engine, conversations, turns, max_tokens))
+            ours_times.append(play_turns(sampler, conversations, turns, max_tokens))
             shares.append((cache.reused_tokens - reused) / max(cache.prompt_tokens - prompt, 1))
             log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
     return {
         "bench": "turns",
-        "device": str(engine.device),
+        "device": str(engine.loaded.device),
         "threads": torch.get_num_threads(),
         "conversations": conversations,
         "turns": turns,

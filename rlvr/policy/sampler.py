@@ -6,15 +6,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Hashable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import torch
 
-from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Phase, Sampled, SampleRow
+from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Sampled, SampleRow
 from rlvr.policy.device import release_memory
 from rlvr.policy.grammar import Matcher, grammar_for, llg_tokenizer
-from rlvr.policy.prefix import MIN_REUSE, Prefix, worth_reusing
-from rlvr.policy.state import EngineState
+from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, worth_reusing
 
 
 def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
@@ -60,20 +61,44 @@ class _Decoding:
         self.finish: FinishReason | None = None
 
 
-class Sampler(EngineState):
-    """Batched, KV-cached sampling for many rows at once (mixed into Engine)."""
+class WeightsSource(Protocol):
+    """Which weights a step is sampled from (rlvr.policy.adapters.AdapterStore for a trained
+    engine, BaseWeights for a frozen one)."""
 
-    def _stop_ids(self) -> frozenset[int]:
-        configured = self.model.generation_config.eos_token_id
-        ids = configured if isinstance(configured, list) else [configured]
-        return frozenset(i for i in [*ids, self.tokenizer.eos_token_id] if i is not None)
+    def tag(self, step: int | None) -> Hashable:
+        """The identity of the weights serving `step` (UnknownStep if none): what cached keys and
+        values are filed under."""
+        ...
 
-    def autocast_context(self, phase: Phase = "train"):
-        """The phase's precision (rlvr.policy.device.choose_autocast)."""
-        dtype = self.sample_autocast if phase == "sample" else self.autocast
-        if dtype is None:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=dtype)
+    def serving(self, step: int | None) -> AbstractContextManager[Hashable]:
+        """Make `model` compute with step's weights for one pass (the caller holds the lock);
+        yields their tag."""
+        ...
+
+
+class Sampler:
+    """Batched, KV-cached sampling for many rows at once from `loaded`'s model, with the weights
+    `weights` serves for the step asked (the live adapter, an older checkpoint, or the base)."""
+
+    def __init__(
+        self, loaded: LoadedModel, weights: WeightsSource, prefixes: PrefixCache | None = None
+    ) -> None:
+        self.loaded = loaded
+        self.weights = weights
+        self.prefixes = prefixes if prefixes is not None else PrefixCache()
+        self.passes = 0  # batched sampling passes run (how well requests were batched)
+        self._token_bytes: dict[int, bytes] = {}
+        self._grammar_tokenizer: Any = (
+            None  # llguidance's view of the tokenizer, built on first use
+        )
+
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer
+
+    @property
+    def max_context(self) -> int:
+        return self.loaded.max_context
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's text as UTF-8 (a partial character becomes U+FFFD, as vLLM reports it)."""
@@ -83,18 +108,18 @@ class Sampler(EngineState):
         return cached
 
     def sample(self, rows: list[SampleRow], step: int | None = None) -> list[Sampled]:
-        """Sample all rows in one batched pass with step's adapter (None: the latest)."""
+        """Sample all rows in one batched pass with step's weights (None: the latest)."""
         if not rows:
             return []
         with (
-            self.lock,
+            self.loaded.lock,
             torch.inference_mode(),
-            self.autocast_context("sample"),
-            self._adapter(step),
+            self.loaded.autocast("sample"),
+            self.weights.serving(step) as tag,
         ):
             self.passes += 1
             try:
-                return self._sample(rows, self._prefix_tag(step))
+                return self._sample(rows, tag)
             finally:
                 release_memory()  # a long prefill's transients would stay resident otherwise
 
@@ -136,10 +161,14 @@ class Sampler(EngineState):
             ]
         )
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
-        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
+        input_ids, mask, positions = (
+            t.to(self.loaded.device) for t in (input_ids, mask, positions)
+        )
         forced_width = max(len(row.forced_ids) for row in rows)
         cache = (
-            self._cache_from(prefixes, cached) if cached else DynamicCache(config=self.model.config)
+            self._cache_from(prefixes, cached)
+            if cached
+            else DynamicCache(config=self.loaded.model.config)
         )
         logits = self._prefill(input_ids, mask, positions, cache, keep=forced_width + 1)
         if forced_width:
@@ -158,7 +187,7 @@ class Sampler(EngineState):
             if not live_now:
                 break
             if len(live_now) < len(live):  # drop finished rows from the batch and the cache
-                keep = torch.tensor([live.index(i) for i in live_now], device=self.device)
+                keep = torch.tensor([live.index(i) for i in live_now], device=self.loaded.device)
                 cache.batch_select_indices(keep)
                 mask, next_logits, last_position = (
                     mask[keep],
@@ -183,15 +212,15 @@ class Sampler(EngineState):
             else:
                 pad = self.tokenizer.pad_token_id or 0
                 new_ids = torch.tensor(
-                    [[pad] * (width - len(t)) + t for t in fed], device=self.device
+                    [[pad] * (width - len(t)) + t for t in fed], device=self.loaded.device
                 )
                 new_mask = torch.tensor(
-                    [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=self.device
+                    [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=self.loaded.device
                 )
             mask = torch.cat([mask, new_mask.to(mask.dtype)], dim=-1)
             positions = last_position[:, None] + new_mask.cumsum(-1).clamp(min=1)
             last_position = positions[:, -1]
-            logits = self.model(
+            logits = self.loaded.model(
                 input_ids=new_ids,
                 attention_mask=mask,
                 position_ids=positions,
@@ -231,7 +260,7 @@ class Sampler(EngineState):
         cuts = sorted({0, *range(width - max(keep, step), 0, -step)})
         logits = None
         for start, end in zip(cuts, [*cuts[1:], width], strict=True):
-            logits = self.model(
+            logits = self.loaded.model(
                 input_ids=input_ids[:, start:end],
                 attention_mask=mask[:, : past + end],
                 position_ids=positions[:, start:end],
@@ -240,17 +269,6 @@ class Sampler(EngineState):
                 logits_to_keep=keep if end == width else 1,
             ).logits
         return logits
-
-    def _prefix_tag(self, step: int | None) -> Hashable:
-        """Which weights computed a cache entry: the live adapter (its version changes with every
-        update) or an older step's checkpoint."""
-        if step is None or step == self.live_step:
-            return ("live", self._weights_version)
-        return ("step", step)
-
-    def _weights_changed(self) -> None:
-        self._weights_version += 1
-        self.prefixes.clear()
 
     def _cache_from(self, prefixes: list[Prefix | None], length: int):
         """A batched KV cache holding each row's reused prefix, right-aligned in `length`."""
@@ -272,7 +290,7 @@ class Sampler(EngineState):
                     keys[b, :, length - prefix.length :] = prefix.keys[layer]
                     values[b, :, length - prefix.length :] = prefix.values[layer]
             layers.append((keys, values))
-        return DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        return DynamicCache(ddp_cache_data=layers, config=self.loaded.model.config)
 
     def _prefill_shared(self, rows: list[SampleRow], tag: Hashable) -> None:
         """Prefill once each uncached prompt that several rows share (a group's first turn) and
@@ -294,8 +312,10 @@ class Sampler(EngineState):
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in shared])
         mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in shared])
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
-        cache = DynamicCache(config=self.model.config)
+        input_ids, mask, positions = (
+            t.to(self.loaded.device) for t in (input_ids, mask, positions)
+        )
+        cache = DynamicCache(config=self.loaded.model.config)
         self._prefill(input_ids, mask, positions, cache, keep=1)
         for b, ids in enumerate(shared):
             self._store_row(tag, ids, cache, mask, b)
@@ -340,7 +360,7 @@ class Sampler(EngineState):
 
     def _grammar_view(self) -> tuple[object, int]:
         """llguidance's tokenizer (built on first use) and the logit width it covers."""
-        width = self.model.get_output_embeddings().weight.shape[0]
+        width = self.loaded.model.get_output_embeddings().weight.shape[0]
         if self._grammar_tokenizer is None:
             self._grammar_tokenizer = llg_tokenizer(self.tokenizer, width)
         return self._grammar_tokenizer, width
@@ -355,7 +375,7 @@ class Sampler(EngineState):
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def _generator(self, seed: int | None) -> torch.Generator:
-        generator = torch.Generator(device=self.device)
+        generator = torch.Generator(device=self.loaded.device)
         if seed is None:
             generator.seed()
         else:
@@ -438,7 +458,7 @@ class Sampler(EngineState):
         """Set `finish` when the row hit an end token, a stop string or its token budget."""
         row = state.row
         # A finished document leaves the grammar only the end token to allow: it ends there too.
-        if (len(state.ids) > len(row.forced_ids) and state.ids[-1] in self.stop_ids) or (
+        if (len(state.ids) > len(row.forced_ids) and state.ids[-1] in self.loaded.stop_ids) or (
             row.stop and self._cut_at_stop(state)
         ):
             state.finish = "stop"

@@ -41,7 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.policy.common import Sampled, SampleRow, UnknownStep
 from rlvr.policy.grammar import GrammarError, schema_of
-from rlvr.policy.sampler import Sampler  # the trained engine (Engine) or a frozen one
+from rlvr.policy.sampler import Sampler  # a trained engine's or a frozen one
 from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
 
 logger = logging.getLogger(__name__)
