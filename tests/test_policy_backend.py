@@ -126,12 +126,13 @@ async def test_sampled_tokens_map_back_to_exact_ids_in_art(backend, policy) -> N
 
 async def test_concurrent_requests_share_one_decoding_pass(backend, policy) -> None:
     sampler = backend.engine(policy).sampler
-    before = sampler.passes
+    before = sampler.counters()
     responses = await asyncio.gather(
         *(ask(policy, f"Count to {i}.", max_tokens=4, temperature=1.0, seed=i) for i in range(6))
     )
     assert all(len(r.choices) == 1 and r.choices[0].logprobs.content for r in responses)
-    assert sampler.passes - before <= 2  # one window; stragglers at most join a second pass
+    done = sampler.counters().minus(before)
+    assert done.sampling_passes <= 2  # one window; stragglers at most join a second pass
 
 
 async def test_batched_rows_match_rows_sampled_alone(policy) -> None:
@@ -295,8 +296,7 @@ async def test_trained_positions_logprobs_equal_the_full_vocabulary_forward(
     from art.loss import shift_tensor
 
     from rlvr.policy.backend import pack_groups
-    from rlvr.policy.sampler import group_attention_mask
-    from rlvr.policy.trainer import _trained_positions, _trimmed
+    from rlvr.policy.trainer import _trained_positions, _trimmed, group_attention_mask
 
     group = await rollout_group(policy, "Name a planet.", [1, 2, 3, 4], lambda s, _: float(s % 2))
     engine = backend.engine(policy)

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from rlvr.policy.backend import TorchBackend
-from rlvr.policy.sampler import group_attention_mask, top_p_filter
+from rlvr.policy.rows import top_p_filter
 from rlvr.policy.server import ApiError, parse_model_name
+from rlvr.policy.trainer import group_attention_mask
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 

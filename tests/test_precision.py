@@ -23,8 +23,7 @@ from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import PRECISION_ENV
 from rlvr.policy.device import choose_autocast, run_head_in_fp32
 from rlvr.policy.models import DEFAULT_MODEL
-from rlvr.policy.sampler import group_attention_mask
-from rlvr.policy.trainer import _trained_positions, _trimmed
+from rlvr.policy.trainer import _trained_positions, _trimmed, group_attention_mask
 
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured.
 KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 2e-3}
@@ -91,16 +90,23 @@ def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16", "mixed"])
 async def trained(request, tmp_path_factory):
-    """One real GRPO step at each precision: (precision, engine, groups, its metrics)."""
+    """One real GRPO step at each precision, on rollouts sampled from a non-trivial adapter (a
+    fresh one adds nothing: merged, it is the base): (precision, engine, groups, its metrics)."""
     precision = request.param
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision=precision)
     model = art.TrainableModel(name=f"p-{precision}", project="tests", base_model=DEFAULT_MODEL)
     await model.register(backend)
+    engine = backend.engine(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad(), engine.loaded.lock:  # an adapter that changes what is sampled
+        for name, parameter in engine.loaded.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.02, generator=generator)
+        engine.adapters.changed()
     groups = [
         await _group(model, question, [10 * g + i for i in range(4)])
         for g, question in enumerate(["Name a planet and describe it.", "Write about rivers."])
     ]
-    engine = backend.engine(model)
     result = await backend.train(model, groups, learning_rate=1e-4)
     yield precision, engine, groups, result.metrics
     await backend.close()

@@ -1,8 +1,10 @@
 """Benchmarks of the local policy (TorchBackend), each against the bare torch work it wraps.
 
 - serve: completion tokens/s of N concurrent requests through the OpenAI endpoint (logprobs on, as
-  rollouts ask) / a bare batched `model.generate` of the same N prompts in the same process; also
-  the figure for the same requests sent one at a time (the batching gain).
+  rollouts ask) / a bare batched `model.generate` of the same N prompts with the same (merged)
+  weights in the same process; also the figure for the same requests sent one at a time (the
+  batching gain), and the same requests on the base weights (`lora_vs_base`: what sampling with
+  an adapter costs) and on the adapter unmerged (PEFT's LoRA layers).
 - turns: multi-turn chats (system prompt, question, one observation per turn) with the prefix
   cache / the same engine with it off: what reusing earlier turns' keys/values saves.
 - train: wall time of `backend.train` on real sampled groups / a bare forward + backward + AdamW
@@ -15,6 +17,8 @@ Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import statistics
 import sys
 import tempfile
@@ -23,14 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import art
+import openai
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from rlvr.metrics import peak_rss_gb
+from rlvr.policy.adapters import AdapterStore
 from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import SampleRow
 from rlvr.policy.engine import Engine
 from rlvr.policy.loaded import LoadedModel
 from rlvr.policy.sampler import Sampler
+from rlvr.policy.server import Route, ServerThread, create_app
+from rlvr.policy.weights import WeightsView
 
 RATIO = "ratio_vs_bare"
 PEAK_RSS = "peak_rss_gb"
@@ -70,10 +79,12 @@ def bare_generate(
     prompts: list[str] | list[list[dict[str, Any]]],
     max_tokens: int,
     temperature: float = 1.0,
+    weights: WeightsView | None = None,
 ) -> tuple[int, float]:
     """Completion tokens (up to and including the end token) and seconds of one batched
     `generate` call of `loaded`'s model as it is: user prompts or whole chats, sampled at
-    `temperature` (1, like the endpoint in `serve`; 0 = greedy, like an evaluation)."""
+    `temperature` (1, like the endpoint in `serve`; 0 = greedy, like an evaluation); with
+    `weights` applied (e.g. an adapter's merged view) when given."""
     tokenizer = loaded.tokenizer
     chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
     ids = [
@@ -86,7 +97,8 @@ def bare_generate(
     pad = tokenizer.pad_token_id or 0
     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=loaded.device)
     mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=loaded.device)
-    with loaded.lock, torch.inference_mode(), loaded.autocast("sample"):
+    applied = weights.applied() if weights is not None else contextlib.nullcontext()
+    with loaded.lock, applied, torch.inference_mode(), loaded.autocast("sample"):
         started = time.perf_counter()
         out = loaded.model.generate(
             input_ids=input_ids,
@@ -107,14 +119,21 @@ def bare_generate(
     return tokens, seconds
 
 
-async def _endpoint(
-    model: art.TrainableModel, prompts: list[str], max_tokens: int, concurrent: bool, seed: int
-) -> tuple[int, float]:
-    client = model.openai_client()
+class Target(BaseModel):
+    """A model name on an OpenAI-compatible endpoint."""
 
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    client: openai.AsyncOpenAI
+    name: str
+
+
+async def _endpoint(
+    target: Target, prompts: list[str], max_tokens: int, concurrent: bool, seed: int
+) -> tuple[int, float]:
     async def one(i: int, prompt: str) -> int:
-        response = await client.chat.completions.create(
-            model=model.get_inference_name(),
+        response = await target.client.chat.completions.create(
+            model=target.name,
             messages=[{"role": "user", "content": prompt}],
             max_tokens=max_tokens,
             temperature=1.0,
@@ -131,6 +150,32 @@ async def _endpoint(
     return sum(counts), time.perf_counter() - started
 
 
+def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[str, Target]]:
+    """A second endpoint beside the policy's: the base weights as the judge engine serves them
+    (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
+    layers instead of merged (`unmerged`)."""
+    from rlvr.policy.frozen import frozen_sampler
+    from rlvr.policy.models import resolve_model
+
+    adapters = engine.adapters
+    unmerged = AdapterStore(
+        engine.loaded, adapters.output_dir, adapters.live_step, lambda: None, merge=False
+    )
+    samplers = {
+        "base": frozen_sampler(resolve_model(model_name)),
+        "unmerged": Sampler(engine.loaded, unmerged),
+    }
+
+    def route(name: str) -> Route:
+        return Route(engine=samplers[name], step=None)
+
+    key = secrets.token_urlsafe(16)
+    server = ServerThread(create_app(route, lambda: list(samplers), api_key=key))
+    server.start()
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key=key)
+    return server, {name: Target(client=client, name=name) for name in samplers}
+
+
 async def run_serve_bench(
     model_name: str = "smollm2-135m",
     requests: int = 8,
@@ -138,32 +183,26 @@ async def run_serve_bench(
     repeats: int = 3,
     threads: int | None = None,
 ) -> dict[str, Any]:
+    """Completion tokens/s of `requests` concurrent chat requests: the LoRA policy's endpoint
+    (merged weights), the base weights served the same way, the policy sampled unmerged, and a bare
+    batched `generate` with the policy's merged weights; runs alternate, medians reported."""
     prompts = _prompts(requests)
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         backend, model = await _registered(path, model_name, threads)
         engine = backend.engine(model)
+        server, side = await asyncio.to_thread(_side_server, engine, model_name)
+        targets = {"lora": Target(client=model.openai_client(), name=model.get_inference_name())}
+        targets |= side
         try:
-            await _endpoint(model, prompts[:1], 4, True, 0)  # warm-up: server, caches
-            await asyncio.to_thread(bare_generate, engine.loaded, prompts[:1], 4)
-            bare_rates, ours_rates, passes = [], [], []
-            for r in range(repeats):
-                tokens, seconds = await asyncio.to_thread(
-                    bare_generate, engine.loaded, prompts, max_tokens
-                )
-                bare_rates.append(tokens / seconds)
-                before = engine.sampler.passes
-                tokens, seconds = await _endpoint(model, prompts, max_tokens, True, 100 * r)
-                ours_rates.append(tokens / seconds)
-                passes.append(engine.sampler.passes - before)
-                log(
-                    f"serve repeat {r}: bare {bare_rates[-1]:.1f} tok/s, endpoint {ours_rates[-1]:.1f} tok/s"
-                )
-            tokens, seconds = await _endpoint(model, prompts, max_tokens, False, 1000)
+            rates, passes = await _serve_repeats(engine, targets, prompts, max_tokens, repeats)
+            tokens, seconds = await _endpoint(targets["lora"], prompts, max_tokens, False, 1000)
             sequential = tokens / seconds
             log(f"serve one at a time: {sequential:.1f} tok/s")
+            merged_mb = engine.adapters.merged_bytes / 2**20
         finally:
+            await asyncio.to_thread(server.stop)
             await backend.close()
-    bare, ours = statistics.median(bare_rates), statistics.median(ours_rates)
+    median = {name: statistics.median(values) for name, values in rates.items()}
     return {
         "bench": "serve",
         "device": str(engine.loaded.device),
@@ -171,14 +210,48 @@ async def run_serve_bench(
         "threads": torch.get_num_threads(),
         "requests": requests,
         "max_tokens": max_tokens,
-        "bare_generate_tok_s": round(bare, 2),
-        "endpoint_concurrent_tok_s": round(ours, 2),
+        "bare_generate_tok_s": round(median["bare"], 2),
+        "endpoint_concurrent_tok_s": round(median["lora"], 2),
         "endpoint_sequential_tok_s": round(sequential, 2),
-        "batching_gain": round(ours / sequential, 2),
+        "base_tok_s": round(median["base"], 2),
+        "lora_unmerged_tok_s": round(median["unmerged"], 2),
+        "lora_vs_base": round(median["lora"] / median["base"], 3),
+        "merged_mb": round(merged_mb, 1),
+        "batching_gain": round(median["lora"] / sequential, 2),
         "passes_per_concurrent_run": statistics.median(passes),
         PEAK_RSS: round(peak_rss_gb(), 2),
-        RATIO: round(ours / bare, 3),
+        RATIO: round(median["lora"] / median["bare"], 3),
     }
+
+
+async def _serve_repeats(
+    engine: Engine, targets: dict[str, Target], prompts: list[str], max_tokens: int, repeats: int
+) -> tuple[dict[str, list[float]], list[int]]:
+    """Tokens/s per repeat of the bare generate and of each endpoint target, alternating; and the
+    sampling passes each concurrent run of the policy took."""
+    for target in targets.values():  # warm-up: servers, caches, the merged weights
+        await _endpoint(target, prompts[:1], 4, True, 0)
+    await asyncio.to_thread(_bare_merged, engine, prompts[:1], 4)
+    rates: dict[str, list[float]] = {name: [] for name in ["bare", *targets]}
+    passes = []
+    for r in range(repeats):
+        tokens, seconds = await asyncio.to_thread(_bare_merged, engine, prompts, max_tokens)
+        rates["bare"].append(tokens / seconds)
+        for name, target in targets.items():
+            before = engine.sampler.counters()
+            tokens, seconds = await _endpoint(target, prompts, max_tokens, True, 100 * r)
+            rates[name].append(tokens / seconds)
+            if name == "lora":
+                passes.append(engine.sampler.counters().minus(before).sampling_passes)
+        log(f"serve repeat {r}: " + ", ".join(f"{n} {v[-1]:.1f} tok/s" for n, v in rates.items()))
+    return rates, passes
+
+
+def _bare_merged(engine: Engine, prompts: list[str], max_tokens: int) -> tuple[int, float]:
+    """`bare_generate` with the policy's live weights merged, as the endpoint samples them."""
+    with engine.loaded.lock:
+        view = engine.adapters.view(None)
+    return bare_generate(engine.loaded, prompts, max_tokens, weights=view)
 
 
 def _reward(text: str) -> float:
@@ -358,9 +431,10 @@ def run_turns_bench(
             bare_times.append(play_turns(sampler, conversations, turns, max_tokens))
             cache.max_bytes = budget
             cache.clear()
-            prompt, reused = cache.prompt_tokens, cache.reused_tokens
+            before = sampler.counters()
             ours_times.append(play_turns(sampler, conversations, turns, max_tokens))
-            shares.append((cache.reused_tokens - reused) / max(cache.prompt_tokens - prompt, 1))
+            done = sampler.counters().minus(before)
+            shares.append(done.cached_prompt_tokens / max(done.prompt_tokens, 1))
             log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
     return {

@@ -1,5 +1,5 @@
 """The engine's LoRA adapters: the live one (trained in place), its checkpoints (atomic, with the
-optimizer), older steps loaded beside it to serve them, and the live weights' version.
+optimizer), the live weights' version, and the merged weights each adapter is sampled with.
 
 `AdapterStore` is the sampler's source of weights (rlvr.policy.sampler.WeightsSource) and the
 trainer's store of checkpoints."""
@@ -7,8 +7,7 @@ trainer's store of checkpoints."""
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +18,13 @@ from rlvr import faults
 from rlvr.policy.common import (
     ADAPTER_WEIGHTS,
     LIVE_ADAPTER,
-    OLD_ADAPTERS_KEPT,
     OPTIMIZER_FILE,
     LoraSettings,
     UnknownStep,
 )
 from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.merged import MERGED_KEPT, MergedSet, merge
+from rlvr.policy.weights import WeightsTag, WeightsView
 from rlvr.runs import atomic
 
 
@@ -69,10 +69,14 @@ def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> A
 
 class AdapterStore:
     """The live adapter of `loaded.model` (a PeftModel), its checkpoints under `output_dir` (ART's
-    model directory) and up to OLD_ADAPTERS_KEPT older steps loaded to serve them.
+    model directory), and the merged weights the sampler computes with (rlvr.policy.merged).
 
-    `version` counts changes of the live weights; `changed()` (every optimizer step) bumps it and
-    calls `on_change`, so whatever was computed from the old weights is dropped."""
+    `version` counts changes of the live weights; `changed()` (every optimizer step) bumps it,
+    drops the live adapter's merged set and calls `on_change`, so nothing computed from the old
+    weights is reused. Merged sets are kept least-recently-used, at most MERGED_KEPT: the live
+    adapter's and an older step's (served for a test evaluation; merged from its checkpoint).
+    With `merge=False` the live adapter is sampled through PEFT's LoRA layers instead (to compare
+    the two; older steps are always merged)."""
 
     def __init__(
         self,
@@ -80,13 +84,16 @@ class AdapterStore:
         output_dir: Path,
         live_step: int,
         on_change: Callable[[], None],
+        *,
+        merge: bool = True,
     ) -> None:
         self.loaded = loaded
         self.output_dir = output_dir
         self.live_step = live_step
         self.version = 0
+        self.merge = merge
         self._on_change = on_change
-        self._old: OrderedDict[Path, str] = OrderedDict()  # checkpoint dir -> adapter name
+        self._merged: OrderedDict[WeightsTag, MergedSet] = OrderedDict()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for n, p in self.loaded.model.named_parameters() if f".{LIVE_ADAPTER}." in n]
@@ -110,51 +117,56 @@ class AdapterStore:
         return target
 
     def changed(self) -> None:
-        """The live weights changed (an optimizer step): nothing computed from them is reused."""
+        """The live weights changed (an optimizer or SFT step; the caller holds the lock)."""
         self.version += 1
+        self._drop("live")
         self._on_change()
 
     def forget(self) -> None:
-        """Drop the older adapters loaded to serve them (their checkpoint files may be gone)."""
+        """Drop what was computed from older checkpoints (their files may be gone)."""
         with self.loaded.lock:
-            for name in self._old.values():
-                self.loaded.model.delete_adapter(name)
-            self._old.clear()
+            self._drop("step")
             self._on_change()
 
-    def tag(self, step: int | None) -> Hashable:
-        """Which weights serve `step`: the live adapter at its version, or a checkpoint."""
+    @property
+    def merged_bytes(self) -> int:
+        """Memory held by the merged sets kept now."""
+        return sum(merged.nbytes for merged in self._merged.values())
+
+    def view(self, step: int | None) -> WeightsView:
+        """The weights serving `step` (None or the live step: the live adapter; else the step's
+        checkpoint), merged unless `merge` is off (the caller holds the lock)."""
         if step is None or step == self.live_step:
-            return ("live", self.version)
+            tag = WeightsTag("live", self.version)
+            return WeightsView(tag, self._merged_set(tag) if self.merge else None)
         if not (self.checkpoint_dir(step) / ADAPTER_WEIGHTS).is_file():
             raise UnknownStep(f"step {step} has no checkpoint (latest is {self.live_step})")
-        return ("step", step)
+        tag = WeightsTag("step", step)
+        return WeightsView(tag, self._merged_set(tag))
 
-    @contextmanager
-    def serving(self, step: int | None) -> Iterator[Hashable]:
-        """Sample from the live adapter (None or the live step) or from step's checkpoint, loaded
-        beside it (the caller holds the lock); yields the weights' tag."""
-        tag = self.tag(step)
-        if step is None or step == self.live_step:
-            yield tag
-            return
+    def _merged_set(self, tag: WeightsTag) -> MergedSet:
+        found = self._merged.get(tag)
+        if found is None:
+            found = self._merged[tag] = self._merge(tag)
+            while len(self._merged) > MERGED_KEPT:
+                self._merged.popitem(last=False)
+        self._merged.move_to_end(tag)
+        return found
+
+    def _merge(self, tag: WeightsTag) -> MergedSet:
+        """The live adapter merged, or step `tag.number`'s checkpoint loaded beside it just long
+        enough to merge it."""
         model = self.loaded.model
-        model.set_adapter(self._loaded_name(step), inference_mode=True)
+        dtype = self.loaded.sample_dtype or torch.float32
+        if tag.kind == "live":
+            return merge(model, LIVE_ADAPTER, dtype)
+        name = f"step{tag.number}"
+        model.load_adapter(self.checkpoint_dir(tag.number), adapter_name=name, is_trainable=False)
         try:
-            yield tag
+            return merge(model, name, dtype)
         finally:
-            model.set_adapter(LIVE_ADAPTER)
+            model.delete_adapter(name)
 
-    def _loaded_name(self, step: int) -> str:
-        """The PEFT name of step's adapter, loaded now if it is not (least recently used out)."""
-        adapter_dir = self.checkpoint_dir(step)
-        name = self._old.get(adapter_dir)
-        if name is None:
-            name = f"step{step}"
-            self.loaded.model.load_adapter(adapter_dir, adapter_name=name, is_trainable=False)
-            self._old[adapter_dir] = name
-            while len(self._old) > OLD_ADAPTERS_KEPT:
-                _, evicted = self._old.popitem(last=False)
-                self.loaded.model.delete_adapter(evicted)
-        self._old.move_to_end(adapter_dir)
-        return name
+    def _drop(self, kind: str) -> None:
+        for tag in [t for t in self._merged if t.kind == kind]:
+            del self._merged[tag]

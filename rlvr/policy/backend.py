@@ -42,7 +42,7 @@ from art.utils.output_dirs import get_model_dir
 
 from rlvr.art_private import build_rl_train_configs
 from rlvr.policy import common as engine_names
-from rlvr.policy.common import LoraSettings, OptimSettings, Precision
+from rlvr.policy.common import EngineCounters, LoraSettings, OptimSettings, Precision
 from rlvr.policy.engine import Engine
 from rlvr.policy.models import resolve_model
 from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
@@ -229,6 +229,12 @@ class TorchBackend:
     def engine(self, model: art.Model) -> Engine:
         """The loaded engine of a registered model (for benchmarks and tests)."""
         return self._engines[model.name]
+
+    def counters(self, model: art.Model) -> EngineCounters:
+        """Running totals of the work of `model`'s engine (zero before it is loaded): take one
+        before and one after a step and `minus` them."""
+        engine = self._engines.get(model.name)
+        return engine.counters() if engine is not None else EngineCounters()
 
     def _stored_step(self, model: art.Model) -> int:
         return get_step_from_dir(get_model_dir(model=model, art_path=self._path))

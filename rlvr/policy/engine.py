@@ -22,7 +22,13 @@ import torch
 from art.utils.get_model_step import get_step_from_dir
 
 from rlvr.policy.adapters import AdapterStore, attach_adapter, resume_dir
-from rlvr.policy.common import OPTIMIZER_FILE, LoraSettings, OptimSettings, Precision
+from rlvr.policy.common import (
+    OPTIMIZER_FILE,
+    EngineCounters,
+    LoraSettings,
+    OptimSettings,
+    Precision,
+)
 from rlvr.policy.loaded import LoadedModel, load_model
 from rlvr.policy.prefix import PrefixCache
 from rlvr.policy.sampler import Sampler
@@ -66,3 +72,7 @@ class Engine:
         self.trainer = Trainer(self.loaded, self.adapters, optim or OptimSettings(), state)
         if adapter_dir is None:
             self.trainer.save_step(self.adapters.live_step)
+
+    def counters(self) -> EngineCounters:
+        """Running totals of this engine's sampling and training (rlvr.policy.common)."""
+        return self.sampler.counters().plus(self.trainer.counters())

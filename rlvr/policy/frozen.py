@@ -7,28 +7,12 @@ take to import (about half of what the trained engine's imports take).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-from rlvr.policy.common import Precision, UnknownStep
+from rlvr.policy.common import Precision
 from rlvr.policy.loaded import load_model
 from rlvr.policy.sampler import Sampler
-
-BASE_TAG = ("base",)  # the tag of weights served as they are
-
-
-class BaseWeights:
-    """A model's own weights, its one step 0."""
-
-    def tag(self, step: int | None) -> Hashable:
-        if step not in (None, 0):
-            raise UnknownStep(f"step {step}: this model is served as it is (step 0 only)")
-        return BASE_TAG
-
-    @contextmanager
-    def serving(self, step: int | None) -> Iterator[Hashable]:
-        yield self.tag(step)
+from rlvr.policy.weights import BaseWeights
 
 
 def frozen_sampler(

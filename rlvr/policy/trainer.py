@@ -3,6 +3,7 @@ warm start; long rows recompute their activations (gradient checkpointing)."""
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,11 +21,29 @@ from rlvr.policy.common import (
     LOSS,
     NUM_SEQUENCES,
     NUM_TOKENS,
+    EngineCounters,
     OptimSettings,
 )
 from rlvr.policy.device import release_memory
 from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.sampler import group_attention_mask, token_logprobs
+
+
+def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+    """[B, 1, S, S] boolean mask for ART's packed rows: a token sees earlier tokens of its own
+    sequence and of the prompt it continues (whose group id is its parent id)."""
+    length = group_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=group_ids.device).tril()
+    same = group_ids[:, :, None] == group_ids[:, None, :]
+    prompt = parent_ids[:, :, None] == group_ids[:, None, :]
+    return (causal & (same | prompt))[:, None]
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position, computed in fp32 (cross-entropy fuses log-softmax and gather)."""
+    flat = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    )
+    return -flat.view(targets.shape)
 
 
 def _trimmed(packed: dict, device: torch.device) -> dict[str, torch.Tensor]:
@@ -68,6 +87,20 @@ class Trainer:
         )
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
+        self._counters = EngineCounters()
+
+    def counters(self) -> EngineCounters:
+        """The training work done so far (running totals; sampling's stay 0 here)."""
+        return self._counters
+
+    def _count(self, tensors: dict[str, torch.Tensor], trained: float, started: float) -> None:
+        """Add one update over `tensors` (`trained` positions), begun at `started`."""
+        done = EngineCounters(
+            trained_tokens=int(trained),
+            forwarded_tokens=int((tensors["group_ids"] != -1).sum()),
+            training_s=time.perf_counter() - started,
+        )
+        self._counters = self._counters.plus(done)
 
     def save_step(self, step: int) -> Path:
         """Save the live adapter (unchanged) as checkpoint `step` and serve it as the latest."""
@@ -86,6 +119,7 @@ class Trainer:
         `dev.TrainConfig` (loss variant, clipping). Returns the metrics named at the top.
         """
         with self.loaded.lock:
+            started = time.perf_counter()
             tensors = _trimmed(packed, self.loaded.device)
             chunks = [
                 c.tolist() for c in torch.arange(len(tensors["tokens"])).tensor_split(num_substeps)
@@ -127,6 +161,7 @@ class Trainer:
             faults.maybe_crash(faults.FaultPoint.OPTIMIZER, step)
             self.adapters.save(step, self.optimizer)
             release_memory()
+            self._count(tensors, totals["tokens"], started)
             return metrics
 
     def sft_batch(self, packed: dict, learning_rate: float) -> dict[str, float]:
@@ -136,6 +171,7 @@ class Trainer:
         from art.loss import shift_tensor
 
         with self.loaded.lock:
+            started = time.perf_counter()
             tensors = _trimmed(packed, self.loaded.device)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate
@@ -154,6 +190,7 @@ class Trainer:
             self.adapters.changed()
             self.optimizer.zero_grad(set_to_none=True)
             release_memory()
+            self._count(tensors, tokens, started)
             return {LOSS: total / max(tokens, 1.0), GRAD_NORM: float(norm), NUM_TOKENS: tokens}
 
     def forward_logprobs(
