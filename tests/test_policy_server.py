@@ -14,6 +14,7 @@ from rlvr.policy.server import ApiError, parse_model_name
 from rlvr.policy.trainer import group_attention_mask
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
 @pytest.fixture
@@ -75,6 +76,12 @@ async def test_two_backends_have_different_keys(tmp_path) -> None:
         ({**GOOD, "n": 0}, 400, ["n"]),
         ({**GOOD, "tool_choice": {"type": "function"}}, 400, ["tool_choice"]),
         ({**GOOD, "stream": True}, 400, ["stream"]),
+        (
+            {**GOOD, "tools": [ADD_TOOL], "tool_choice": {"function": {"name": "sub"}}},
+            400,
+            ["tool_choice", "'sub'", "'add'"],
+        ),
+        ({**GOOD, "tool_choice": {"function": {"name": "add"}}}, 400, ["tool_choice", "'add'"]),
         (GOOD, 404, ["policy", "not served"]),
         ({**GOOD, "model": "policy@3"}, 404, ["policy@3"]),
     ],
