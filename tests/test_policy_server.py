@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlvr.policy.backend import TorchBackend
-from rlvr.policy.rows import top_p_filter
+from rlvr.policy.rows import draw, top_p_filter
 from rlvr.policy.server import ApiError, parse_model_name
 from rlvr.policy.trainer import group_attention_mask
 
@@ -160,3 +160,14 @@ def test_top_p_keeps_the_nucleus(top_p: float, kept: list[bool]) -> None:
     order = [1, 3, 0, 2]  # tokens by falling probability
     assert [bool(filtered[i] > 0) for i in order] == kept
     assert torch.equal(filtered[filtered > 0], probs[0][filtered > 0])
+
+
+def test_draw_follows_each_rows_distribution_and_never_draws_a_zero() -> None:
+    probs = torch.tensor([[0.1, 0.6, 0.0, 0.3], [0.0, 0.0, 1.0, 0.0]])
+    generators = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
+    draws = torch.stack([draw(probs, generators) for _ in range(4000)])
+    first = torch.bincount(draws[:, 0], minlength=4) / len(draws)
+    assert first.tolist() == pytest.approx([0.1, 0.6, 0.0, 0.3], abs=0.03)
+    assert bool((draws[:, 1] == 2).all())
+    again = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
+    assert torch.equal(draw(probs, again), draws[0])  # each row's own seeded stream

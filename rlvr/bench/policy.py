@@ -191,7 +191,8 @@ async def run_serve_bench(
         backend, model = await _registered(path, model_name, threads)
         engine = backend.engine(model)
         server, side = await asyncio.to_thread(_side_server, engine, model_name)
-        targets = {"lora": Target(client=model.openai_client(), name=model.get_inference_name())}
+        policy = openai.AsyncOpenAI(base_url=await backend.serve(), api_key=backend.api_key)
+        targets = {"lora": Target(client=policy, name=model.get_inference_name())}
         targets |= side
         try:
             rates, passes = await _serve_repeats(engine, targets, prompts, max_tokens, repeats)
@@ -231,11 +232,11 @@ async def _serve_repeats(
     sampling passes each concurrent run of the policy took."""
     for target in targets.values():  # warm-up: servers, caches, the merged weights
         await _endpoint(target, prompts[:1], 4, True, 0)
-    await asyncio.to_thread(_bare_merged, engine, prompts[:1], 4)
+    await asyncio.to_thread(bare_generate_policy, engine, prompts[:1], 4)
     rates: dict[str, list[float]] = {name: [] for name in ["bare", *targets]}
     passes = []
     for r in range(repeats):
-        tokens, seconds = await asyncio.to_thread(_bare_merged, engine, prompts, max_tokens)
+        tokens, seconds = await asyncio.to_thread(bare_generate_policy, engine, prompts, max_tokens)
         rates["bare"].append(tokens / seconds)
         for name, target in targets.items():
             before = engine.sampler.counters()
@@ -247,11 +248,16 @@ async def _serve_repeats(
     return rates, passes
 
 
-def _bare_merged(engine: Engine, prompts: list[str], max_tokens: int) -> tuple[int, float]:
+def bare_generate_policy(
+    engine: Engine,
+    prompts: list[str] | list[list[dict[str, Any]]],
+    max_tokens: int,
+    temperature: float = 1.0,
+) -> tuple[int, float]:
     """`bare_generate` with the policy's live weights merged, as the endpoint samples them."""
     with engine.loaded.lock:
         view = engine.adapters.view(None)
-    return bare_generate(engine.loaded, prompts, max_tokens, weights=view)
+    return bare_generate(engine.loaded, prompts, max_tokens, temperature, weights=view)
 
 
 def _reward(text: str) -> float:

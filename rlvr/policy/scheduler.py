@@ -99,13 +99,13 @@ class Scheduler:
     def _admit(self) -> None:
         """Prefill the waiting requests that fit (first come, first served), one batch per
         weights tag, and join each into the live batch of its tag."""
+        for request in [r for r in self._waiting if r.gone()]:
+            self._waiting.remove(request)
+            request.done(ClientGone("the client went away before its rows were admitted"))
         room = self.max_rows - sum(len(b.states) for b in self._batches)
         groups: dict[object, tuple[WeightsView, list[Submission]]] = {}
         while self._waiting and (len(self._waiting[0].rows) <= room or room == self.max_rows):
             request = self._waiting.pop(0)
-            if request.gone():
-                request.done(ClientGone("the client went away before its rows were admitted"))
-                continue
             try:
                 view = self.sampler.weights.view(request.step)
                 request.states = [self.sampler.new_state(r, request.gone) for r in request.rows]

@@ -18,6 +18,7 @@ with 400 (bad request), 404 (unknown model or step) or 408 (the client went away
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -173,7 +174,8 @@ class _Batcher:
         future: asyncio.Future[list[Sampled]] = loop.create_future()
 
         def done(result: list[Sampled] | BaseException) -> None:
-            loop.call_soon_threadsafe(_settle, future, result)
+            with contextlib.suppress(RuntimeError):  # the loop closed: no one left to answer
+                loop.call_soon_threadsafe(_settle, future, result)
 
         self.scheduler.submit(Submission(rows, step, gone, done))
         if self.running is None or self.running.done():
