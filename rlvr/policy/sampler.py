@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -26,20 +26,15 @@ from rlvr.policy.rows import RowRules, RowState, never
 from rlvr.policy.weights import WeightsSource, WeightsTag, WeightsView
 
 
-class Prefilled:
+class Prefilled(NamedTuple):
     """Rows fed through the model into a fresh batched cache: the cache, its mask, the logits of
     the last `keep` columns, each row's last position and how many of its tokens were reused."""
 
-    def __init__(
-        self,
-        cache: Any,
-        mask: torch.Tensor,
-        logits: torch.Tensor,
-        last_position: torch.Tensor,
-        reused: list[int],
-    ) -> None:
-        self.cache, self.mask, self.logits = cache, mask, logits
-        self.last_position, self.reused = last_position, reused
+    cache: Any
+    mask: torch.Tensor
+    logits: torch.Tensor
+    last_position: torch.Tensor
+    reused: list[int]
 
 
 class Sampler:
