@@ -36,11 +36,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from rlvr.policy.frozen import FrozenEngine
+    from rlvr.policy.frozen import frozen_sampler
     from rlvr.policy.models import resolve_model
     from rlvr.policy.server import ApiError, Route, create_app
 
-    engine = FrozenEngine(resolve_model(args.model))
+    engine = frozen_sampler(resolve_model(args.model))
 
     def route(name: str) -> Route:
         if name != SERVED_NAME:

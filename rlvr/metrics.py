@@ -93,8 +93,10 @@ class M(StrEnum):
     # tokens decoded, tokens trained (the update's trained positions).
     PROMPT_TOKENS = "tokens/prompt"
     CACHED_PROMPT_TOKENS = "tokens/prompt_cached"
+    PREFILLED_TOKENS = "tokens/prefilled"  # prompt tokens fed through the model (shared: once)
     DECODED_TOKENS = "tokens/decoded"
     TRAINED_TOKENS = "tokens/trained"
+    FORWARDED_TOKENS = "tokens/forwarded"  # packed tokens forwarded and back-propagated
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items

@@ -131,31 +131,31 @@ def obeys(data: object) -> bool:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory):
+def sampler(tmp_path_factory: pytest.TempPathFactory):
     from rlvr.policy.engine import Engine
     from rlvr.policy.models import resolve_model
 
-    return Engine(resolve_model("smollm2-135m"), Path(tmp_path_factory.mktemp("grammar")))
+    return Engine(resolve_model("smollm2-135m"), Path(tmp_path_factory.mktemp("grammar"))).sampler
 
 
-def prompt(engine) -> list[int]:
+def prompt(sampler) -> list[int]:
     messages = [
         {
             "role": "user",
             "content": "Grade 'Paris is the capital of France' against 3 criteria. Reply in JSON.",
         }
     ]
-    return engine.tokenizer.apply_chat_template(
+    return sampler.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False
     )
 
 
 @pytest.mark.slow
-def test_constrained_rows_obey_the_schema_beside_free_rows(engine) -> None:
+def test_constrained_rows_obey_the_schema_beside_free_rows(sampler) -> None:
     from rlvr.policy.common import SampleRow
 
-    grammar = engine.compile_grammar(VERDICTS)
-    ids = prompt(engine)
+    grammar = sampler.compile_grammar(VERDICTS)
+    ids = prompt(sampler)
     rows = [
         SampleRow(prompt_ids=ids, max_tokens=300, temperature=0.0, grammar=grammar),
         *[
@@ -164,29 +164,29 @@ def test_constrained_rows_obey_the_schema_beside_free_rows(engine) -> None:
         ],
         SampleRow(prompt_ids=ids, max_tokens=24, temperature=1.0, seed=7),  # free text
     ]
-    *constrained, free = engine.sample(rows)
+    *constrained, free = sampler.sample(rows)
     for sampled in constrained:
         assert sampled.finish_reason == "stop", sampled.text
         assert obeys(json.loads(sampled.text)), sampled.text
         assert (
-            sampled.token_ids[-1] in engine.stop_ids
+            sampled.token_ids[-1] in sampler.loaded.stop_ids
         )  # ended by the model, as the grammar allowed
     assert len({s.text for s in constrained[1:]}) > 1  # sampling still samples
     assert free.text and len(free.token_ids) <= 24
 
 
 @pytest.mark.slow
-def test_constrained_logprobs_are_the_models_own(engine) -> None:
+def test_constrained_logprobs_are_the_models_own(sampler) -> None:
     """The recorded logprob of each constrained token is the model's unmasked one: the same
     tokens forced through the model without a grammar score the same (what training reads)."""
     from rlvr.policy.common import SampleRow
 
-    ids = prompt(engine)
-    grammar = engine.compile_grammar(OBJECT)
-    (constrained,) = engine.sample(
+    ids = prompt(sampler)
+    grammar = sampler.compile_grammar(OBJECT)
+    (constrained,) = sampler.sample(
         [SampleRow(prompt_ids=ids, max_tokens=20, temperature=0.0, grammar=grammar)]
     )
-    (forced,) = engine.sample(
+    (forced,) = sampler.sample(
         [
             SampleRow(
                 prompt_ids=ids,
@@ -198,13 +198,13 @@ def test_constrained_logprobs_are_the_models_own(engine) -> None:
     n = len(constrained.token_ids)
     assert forced.token_ids[:n] == constrained.token_ids
     # Prefill and step-by-step decoding agree to fp32 rounding; bf16 sampling to its own.
-    tolerance = 1e-4 if engine.sample_autocast is None else 0.1
+    tolerance = 1e-4 if sampler.loaded.sample_dtype is None else 0.1
     assert forced.logprobs[:n] == pytest.approx(constrained.logprobs, abs=tolerance)
     # Renormalised over the allowed tokens, a token the grammar left alone would score 0.
     assert min(constrained.logprobs) < -1.0
 
 
 @pytest.mark.slow
-def test_a_schema_without_a_grammar_is_refused(engine) -> None:
+def test_a_schema_without_a_grammar_is_refused(sampler) -> None:
     with pytest.raises(GrammarError, match="response_format schema"):
-        engine.compile_grammar({"type": "object", "properties": {"a": {"type": "nonsense"}}})
+        sampler.compile_grammar({"type": "object", "properties": {"a": {"type": "nonsense"}}})

@@ -90,7 +90,7 @@ def prompt_ids(content: str) -> list[int]:
 
 
 def checkpoint(backend: TorchBackend, model: art.TrainableModel, step: int) -> Path:
-    return backend.engine(model).checkpoint_dir(step)
+    return backend.engine(model).adapters.checkpoint_dir(step)
 
 
 # ----------------------------------------------------------------------------- serving
@@ -108,14 +108,16 @@ async def test_sampled_tokens_map_back_to_exact_ids_in_art(backend, policy) -> N
     choice = response.choices[0]
     ids = ids_of(choice)
     assert choice.finish_reason == "stop"
-    assert ids[-1] == backend.engine(policy).tokenizer.eos_token_id  # the end token is sampled too
+    assert (
+        ids[-1] == backend.engine(policy).loaded.tokenizer.eos_token_id
+    )  # the end token is sampled too
     assert "<|im_end|>" not in choice.message.content
     assert len(ids) == response.usage.completion_tokens
     assert all(bytes(t.bytes).decode("utf-8") for t in choice.logprobs.content)
     group = art.TrajectoryGroup(
         [art.Trajectory(messages_and_choices=[*messages, choice], reward=r) for r in (0.0, 1.0)]
     )
-    tokenizer = backend.engine(policy).tokenizer
+    tokenizer = backend.engine(policy).loaded.tokenizer
     for result in tokenize_trajectory_groups(tokenizer, [group], False, True):
         assert result.token_ids == prompt_ids("Say hi.") + ids
         trained = [lp for lp, m in zip(result.logprobs, result.assistant_mask, strict=True) if m]
@@ -123,13 +125,14 @@ async def test_sampled_tokens_map_back_to_exact_ids_in_art(backend, policy) -> N
 
 
 async def test_concurrent_requests_share_one_decoding_pass(backend, policy) -> None:
-    engine = backend.engine(policy)
-    before = engine.passes
+    sampler = backend.engine(policy).sampler
+    before = sampler.counters()
     responses = await asyncio.gather(
         *(ask(policy, f"Count to {i}.", max_tokens=4, temperature=1.0, seed=i) for i in range(6))
     )
     assert all(len(r.choices) == 1 and r.choices[0].logprobs.content for r in responses)
-    assert engine.passes - before <= 2  # one window; stragglers at most join a second pass
+    done = sampler.counters().minus(before)
+    assert done.sampling_passes <= 2  # one window; stragglers at most join a second pass
 
 
 async def test_batched_rows_match_rows_sampled_alone(policy) -> None:
@@ -171,7 +174,9 @@ async def test_a_named_tool_choice_starts_a_call_to_that_tool(backend, policy) -
         max_tokens=24,
     )
     choice = response.choices[0]
-    forced = backend.engine(policy).tokenizer.encode(call_prefix("add"), add_special_tokens=False)
+    forced = backend.engine(policy).loaded.tokenizer.encode(
+        call_prefix("add"), add_special_tokens=False
+    )
     assert ids_of(choice)[: len(forced)] == forced  # the prefix is part of the trained completion
     if choice.message.tool_calls:  # parsed: an OpenAI tool call to `add`
         call = choice.message.tool_calls[0]
@@ -291,16 +296,15 @@ async def test_trained_positions_logprobs_equal_the_full_vocabulary_forward(
     from art.loss import shift_tensor
 
     from rlvr.policy.backend import pack_groups
-    from rlvr.policy.sampler import group_attention_mask
-    from rlvr.policy.trainer import _trained_positions, _trimmed
+    from rlvr.policy.trainer import _trained_positions, _trimmed, group_attention_mask
 
     group = await rollout_group(policy, "Name a planet.", [1, 2, 3, 4], lambda s, _: float(s % 2))
-    engine = backend._engines[policy.name]
-    tensors = _trimmed(pack_groups(engine.tokenizer, [group]), engine.device)
+    engine = backend.engine(policy)
+    tensors = _trimmed(pack_groups(engine.loaded.tokenizer, [group]), engine.loaded.device)
     row = {key: value[:1] for key, value in tensors.items()}
     with torch.no_grad():
-        _, fast = engine._forward_logprobs(row)
-        logits = engine.model(
+        _, fast = engine.trainer.forward_logprobs(row)
+        logits = engine.loaded.model(
             input_ids=row["tokens"],
             attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
             position_ids=row["input_pos"],
@@ -393,7 +397,7 @@ async def test_a_new_backend_resumes_at_the_stored_step(tmp_path) -> None:
     again = await registered(second, "restart")
     try:
         assert await again.get_step() == 1 and again.get_inference_name() == "restart@1"
-        assert second.engine(again).optimizer.state  # the optimizer state came back too
+        assert second.engine(again).trainer.optimizer.state  # the optimizer state came back too
         resumed = (await ask(again, "Say hello.", temperature=0, max_tokens=8)).choices[0]
         assert ids_of(resumed) == ids_of(served)
         assert logprobs_of(resumed) == pytest.approx(logprobs_of(served), abs=1e-4)

@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from rlvr.policy.backend import TorchBackend
-from rlvr.policy.engine import group_attention_mask, top_p_filter
+from rlvr.policy.rows import draw, top_p_filter
 from rlvr.policy.server import ApiError, parse_model_name
+from rlvr.policy.trainer import group_attention_mask
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
+ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
 @pytest.fixture
@@ -74,6 +76,12 @@ async def test_two_backends_have_different_keys(tmp_path) -> None:
         ({**GOOD, "n": 0}, 400, ["n"]),
         ({**GOOD, "tool_choice": {"type": "function"}}, 400, ["tool_choice"]),
         ({**GOOD, "stream": True}, 400, ["stream"]),
+        (
+            {**GOOD, "tools": [ADD_TOOL], "tool_choice": {"function": {"name": "sub"}}},
+            400,
+            ["tool_choice", "'sub'", "'add'"],
+        ),
+        ({**GOOD, "tool_choice": {"function": {"name": "add"}}}, 400, ["tool_choice", "'add'"]),
         (GOOD, 404, ["policy", "not served"]),
         ({**GOOD, "model": "policy@3"}, 404, ["policy@3"]),
     ],
@@ -152,3 +160,14 @@ def test_top_p_keeps_the_nucleus(top_p: float, kept: list[bool]) -> None:
     order = [1, 3, 0, 2]  # tokens by falling probability
     assert [bool(filtered[i] > 0) for i in order] == kept
     assert torch.equal(filtered[filtered > 0], probs[0][filtered > 0])
+
+
+def test_draw_follows_each_rows_distribution_and_never_draws_a_zero() -> None:
+    probs = torch.tensor([[0.1, 0.6, 0.0, 0.3], [0.0, 0.0, 1.0, 0.0]])
+    generators = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
+    draws = torch.stack([draw(probs, generators) for _ in range(4000)])
+    first = torch.bincount(draws[:, 0], minlength=4) / len(draws)
+    assert first.tolist() == pytest.approx([0.1, 0.6, 0.0, 0.3], abs=0.03)
+    assert bool((draws[:, 1] == 2).all())
+    again = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
+    assert torch.equal(draw(probs, again), draws[0])  # each row's own seeded stream

@@ -3,10 +3,13 @@
 The rest of the suite runs at the machine's automatic precision, with exactness tests of the
 serving and training logic pinned to fp32; here both precisions run explicitly, so bf16 is covered
 on CPUs without bf16 units and fp32 on CPUs with them. The bound that matters is the one PPO's
-ratio feels: the k3 KL between the sampler's log-probabilities and the trainer's for the same
-tokens at step 1 (`train/kl`). Measured on an AVX512-BF16 CPU: fp32 0 (identical); bf16 4e-4
-with the LM head in fp32 (1e-3 before: bf16 logits, max |Δ logprob| 0.17). `mixed` (bf16
-training, fp32 sampling: the automatic choice on CPUs with bf16 units) is measured beside them.
+ratio feels: the k3 KL between the sampler's log-probabilities (merged weights) and the
+trainer's (the adapter's own layers) for the same tokens at step 1 (`train/kl`); the README's
+Precision paragraph has the measured figures. `mixed` (bf16 training, fp32 sampling: the automatic
+choice on CPUs with bf16 units) is measured beside them.
+
+Where the CPU has no bf16 units, bf16 is emulated and slow: the step here is the smallest that
+still runs every path (one group of 4 rollouts of 16 tokens: sampling, packing, loss, update).
 """
 
 from __future__ import annotations
@@ -23,8 +26,7 @@ from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import PRECISION_ENV
 from rlvr.policy.device import choose_autocast, run_head_in_fp32
 from rlvr.policy.models import DEFAULT_MODEL
-from rlvr.policy.sampler import group_attention_mask
-from rlvr.policy.trainer import _trained_positions, _trimmed
+from rlvr.policy.trainer import _trained_positions, _trimmed, group_attention_mask
 
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured.
 KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 2e-3}
@@ -91,16 +93,21 @@ def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16", "mixed"])
 async def trained(request, tmp_path_factory):
-    """One real GRPO step at each precision: (precision, engine, groups, its metrics)."""
+    """One real GRPO step at each precision, on rollouts sampled from a non-trivial adapter (a
+    fresh one adds nothing: merged, it is the base): (precision, engine, groups, its metrics)."""
     precision = request.param
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision=precision)
     model = art.TrainableModel(name=f"p-{precision}", project="tests", base_model=DEFAULT_MODEL)
+    torch.manual_seed(0)  # the fresh adapter's A matrices: the same step every run
     await model.register(backend)
-    groups = [
-        await _group(model, question, [10 * g + i for i in range(4)])
-        for g, question in enumerate(["Name a planet and describe it.", "Write about rivers."])
-    ]
     engine = backend.engine(model)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad(), engine.loaded.lock:  # an adapter that changes what is sampled
+        for name, parameter in engine.loaded.model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.02, generator=generator)
+        engine.adapters.changed()
+    groups = [await _group(model, "Name a planet and describe it.", [0, 1, 2, 3])]
     result = await backend.train(model, groups, learning_rate=1e-4)
     yield precision, engine, groups, result.metrics
     await backend.close()
@@ -115,7 +122,7 @@ async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> 
             messages=messages,
             logprobs=True,
             temperature=1.0,
-            max_tokens=32,
+            max_tokens=16,
             seed=seed,
         )
         return art.Trajectory(
@@ -129,8 +136,8 @@ async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> 
 @pytest.mark.asyncio(loop_scope="module")
 async def test_sampler_and_trainer_log_probabilities_agree_at_step_one(trained) -> None:
     precision, engine, _, metrics = trained
-    assert engine.autocast == (None if precision == "fp32" else torch.bfloat16)
-    assert engine.sample_autocast == (torch.bfloat16 if precision == "bf16" else None)
+    assert engine.loaded.train_dtype == (None if precision == "fp32" else torch.bfloat16)
+    assert engine.loaded.sample_dtype == (torch.bfloat16 if precision == "bf16" else None)
     assert metrics["num_tokens"] > 0 and math.isfinite(metrics["loss"])
     print(f"{precision}: train/kl at step 1 = {metrics['kl']:.2e}")  # the README's figure
     assert 0.0 <= metrics["kl"] < KL_BOUND[precision]
@@ -144,11 +151,11 @@ async def test_trained_positions_equal_the_full_vocabulary_forward(trained) -> N
     from art.loss import shift_tensor
 
     _, engine, groups, _ = trained
-    tensors = _trimmed(pack_groups(engine.tokenizer, groups), engine.device)
+    tensors = _trimmed(pack_groups(engine.loaded.tokenizer, groups), engine.loaded.device)
     row = {key: value[:1] for key, value in tensors.items()}
-    with torch.no_grad(), engine.autocast_context():
-        _, fast = engine._forward_logprobs(row)
-        logits = engine.model(
+    with torch.no_grad(), engine.loaded.autocast("train"):
+        _, fast = engine.trainer.forward_logprobs(row)
+        logits = engine.loaded.model(
             input_ids=row["tokens"],
             attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
             position_ids=row["input_pos"],

@@ -6,7 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.policy.prefix import MIN_REUSE, Prefix, PrefixCache, common_prefix, worth_reusing
+from rlvr.policy.prefix import (
+    MIN_REUSE,
+    Prefix,
+    PrefixCache,
+    common_prefix,
+    shared_prefixes,
+    worth_reusing,
+)
 
 
 def prefix_of(length: int, fill: float = 1.0, layers: int = 2) -> Prefix:
@@ -37,6 +44,43 @@ def test_worth_reusing_minimises_the_batch_context(
     lengths: list[int], reused: list[int], threshold: int
 ) -> None:
     assert worth_reusing(lengths, reused) == threshold
+
+
+SYSTEM = list(range(100, 130))  # a 30-token system prompt
+QUESTION_A = list(range(200, 220))  # questions of 20 tokens each
+QUESTION_B = list(range(300, 320))
+
+
+@pytest.mark.parametrize(
+    ("prompts", "have", "expected"),
+    [
+        # An evaluation: one system prompt, different questions -> the system prompt, once.
+        ([[*SYSTEM, 1, 2], [*SYSTEM, 3], [*SYSTEM, 4, 5]], [0, 0, 0], [[SYSTEM]]),
+        # A group's first turn: one prompt four times -> the whole prompt, once.
+        ([SYSTEM + QUESTION_A] * 4, [0] * 4, [[SYSTEM + QUESTION_A]]),
+        # Two groups under one system prompt: the system prompt, then each group's prompt on it.
+        (
+            [SYSTEM + QUESTION_A, SYSTEM + QUESTION_B] * 2,
+            [0] * 4,
+            [[SYSTEM], [SYSTEM + QUESTION_A, SYSTEM + QUESTION_B]],
+        ),
+        # Clusters sharing different prefixes, in any order, and a stranger.
+        (
+            [[*QUESTION_B, 1], [*SYSTEM, 7], [*QUESTION_B, 2], [9] * 40, [*SYSTEM, 8]],
+            [0] * 5,
+            [[SYSTEM, QUESTION_B]],
+        ),
+        ([[*SYSTEM, 1], [*SYSTEM, 2]], [30, 30], []),  # already cached: nothing to prefill
+        ([[*SYSTEM, 1], [*SYSTEM, 2]], [30, 0], []),  # one row gains: no sharing
+        ([[*SYSTEM[:10], 1], [*SYSTEM[:10], 2]], [0, 0], []),  # too short to be worth it
+        ([SYSTEM], [0], []),  # one row
+        ([], [], []),
+    ],
+)
+def test_shared_prefixes_are_found_once_per_cluster(
+    prompts: list[list[int]], have: list[int], expected: list[list[list[int]]]
+) -> None:
+    assert [sorted(r) for r in shared_prefixes(prompts, have)] == [sorted(r) for r in expected]
 
 
 def test_lookup_takes_the_longest_shared_prefix_of_the_same_adapter_only() -> None:
@@ -92,22 +136,26 @@ def chat(engine, turns: list[str]) -> list[int]:
         {"role": "user" if i % 2 == 0 else "assistant", "content": text}
         for i, text in enumerate(turns)
     ]
-    return engine.tokenizer.apply_chat_template(
+    return engine.loaded.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False
     )
 
 
 def greedy(engine, prompts: list[list[int]], cached: bool):
-    from rlvr.policy.engine import SampleRow
+    """Greedy samples of `prompts` and the prompt tokens served from the prefix cache (with
+    `cached` False, the cache is off for this call: every row is prefilled in full)."""
+    from rlvr.policy.common import SampleRow
 
+    budget = engine.prefixes.max_bytes
     if not cached:
-        engine.prefixes.clear()
-    before = engine.prefixes.reused_tokens
+        engine.prefixes.max_bytes = 0
+    before = engine.sampler.counters()
     rows = [SampleRow(prompt_ids=p, max_tokens=12, temperature=0.0) for p in prompts]
-    out = engine.sample(rows)
-    if not cached:
-        engine.prefixes.clear()
-    return out, engine.prefixes.reused_tokens - before
+    try:
+        out = engine.sampler.sample(rows)
+    finally:
+        engine.prefixes.max_bytes = budget
+    return out, engine.sampler.counters().minus(before).cached_prompt_tokens
 
 
 @pytest.mark.slow
@@ -131,7 +179,7 @@ def test_entries_of_changed_weights_are_never_reused(engine) -> None:
     prompt = chat(engine, ["Name three colors."])
     greedy(engine, [prompt], cached=True)
     assert len(engine.prefixes) > 0
-    engine._weights_changed()  # what every optimizer step calls
+    engine.adapters.changed()  # what every optimizer step calls
     assert len(engine.prefixes) == 0
     _, saved = greedy(engine, [prompt], cached=True)
     assert saved == 0
@@ -148,3 +196,45 @@ def test_a_group_sharing_one_prompt_prefills_it_once(engine) -> None:
     for fresh, again in zip(uncached, shared, strict=True):
         assert again.token_ids == fresh.token_ids
         assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-3)
+
+
+@pytest.mark.slow
+def test_rows_sharing_a_system_prompt_prefill_it_once(engine) -> None:
+    """An evaluation's first turns: one long system prompt, different questions. The shared part
+    is prefilled once and every row reuses it; tokens and log-probabilities are those of rows
+    prefilled alone (greedy, fp32)."""
+    from rlvr.policy.common import SampleRow
+
+    system = "You are a careful assistant. " * 8 + "Answer in one short sentence."
+    questions = ["What is the capital of Italy?", "Name a red fruit.", "How many legs has a cat?"]
+    prompts = [
+        engine.loaded.tokenizer.apply_chat_template(
+            [{"role": "system", "content": system}, {"role": "user", "content": q}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        for q in questions
+    ]
+    shared = min(common_prefix(prompts[0], p) for p in prompts[1:])
+    assert shared > 40
+    rows = [SampleRow(prompt_ids=p, max_tokens=10, temperature=0.0) for p in prompts]
+    budget = engine.prefixes.max_bytes
+    engine.prefixes.clear()
+    engine.prefixes.max_bytes = 0  # off: every row prefilled in full
+    before = engine.sampler.counters()
+    alone = engine.sampler.sample(rows)
+    off = engine.sampler.counters().minus(before)
+    engine.prefixes.max_bytes = budget
+    before = engine.sampler.counters()
+    together = engine.sampler.sample(rows)
+    on = engine.sampler.counters().minus(before)
+    engine.prefixes.clear()
+    total = sum(len(p) for p in prompts)
+    assert off.prefilled_tokens == total and off.cached_prompt_tokens == 0
+    assert on.prompt_tokens == total
+    assert on.cached_prompt_tokens == 3 * shared  # every row reused the shared prefix ...
+    assert on.prefilled_tokens == total - 2 * shared  # ... prefilled once
+    for fresh, again in zip(alone, together, strict=True):
+        assert again.token_ids == fresh.token_ids
+        assert again.logprobs == pytest.approx(fresh.logprobs, abs=1e-4)

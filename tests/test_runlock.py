@@ -132,11 +132,12 @@ def test_a_checkpoint_optimizer_file_cannot_run_code(tmp_path: Path) -> None:
 
     import torch
 
-    from rlvr.policy.engine import ADAPTER_WEIGHTS, OPTIMIZER_FILE, Engine
+    from rlvr.policy.common import ADAPTER_WEIGHTS, OPTIMIZER_FILE
+    from rlvr.policy.engine import Engine
     from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 
     first = Engine(resolve_model(DEFAULT_MODEL), tmp_path / "model", precision="fp32")
-    checkpoint = first.checkpoint_dir(first.live_step)
+    checkpoint = first.adapters.checkpoint_dir(first.adapters.live_step)
     assert (checkpoint / ADAPTER_WEIGHTS).is_file()
     marker = tmp_path / "pwned"
 

@@ -30,7 +30,7 @@ import art
 import torch
 
 from rlvr.agent import EpisodeMetric
-from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate, log
+from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import open_policy
@@ -111,7 +111,7 @@ async def run_eval_bench(
             ours.append(seconds)
             chats = [first_prompt(g.trajectories[0]) for g in groups]
             _, seconds = await asyncio.to_thread(
-                bare_generate, engine, chats, cfg.max_tokens, temperature=0.0
+                bare_generate_policy, engine, chats, cfg.max_tokens, temperature=0.0
             )
             bare.append(seconds)
             log(f"eval repeat {r}: concurrent {ours[-1]:.1f} s, bare generate {bare[-1]:.1f} s")

@@ -1,8 +1,10 @@
 """Benchmarks of the local policy (TorchBackend), each against the bare torch work it wraps.
 
 - serve: completion tokens/s of N concurrent requests through the OpenAI endpoint (logprobs on, as
-  rollouts ask) / a bare batched `model.generate` of the same N prompts in the same process; also
-  the figure for the same requests sent one at a time (the batching gain).
+  rollouts ask) / a bare batched `model.generate` of the same N prompts with the same (merged)
+  weights in the same process; also the figure for the same requests sent one at a time (the
+  batching gain), and the same requests on the base weights (`lora_vs_base`: what sampling with
+  an adapter costs) and on the adapter unmerged (PEFT's LoRA layers).
 - turns: multi-turn chats (system prompt, question, one observation per turn) with the prefix
   cache / the same engine with it off: what reusing earlier turns' keys/values saves.
 - train: wall time of `backend.train` on real sampled groups / a bare forward + backward + AdamW
@@ -15,6 +17,8 @@ Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Ru
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import secrets
 import statistics
 import sys
 import tempfile
@@ -23,11 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import art
+import openai
 import torch
+from pydantic import BaseModel, ConfigDict
 
 from rlvr.metrics import peak_rss_gb
+from rlvr.policy.adapters import AdapterStore
 from rlvr.policy.backend import TorchBackend, pack_groups
+from rlvr.policy.common import SampleRow
 from rlvr.policy.engine import Engine
+from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.sampler import Sampler
+from rlvr.policy.server import Route, ServerThread, create_app
+from rlvr.policy.weights import WeightsView
 
 RATIO = "ratio_vs_bare"
 PEAK_RSS = "peak_rss_gb"
@@ -63,15 +75,17 @@ async def _registered(
 
 
 def bare_generate(
-    engine: Engine,
+    loaded: LoadedModel,
     prompts: list[str] | list[list[dict[str, Any]]],
     max_tokens: int,
     temperature: float = 1.0,
+    weights: WeightsView | None = None,
 ) -> tuple[int, float]:
     """Completion tokens (up to and including the end token) and seconds of one batched
-    `generate` call on the same weights: user prompts or whole chats, sampled at `temperature`
-    (1, like the endpoint in `serve`; 0 = greedy, like an evaluation)."""
-    tokenizer = engine.tokenizer
+    `generate` call of `loaded`'s model as it is: user prompts or whole chats, sampled at
+    `temperature` (1, like the endpoint in `serve`; 0 = greedy, like an evaluation); with
+    `weights` applied (e.g. an adapter's merged view) when given."""
+    tokenizer = loaded.tokenizer
     chats = [[{"role": "user", "content": p}] if isinstance(p, str) else p for p in prompts]
     ids = [
         tokenizer.apply_chat_template(
@@ -81,11 +95,12 @@ def bare_generate(
     ]
     width = max(len(x) for x in ids)
     pad = tokenizer.pad_token_id or 0
-    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=engine.device)
-    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=engine.device)
-    with engine.lock, torch.inference_mode(), engine.autocast_context("sample"):
+    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids], device=loaded.device)
+    mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids], device=loaded.device)
+    applied = weights.applied() if weights is not None else contextlib.nullcontext()
+    with loaded.lock, applied, torch.inference_mode(), loaded.autocast("sample"):
         started = time.perf_counter()
-        out = engine.model.generate(
+        out = loaded.model.generate(
             input_ids=input_ids,
             attention_mask=mask,
             **(
@@ -99,19 +114,26 @@ def bare_generate(
         seconds = time.perf_counter() - started
     tokens = 0
     for row in out[:, width:].tolist():
-        ends = [i for i, t in enumerate(row) if t in engine.stop_ids]
+        ends = [i for i, t in enumerate(row) if t in loaded.stop_ids]
         tokens += ends[0] + 1 if ends else len(row)
     return tokens, seconds
 
 
-async def _endpoint(
-    model: art.TrainableModel, prompts: list[str], max_tokens: int, concurrent: bool, seed: int
-) -> tuple[int, float]:
-    client = model.openai_client()
+class Target(BaseModel):
+    """A model name on an OpenAI-compatible endpoint."""
 
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    client: openai.AsyncOpenAI
+    name: str
+
+
+async def _endpoint(
+    target: Target, prompts: list[str], max_tokens: int, concurrent: bool, seed: int
+) -> tuple[int, float]:
     async def one(i: int, prompt: str) -> int:
-        response = await client.chat.completions.create(
-            model=model.get_inference_name(),
+        response = await target.client.chat.completions.create(
+            model=target.name,
             messages=[{"role": "user", "content": prompt}],
             max_tokens=max_tokens,
             temperature=1.0,
@@ -128,6 +150,32 @@ async def _endpoint(
     return sum(counts), time.perf_counter() - started
 
 
+def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[str, Target]]:
+    """A second endpoint beside the policy's: the base weights as the judge engine serves them
+    (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
+    layers instead of merged (`unmerged`)."""
+    from rlvr.policy.frozen import frozen_sampler
+    from rlvr.policy.models import resolve_model
+
+    adapters = engine.adapters
+    unmerged = AdapterStore(
+        engine.loaded, adapters.output_dir, adapters.live_step, lambda: None, merge=False
+    )
+    samplers = {
+        "base": frozen_sampler(resolve_model(model_name)),
+        "unmerged": Sampler(engine.loaded, unmerged),
+    }
+
+    def route(name: str) -> Route:
+        return Route(engine=samplers[name], step=None)
+
+    key = secrets.token_urlsafe(16)
+    server = ServerThread(create_app(route, lambda: list(samplers), api_key=key))
+    server.start()
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key=key)
+    return server, {name: Target(client=client, name=name) for name in samplers}
+
+
 async def run_serve_bench(
     model_name: str = "smollm2-135m",
     requests: int = 8,
@@ -135,47 +183,81 @@ async def run_serve_bench(
     repeats: int = 3,
     threads: int | None = None,
 ) -> dict[str, Any]:
+    """Completion tokens/s of `requests` concurrent chat requests: the LoRA policy's endpoint
+    (merged weights), the base weights served the same way, the policy sampled unmerged, and a bare
+    batched `generate` with the policy's merged weights; runs alternate, medians reported."""
     prompts = _prompts(requests)
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         backend, model = await _registered(path, model_name, threads)
         engine = backend.engine(model)
+        server, side = await asyncio.to_thread(_side_server, engine, model_name)
+        policy = openai.AsyncOpenAI(base_url=await backend.serve(), api_key=backend.api_key)
+        targets = {"lora": Target(client=policy, name=model.get_inference_name())}
+        targets |= side
         try:
-            await _endpoint(model, prompts[:1], 4, True, 0)  # warm-up: server, caches
-            await asyncio.to_thread(bare_generate, engine, prompts[:1], 4)
-            bare_rates, ours_rates, passes = [], [], []
-            for r in range(repeats):
-                tokens, seconds = await asyncio.to_thread(
-                    bare_generate, engine, prompts, max_tokens
-                )
-                bare_rates.append(tokens / seconds)
-                before = engine.passes
-                tokens, seconds = await _endpoint(model, prompts, max_tokens, True, 100 * r)
-                ours_rates.append(tokens / seconds)
-                passes.append(engine.passes - before)
-                log(
-                    f"serve repeat {r}: bare {bare_rates[-1]:.1f} tok/s, endpoint {ours_rates[-1]:.1f} tok/s"
-                )
-            tokens, seconds = await _endpoint(model, prompts, max_tokens, False, 1000)
+            rates, passes = await _serve_repeats(engine, targets, prompts, max_tokens, repeats)
+            tokens, seconds = await _endpoint(targets["lora"], prompts, max_tokens, False, 1000)
             sequential = tokens / seconds
             log(f"serve one at a time: {sequential:.1f} tok/s")
+            merged_mb = engine.adapters.merged_bytes / 2**20
         finally:
+            await asyncio.to_thread(server.stop)
             await backend.close()
-    bare, ours = statistics.median(bare_rates), statistics.median(ours_rates)
+    median = {name: statistics.median(values) for name, values in rates.items()}
     return {
         "bench": "serve",
-        "device": str(engine.device),
-        "precision": "bf16" if engine.sample_autocast is not None else "fp32",
+        "device": str(engine.loaded.device),
+        "precision": "bf16" if engine.loaded.sample_dtype is not None else "fp32",
         "threads": torch.get_num_threads(),
         "requests": requests,
         "max_tokens": max_tokens,
-        "bare_generate_tok_s": round(bare, 2),
-        "endpoint_concurrent_tok_s": round(ours, 2),
+        "bare_generate_tok_s": round(median["bare"], 2),
+        "endpoint_concurrent_tok_s": round(median["lora"], 2),
         "endpoint_sequential_tok_s": round(sequential, 2),
-        "batching_gain": round(ours / sequential, 2),
+        "base_tok_s": round(median["base"], 2),
+        "lora_unmerged_tok_s": round(median["unmerged"], 2),
+        "lora_vs_base": round(median["lora"] / median["base"], 3),
+        "merged_mb": round(merged_mb, 1),
+        "batching_gain": round(median["lora"] / sequential, 2),
         "passes_per_concurrent_run": statistics.median(passes),
         PEAK_RSS: round(peak_rss_gb(), 2),
-        RATIO: round(ours / bare, 3),
+        RATIO: round(median["lora"] / median["bare"], 3),
     }
+
+
+async def _serve_repeats(
+    engine: Engine, targets: dict[str, Target], prompts: list[str], max_tokens: int, repeats: int
+) -> tuple[dict[str, list[float]], list[int]]:
+    """Tokens/s per repeat of the bare generate and of each endpoint target, alternating; and the
+    sampling passes each concurrent run of the policy took."""
+    for target in targets.values():  # warm-up: servers, caches, the merged weights
+        await _endpoint(target, prompts[:1], 4, True, 0)
+    await asyncio.to_thread(bare_generate_policy, engine, prompts[:1], 4)
+    rates: dict[str, list[float]] = {name: [] for name in ["bare", *targets]}
+    passes = []
+    for r in range(repeats):
+        tokens, seconds = await asyncio.to_thread(bare_generate_policy, engine, prompts, max_tokens)
+        rates["bare"].append(tokens / seconds)
+        for name, target in targets.items():
+            before = engine.sampler.counters()
+            tokens, seconds = await _endpoint(target, prompts, max_tokens, True, 100 * r)
+            rates[name].append(tokens / seconds)
+            if name == "lora":
+                passes.append(engine.sampler.counters().minus(before).sampling_passes)
+        log(f"serve repeat {r}: " + ", ".join(f"{n} {v[-1]:.1f} tok/s" for n, v in rates.items()))
+    return rates, passes
+
+
+def bare_generate_policy(
+    engine: Engine,
+    prompts: list[str] | list[list[dict[str, Any]]],
+    max_tokens: int,
+    temperature: float = 1.0,
+) -> tuple[int, float]:
+    """`bare_generate` with the policy's live weights merged, as the endpoint samples them."""
+    with engine.loaded.lock:
+        view = engine.adapters.view(None)
+    return bare_generate(engine.loaded, prompts, max_tokens, temperature, weights=view)
 
 
 def _reward(text: str) -> float:
@@ -211,19 +293,20 @@ async def _sampled_groups(
     return list(await asyncio.gather(*(group(i) for i in range(groups))))
 
 
-def bare_train_step(engine: Engine, packed: dict, optimizer: torch.optim.Optimizer) -> float:
-    """Seconds of forward + backward + AdamW over the packed rows, nothing else."""
+def bare_train_step(loaded: LoadedModel, packed: dict, optimizer: torch.optim.Optimizer) -> float:
+    """Seconds of forward + backward + AdamW over the packed rows (plain causal attention,
+    cross-entropy on the trained tokens) with `loaded`'s model, nothing else."""
     from art.loss import shift_tensor
 
     used = (packed["group_ids"] != -1).any(0).nonzero()
     length = int(used.max()) + 1
-    tokens = packed["tokens"][:, :length].to(engine.device)
-    trained = shift_tensor(packed["assistant_mask"][:, :length], False).to(engine.device)
-    with engine.lock:
+    tokens = packed["tokens"][:, :length].to(loaded.device)
+    trained = shift_tensor(packed["assistant_mask"][:, :length], False).to(loaded.device)
+    with loaded.lock:
         started = time.perf_counter()
         for row in range(len(tokens)):
-            with engine.autocast_context():
-                logits = engine.model(input_ids=tokens[row : row + 1]).logits[0].float()
+            with loaded.autocast("train"):
+                logits = loaded.model(input_ids=tokens[row : row + 1]).logits[0].float()
             targets = torch.nn.functional.pad(tokens[row, 1:], (0, 1))
             loss = torch.nn.functional.cross_entropy(logits[trained[row]], targets[trained[row]])
             loss.backward()
@@ -245,15 +328,15 @@ async def run_train_bench(
         engine = backend.engine(model)
         try:
             sampled = await _sampled_groups(model, groups, group_size, max_tokens)
-            packed = pack_groups(engine.tokenizer, sampled)
+            packed = pack_groups(engine.loaded.tokenizer, sampled)
             if packed is None:
                 raise RuntimeError("bench train: the sampled groups carry no learning signal")
-            optimizer = torch.optim.AdamW(engine.trainable_parameters(), lr=1e-6)
-            await asyncio.to_thread(bare_train_step, engine, packed, optimizer)  # warm-up
+            optimizer = torch.optim.AdamW(engine.adapters.trainable_parameters(), lr=1e-6)
+            await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)  # warm-up
             bare_times, ours_times, metrics = [], [], {}
             for r in range(repeats):
                 bare_times.append(
-                    await asyncio.to_thread(bare_train_step, engine, packed, optimizer)
+                    await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)
                 )
                 started = time.perf_counter()
                 result = await backend.train(model, sampled, learning_rate=1e-6)
@@ -267,8 +350,8 @@ async def run_train_bench(
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
     return {
         "bench": "train",
-        "device": str(engine.device),
-        "precision": "bf16" if engine.autocast is not None else "fp32",
+        "device": str(engine.loaded.device),
+        "precision": "bf16" if engine.loaded.train_dtype is not None else "fp32",
         "threads": torch.get_num_threads(),
         "trajectories": groups * group_size,
         "packed_rows": int(packed["tokens"].shape[0]),
@@ -301,11 +384,9 @@ def _observation(turn: int) -> str:
     )
 
 
-def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) -> float:
+def play_turns(sampler: Sampler, conversations: int, turns: int, max_tokens: int) -> float:
     """Seconds to play `conversations` chats for `turns` turns, each turn one batched greedy
     `sample` call of every chat (greedy, so both modes do the same decoding work)."""
-    from rlvr.policy.engine import SampleRow
-
     chats = [
         [{"role": "system", "content": TURNS_SYSTEM}, {"role": "user", "content": p}]
         for p in _prompts(conversations)
@@ -314,7 +395,7 @@ def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) 
     for turn in range(turns):
         rows = [
             SampleRow(
-                prompt_ids=engine.tokenizer.apply_chat_template(
+                prompt_ids=sampler.tokenizer.apply_chat_template(
                     chat, add_generation_prompt=True, tokenize=True, return_dict=False
                 ),
                 max_tokens=max_tokens,
@@ -322,7 +403,7 @@ def play_turns(engine: Engine, conversations: int, turns: int, max_tokens: int) 
             )
             for chat in chats
         ]
-        for chat, sampled in zip(chats, engine.sample(rows), strict=True):
+        for chat, sampled in zip(chats, sampler.sample(rows), strict=True):
             chat += [
                 {"role": "assistant", "content": sampled.text},
                 {"role": "user", "content": _observation(turn)},
@@ -345,24 +426,26 @@ def run_turns_bench(
         torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         engine = Engine(resolve_model(model_name), Path(path))
-        cache = engine.prefixes
+        sampler = engine.sampler
+        cache = sampler.prefixes
         budget = cache.max_bytes
-        play_turns(engine, 1, 1, 4)  # warm-up
+        play_turns(sampler, 1, 1, 4)  # warm-up
         bare_times, ours_times, shares = [], [], []
         for r in range(repeats):
             cache.clear()
             cache.max_bytes = 0
-            bare_times.append(play_turns(engine, conversations, turns, max_tokens))
+            bare_times.append(play_turns(sampler, conversations, turns, max_tokens))
             cache.max_bytes = budget
             cache.clear()
-            prompt, reused = cache.prompt_tokens, cache.reused_tokens
-            ours_times.append(play_turns(engine, conversations, turns, max_tokens))
-            shares.append((cache.reused_tokens - reused) / max(cache.prompt_tokens - prompt, 1))
+            before = sampler.counters()
+            ours_times.append(play_turns(sampler, conversations, turns, max_tokens))
+            done = sampler.counters().minus(before)
+            shares.append(done.cached_prompt_tokens / max(done.prompt_tokens, 1))
             log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
     return {
         "bench": "turns",
-        "device": str(engine.device),
+        "device": str(engine.loaded.device),
         "threads": torch.get_num_threads(),
         "conversations": conversations,
         "turns": turns,

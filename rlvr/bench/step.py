@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,11 @@ import art
 import torch
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.bench.policy import PEAK_RSS, bare_generate, bare_train_step, log
+from rlvr.bench.policy import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.metrics import M, peak_rss_gb
 from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.tasks.plugins import task_config
+from rlvr.training.backends import engine_counters, token_metrics
 from rlvr.training.loop import warm
 from rlvr.training.pool import record
 from rlvr.training.session import Session, open_session
@@ -37,8 +39,10 @@ REPORTED = {
     "update_s": M.UPDATE_SECONDS,
     "prompt_tokens": M.PROMPT_TOKENS,
     "cached_prompt_tokens": M.CACHED_PROMPT_TOKENS,
+    "prefilled_tokens": M.PREFILLED_TOKENS,
     "decoded_tokens": M.DECODED_TOKENS,
     "trained_tokens": M.TRAINED_TOKENS,
+    "forwarded_tokens": M.FORWARDED_TOKENS,
 }
 
 
@@ -57,10 +61,11 @@ def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str,
 
 async def bench_one_step(run: Session, step: int, bare: bool) -> dict[str, Any]:
     """One real step (the loop's phases) and, with `bare`, its bare figures."""
-    started = asyncio.get_running_loop().time()
+    started, counted = time.monotonic(), engine_counters(run.policy)
     batch = await gather_batch(run, step)
     update = await update_policy(run, batch.trainable)
     row = step_row(run, step + 1, batch, update, started)
+    row |= token_metrics(counted, engine_counters(run.policy))
     run.state.step = step + 1
     run.state.pool = record(run.state.pool, step_outcomes(row))
     figures = {name: row.get(key) for name, key in REPORTED.items()}
@@ -69,13 +74,14 @@ async def bench_one_step(run: Session, step: int, bare: bool) -> dict[str, Any]:
         engine = backend.engine(run.policy.model)
         prompts, longest = turn_prompts(batch.groups)
         _, figures["bare_generate_s"] = await asyncio.to_thread(
-            bare_generate, engine, prompts, longest, run.cfg.temperature
+            bare_generate_policy, engine, prompts, longest, run.cfg.temperature
         )
-        packed = pack_groups(engine.tokenizer, batch.trainable)
+        packed = pack_groups(engine.loaded.tokenizer, batch.trainable)
         if packed is not None:
-            optimizer = torch.optim.AdamW(engine.trainable_parameters(), lr=0.0)  # no change
+            parameters = engine.adapters.trainable_parameters()
+            optimizer = torch.optim.AdamW(parameters, lr=0.0)  # the weights do not move
             figures["bare_update_s"] = await asyncio.to_thread(
-                bare_train_step, engine, packed, optimizer
+                bare_train_step, engine.loaded, packed, optimizer
             )
     log(
         f"step {step + 1}: "

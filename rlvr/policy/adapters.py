@@ -1,10 +1,15 @@
-"""The engine's LoRA adapters: the live one and its checkpoints (atomic, with the optimizer), and
-older steps loaded beside it to serve them."""
+"""The engine's LoRA adapters: the live one (trained in place), its checkpoints (atomic, with the
+optimizer), the live weights' version, and the merged weights each adapter is sampled with.
+
+`AdapterStore` is the sampler's source of weights (rlvr.policy.sampler.WeightsSource) and the
+trainer's store of checkpoints."""
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from art.utils.output_dirs import get_step_checkpoint_dir
@@ -13,70 +18,155 @@ from rlvr import faults
 from rlvr.policy.common import (
     ADAPTER_WEIGHTS,
     LIVE_ADAPTER,
-    OLD_ADAPTERS_KEPT,
     OPTIMIZER_FILE,
+    LoraSettings,
     UnknownStep,
 )
-from rlvr.policy.state import EngineState
+from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.merged import MERGED_KEPT, MergedSet, merge
+from rlvr.policy.weights import WeightsTag, WeightsView
 from rlvr.runs import atomic
 
 
-class Adapters(EngineState):
-    """Checkpoints of the live adapter and older adapters served beside it (mixed into Engine)."""
+def checkpoint_dir(output_dir: Path, step: int) -> Path:
+    """Where step's checkpoint lives in ART's model directory `output_dir`."""
+    return Path(get_step_checkpoint_dir(str(output_dir), step))
+
+
+def resume_dir(output_dir: Path, step: int) -> Path | None:
+    """The checkpoint of the stored `step` to resume from, None for a fresh model."""
+    adapter_dir = checkpoint_dir(output_dir, step)
+    if not adapter_dir.exists():
+        return None
+    if not (adapter_dir / ADAPTER_WEIGHTS).is_file():
+        raise FileNotFoundError(f"checkpoint {adapter_dir} has no {ADAPTER_WEIGHTS} to resume from")
+    return adapter_dir
+
+
+def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> Any:
+    """`base` wrapped in a PeftModel whose live adapter is read from `adapter_dir` (trainable), or
+    is a fresh one of `lora`'s shape when there is none."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    if adapter_dir is not None:
+        model = PeftModel.from_pretrained(
+            base, adapter_dir, adapter_name=LIVE_ADAPTER, is_trainable=True
+        )
+    else:
+        config = LoraConfig(
+            r=lora.r,
+            lora_alpha=lora.lora_alpha,
+            target_modules=list(lora.target_modules),
+            lora_dropout=0.0,
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(base, config, adapter_name=LIVE_ADAPTER)
+    model.eval()  # no dropout anywhere; gradients still flow in training
+    # Active only in train mode, which the trainer switches on for long rows (dropout is 0).
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model
+
+
+class AdapterStore:
+    """The live adapter of `loaded.model` (a PeftModel), its checkpoints under `output_dir` (ART's
+    model directory), and the merged weights the sampler computes with (rlvr.policy.merged).
+
+    `version` counts changes of the live weights; `changed()` (every optimizer step) bumps it,
+    drops the live adapter's merged set and calls `on_change`, so nothing computed from the old
+    weights is reused. Merged sets are kept least-recently-used, at most MERGED_KEPT: the live
+    adapter's and an older step's (served for a test evaluation; merged from its checkpoint).
+    With `merge=False` the live adapter is sampled through PEFT's LoRA layers instead (to compare
+    the two; older steps are always merged)."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        output_dir: Path,
+        live_step: int,
+        on_change: Callable[[], None],
+        *,
+        merge: bool = True,
+    ) -> None:
+        self.loaded = loaded
+        self.output_dir = output_dir
+        self.live_step = live_step
+        self.version = 0
+        self.merge = merge
+        self._on_change = on_change
+        self._merged: OrderedDict[WeightsTag, MergedSet] = OrderedDict()
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        return [p for n, p in self.model.named_parameters() if f".{LIVE_ADAPTER}." in n]
+        return [p for n, p in self.loaded.model.named_parameters() if f".{LIVE_ADAPTER}." in n]
 
     def checkpoint_dir(self, step: int) -> Path:
-        return Path(get_step_checkpoint_dir(str(self.output_dir), step))
+        return checkpoint_dir(self.output_dir, step)
 
     def has_step(self, step: int) -> bool:
         return step == self.live_step or (self.checkpoint_dir(step) / ADAPTER_WEIGHTS).is_file()
 
-    def save_step(self, step: int) -> Path:
-        """Save the live adapter (unchanged) as checkpoint `step` and serve it as the latest."""
-        with self.lock:
-            return self._save(step)
-
-    def _save(self, step: int) -> Path:
-        """Write adapter + optimizer into a temporary dir, fsync it and rename it to the step's
-        checkpoint: a kill never leaves a half checkpoint that a restart would resume from."""
+    def save(self, step: int, optimizer: torch.optim.Optimizer) -> Path:
+        """Write the live adapter and `optimizer`'s state as checkpoint `step` and serve it as the
+        latest (the caller holds the lock). Written into a temporary dir, fsynced and renamed: a
+        kill never leaves a half checkpoint that a restart would resume from."""
         target = self.checkpoint_dir(step)
         with atomic.writing_dir(target) as staging:
-            self.model.save_pretrained(staging, selected_adapters=[LIVE_ADAPTER])
+            self.loaded.model.save_pretrained(staging, selected_adapters=[LIVE_ADAPTER])
             faults.maybe_crash(faults.FaultPoint.CHECKPOINT, step)
-            torch.save(self.optimizer.state_dict(), staging / OPTIMIZER_FILE)
+            torch.save(optimizer.state_dict(), staging / OPTIMIZER_FILE)
         self.live_step = step
         return target
 
-    @contextmanager
-    def _adapter(self, step: int | None):
-        """Serve from the live adapter (None or the live step) or from step's checkpoint."""
-        if step is None or step == self.live_step:
-            yield
-            return
-        adapter_dir = self.checkpoint_dir(step)
-        name = self._old_adapters.get(adapter_dir)
-        if name is None:
-            if not (adapter_dir / ADAPTER_WEIGHTS).is_file():
-                raise UnknownStep(f"step {step} has no checkpoint (latest is {self.live_step})")
-            name = f"step{step}"
-            self.model.load_adapter(adapter_dir, adapter_name=name, is_trainable=False)
-            self._old_adapters[adapter_dir] = name
-            while len(self._old_adapters) > OLD_ADAPTERS_KEPT:
-                _, evicted = self._old_adapters.popitem(last=False)
-                self.model.delete_adapter(evicted)
-        self._old_adapters.move_to_end(adapter_dir)
-        self.model.set_adapter(name, inference_mode=True)
-        try:
-            yield
-        finally:
-            self.model.set_adapter(LIVE_ADAPTER)
+    def changed(self) -> None:
+        """The live weights changed (an optimizer or SFT step; the caller holds the lock)."""
+        self.version += 1
+        self._drop("live")
+        self._on_change()
 
-    def forget_adapters(self) -> None:
-        """Drop cached older adapters (their checkpoint files may be gone)."""
-        with self.lock:
-            for name in self._old_adapters.values():
-                self.model.delete_adapter(name)
-            self._old_adapters.clear()
-            self._weights_changed()
+    def forget(self) -> None:
+        """Drop what was computed from older checkpoints (their files may be gone)."""
+        with self.loaded.lock:
+            self._drop("step")
+            self._on_change()
+
+    @property
+    def merged_bytes(self) -> int:
+        """Memory held by the merged sets kept now."""
+        return sum(merged.nbytes for merged in self._merged.values())
+
+    def view(self, step: int | None) -> WeightsView:
+        """The weights serving `step` (None or the live step: the live adapter; else the step's
+        checkpoint), merged unless `merge` is off (the caller holds the lock)."""
+        if step is None or step == self.live_step:
+            tag = WeightsTag("live", self.version)
+            return WeightsView(tag, self._merged_set(tag) if self.merge else None)
+        if not (self.checkpoint_dir(step) / ADAPTER_WEIGHTS).is_file():
+            raise UnknownStep(f"step {step} has no checkpoint (latest is {self.live_step})")
+        tag = WeightsTag("step", step)
+        return WeightsView(tag, self._merged_set(tag))
+
+    def _merged_set(self, tag: WeightsTag) -> MergedSet:
+        found = self._merged.get(tag)
+        if found is None:
+            found = self._merged[tag] = self._merge(tag)
+            while len(self._merged) > MERGED_KEPT:
+                self._merged.popitem(last=False)
+        self._merged.move_to_end(tag)
+        return found
+
+    def _merge(self, tag: WeightsTag) -> MergedSet:
+        """The live adapter merged, or step `tag.number`'s checkpoint loaded beside it just long
+        enough to merge it."""
+        model = self.loaded.model
+        dtype = self.loaded.sample_dtype or torch.float32
+        if tag.kind == "live":
+            return merge(model, LIVE_ADAPTER, dtype)
+        name = f"step{tag.number}"
+        model.load_adapter(self.checkpoint_dir(tag.number), adapter_name=name, is_trainable=False)
+        try:
+            return merge(model, name, dtype)
+        finally:
+            model.delete_adapter(name)
+
+    def _drop(self, kind: str) -> None:
+        for tag in [t for t in self._merged if t.kind == kind]:
+            del self._merged[tag]

@@ -42,7 +42,8 @@ from art.utils.output_dirs import get_model_dir
 
 from rlvr.art_private import build_rl_train_configs
 from rlvr.policy import common as engine_names
-from rlvr.policy.engine import Engine, LoraSettings, OptimSettings, Precision
+from rlvr.policy.common import EngineCounters, LoraSettings, OptimSettings, Precision
+from rlvr.policy.engine import Engine
 from rlvr.policy.models import resolve_model
 from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
 from rlvr.redact import redact_data
@@ -113,12 +114,12 @@ class TorchBackend:
     def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
         if step is None:
             engine = self._engines.get(model.name)
-            step = engine.live_step if engine else self._stored_step(model)
+            step = engine.adapters.live_step if engine else self._stored_step(model)
         return f"{model.name}@{step}"
 
     async def _get_step(self, model: art.TrainableModel) -> int:
         engine = self._engines.get(model.name)
-        return engine.live_step if engine else self._stored_step(model)
+        return engine.adapters.live_step if engine else self._stored_step(model)
 
     async def _delete_checkpoint_files(
         self, model: art.TrainableModel, steps_to_keep: list[int]
@@ -126,7 +127,7 @@ class TorchBackend:
         keep = [*steps_to_keep, await self._get_step(model)]  # never the one being served
         delete_checkpoints(get_model_dir(model=model, art_path=self._path), keep)
         if engine := self._engines.get(model.name):
-            engine.forget_adapters()
+            engine.adapters.forget()
 
     async def train(
         self,
@@ -174,7 +175,7 @@ class TorchBackend:
             truncated_importance_sampling=truncated_importance_sampling,
         )
         started = time.monotonic()
-        step = engine.live_step + 1
+        step = engine.adapters.live_step + 1
         metrics = await asyncio.to_thread(
             _tokenize_pack_train, engine, groups, config, dev_config, step, num_substeps
         )
@@ -185,7 +186,7 @@ class TorchBackend:
         if verbose:
             logger.info("step %d: %s", step, metrics)
         return LocalTrainResult(
-            step=step, metrics=metrics, checkpoint_path=str(engine.checkpoint_dir(step))
+            step=step, metrics=metrics, checkpoint_path=str(engine.adapters.checkpoint_dir(step))
         )
 
     async def _train_sft(
@@ -207,14 +208,14 @@ class TorchBackend:
         rates = config.learning_rate
         for number, batch in enumerate(batches):
             rate = rates[min(number, len(rates) - 1)] if isinstance(rates, list) else rates
-            packed = await asyncio.to_thread(pack_demonstrations, engine.tokenizer, batch)
+            packed = await asyncio.to_thread(pack_demonstrations, engine.loaded.tokenizer, batch)
             if packed is None:
                 continue
-            metrics = await asyncio.to_thread(engine.sft_batch, packed, rate)
+            metrics = await asyncio.to_thread(engine.trainer.sft_batch, packed, rate)
             if verbose:
                 logger.info("sft batch %d/%d: %s", number + 1, len(batches), metrics)
             yield metrics
-        await asyncio.to_thread(engine.save_step, engine.live_step + 1)
+        await asyncio.to_thread(engine.trainer.save_step, engine.adapters.live_step + 1)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -228,6 +229,12 @@ class TorchBackend:
     def engine(self, model: art.Model) -> Engine:
         """The loaded engine of a registered model (for benchmarks and tests)."""
         return self._engines[model.name]
+
+    def counters(self, model: art.Model) -> EngineCounters:
+        """Running totals of the work of `model`'s engine (zero before it is loaded): take one
+        before and one after a step and `minus` them."""
+        engine = self._engines.get(model.name)
+        return engine.counters() if engine is not None else EngineCounters()
 
     def _stored_step(self, model: art.Model) -> int:
         return get_step_from_dir(get_model_dir(model=model, art_path=self._path))
@@ -256,18 +263,18 @@ class TorchBackend:
             raise ApiError(
                 404, f"model: '{name}' is not served here (models: {known})", "not_found_error"
             )
-        if step is not None and not engine.has_step(step):
+        if step is not None and not engine.adapters.has_step(step):
             raise ApiError(
                 404,
-                f"model: '{name}': step {step} has no checkpoint (latest is {engine.live_step})",
+                f"model: '{name}': step {step} has no checkpoint (latest is {engine.adapters.live_step})",
                 "not_found_error",
             )
-        return Route(engine=engine, step=step)
+        return Route(engine=engine.sampler, step=step)
 
     def _model_names(self) -> list[str]:
         names = []
         for name, engine in self._engines.items():
-            root = engine.checkpoint_dir(0).parent
+            root = engine.adapters.checkpoint_dir(0).parent
             steps = (
                 sorted(int(p.name) for p in root.iterdir() if p.name.isdigit())
                 if root.is_dir()
@@ -380,7 +387,7 @@ def _tokenize_pack_train(
 ) -> dict[str, float]:
     """Pack `groups` and run one engine update saved as `step` (blocking; run in a thread)."""
     packed = pack_groups(
-        engine.tokenizer,
+        engine.loaded.tokenizer,
         groups,
         allow_training_without_logprobs=bool(
             dev_config.get("allow_training_without_logprobs", False)
@@ -389,7 +396,7 @@ def _tokenize_pack_train(
         advantage_balance=float(dev_config.get("advantage_balance", 0.0)),
     )
     if packed is None:  # nothing to learn from: the step still advances, as in ART
-        engine.save_step(step)
+        engine.trainer.save_step(step)
         return {
             engine_names.LOSS: 0.0,
             engine_names.KL: 0.0,
@@ -397,4 +404,4 @@ def _tokenize_pack_train(
             engine_names.NUM_TOKENS: 0.0,
             engine_names.GRADIENT_STEPS: 0.0,
         }
-    return engine.train(packed, config, dev_config, step=step, num_substeps=num_substeps)
+    return engine.trainer.train(packed, config, dev_config, step=step, num_substeps=num_substeps)

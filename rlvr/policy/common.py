@@ -17,7 +17,6 @@ Phase = Literal["sample", "train"]  # the engine chooses a precision per phase
 LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
-OLD_ADAPTERS_KEPT = 2
 # Packed rows at least this long recompute each layer in backward instead of keeping its
 # activations: under the group attention mask every layer keeps heads x S x S attention weights
 # (SmolLM2-135M: 30 layers x 9 heads, ~1 GB at S = 640 with the softmax's copies), which made a
@@ -105,3 +104,31 @@ class Sampled(BaseModel):
     top_logprobs: list[list[tuple[int, float]]]
     text: str
     finish_reason: FinishReason
+
+
+class EngineCounters(BaseModel):
+    """Running totals of one engine's work, for a step's metrics and `rlvr bench step`: take two
+    snapshots and `minus` them. Prompt tokens sent = served from the prefix cache + prefilled for
+    their own row; `prefilled_tokens` also counts a prefix shared by several rows once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompt_tokens: int = 0  # prompt tokens of the rows sent to sampling
+    cached_prompt_tokens: int = 0  # of those, served from the prefix cache (not prefilled)
+    prefilled_tokens: int = 0  # prompt tokens fed through the model
+    decoded_tokens: int = 0  # completion tokens (sampled, or forced by a tool choice or grammar)
+    sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)
+    cancelled_rows: int = 0  # rows dropped before their end (their client had gone)
+    sampling_s: float = 0.0  # seconds the sampler held the model
+    trained_tokens: int = 0  # positions trained on (the loss's tokens)
+    forwarded_tokens: int = 0  # packed tokens forwarded (and back-propagated) in training
+    training_s: float = 0.0  # seconds the trainer held the model
+
+    def plus(self, other: EngineCounters) -> EngineCounters:
+        mine, theirs = self.model_dump(), other.model_dump()
+        return EngineCounters(**{name: mine[name] + theirs[name] for name in mine})
+
+    def minus(self, earlier: EngineCounters) -> EngineCounters:
+        """What was counted since `earlier` (a snapshot of the same engine)."""
+        mine, before = self.model_dump(), earlier.model_dump()
+        return EngineCounters(**{name: mine[name] - before[name] for name in mine})

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Hashable
+from itertools import pairwise
 
 import torch
 from pydantic import BaseModel, ConfigDict
@@ -63,6 +64,40 @@ def worth_reusing(lengths: list[int], reused: list[int]) -> int:
     return min([none, *sorted({r for r in reused if r > 0})], key=cost)
 
 
+def shared_prefixes(prompts: list[list[int]], have: list[int]) -> list[list[list[int]]]:
+    """The token prefixes that several rows of one batch share, worth prefilling once, in rounds:
+    each round's prefixes may extend an earlier round's (one system prompt for every row, then a
+    group's whole prompt for its rows), so a round reuses what the rounds before it stored.
+
+    `prompts`: each row's reusable tokens (its prompt less the token fed for its logits); `have`:
+    how many of them the prefix cache already holds. A prefix is worth it when it adds at least
+    MIN_REUSE tokens to what is covered for at least two rows. Rows are sorted, so rows sharing a
+    prefix are adjacent and a run's shared prefix is its smallest adjacent common prefix; each run
+    is split where that minimum falls (clusters are found greedily, longest shared runs first)."""
+    order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    adjacent = [common_prefix(prompts[a], prompts[b]) for a, b in pairwise(order)]
+    rounds: dict[int, list[list[int]]] = {}
+
+    def visit(lo: int, hi: int, depth: int, covered: int) -> None:
+        """Rows order[lo:hi], whose first `covered` tokens an earlier round prefills."""
+        if hi - lo < 2:
+            return
+        shared = min(adjacent[lo : hi - 1])
+        gaining = [i for i in order[lo:hi] if max(have[i], covered) + MIN_REUSE <= shared]
+        if len(gaining) >= 2:
+            rounds.setdefault(depth, []).append(prompts[order[lo]][:shared])
+            depth, covered = depth + 1, shared
+        start = lo
+        for k in range(lo, hi - 1):
+            if adjacent[k] == shared:
+                visit(start, k + 1, depth, covered)
+                start = k + 1
+        visit(start, hi, depth, covered)
+
+    visit(0, len(order), 0, 0)
+    return [rounds[depth] for depth in sorted(rounds)]
+
+
 def budget_bytes() -> int:
     return int(float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_MB)) * 2**20)
 
@@ -75,8 +110,6 @@ class PrefixCache:
         self._entries: OrderedDict[int, tuple[Hashable, list[int], Prefix]] = OrderedDict()
         self._bytes = 0
         self._next = 0
-        self.reused_tokens = 0  # prompt tokens not prefilled again (for the benchmark)
-        self.prompt_tokens = 0
 
     @property
     def enabled(self) -> bool:
@@ -86,14 +119,9 @@ class PrefixCache:
         self._entries.clear()
         self._bytes = 0
 
-    def count(self, prompt_tokens: int, reused_tokens: int) -> None:
-        """Add one row's prompt and the part of it reused to the statistics."""
-        self.prompt_tokens += prompt_tokens
-        self.reused_tokens += reused_tokens
-
     def lookup(self, tag: Hashable, ids: list[int], limit: int) -> Prefix | None:
         """The longest cached prefix of `ids` (at most `limit` tokens) computed by adapter `tag`
-        (the caller decides whether to use it, and `count`s it)."""
+        (the caller decides whether to use it)."""
         best, best_key = 0, None
         for key, (entry_tag, entry_ids, _) in self._entries.items():
             if entry_tag == tag:

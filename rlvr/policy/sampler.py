@@ -1,79 +1,73 @@
-"""Batched sampling: prefill (shared prompt prefixes, the prefix cache), KV-cached decode with per-row
-temperature, top_p, max_tokens, stop strings, seed and grammar (structured output), and the sampled
-tokens' logprobs."""
+"""Batched sampling: prefill (prompt prefixes shared by several rows, the prefix cache), KV-cached
+decode with per-row temperature, top_p, max_tokens, stop strings, seed and grammar (structured
+output), and the sampled tokens' logprobs.
+
+The work comes in three moves over a live batch (rlvr.policy.batch): `admit` prefills new rows
+into a batch of their own, `retire` drops the rows that ended (or whose client has gone) and keeps
+their keys/values for a conversation's next turn, `advance` decodes one token of every row. A
+static pass (`sample`) admits all its rows at once and advances until none is left; the server's
+scheduler (rlvr.policy.scheduler) joins newcomers into a running batch between steps."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Hashable
-from contextlib import nullcontext
+import time
+from collections.abc import Callable, Hashable
+from typing import Any, NamedTuple
 
 import torch
 
-from rlvr.policy.common import PREFILL_TOKENS, FinishReason, Phase, Sampled, SampleRow
+from rlvr.policy.batch import LiveBatch, joined, plain_layers, select_rows
+from rlvr.policy.common import PREFILL_TOKENS, EngineCounters, Sampled, SampleRow
 from rlvr.policy.device import release_memory
 from rlvr.policy.grammar import Matcher, grammar_for, llg_tokenizer
-from rlvr.policy.prefix import MIN_REUSE, Prefix, worth_reusing
-from rlvr.policy.state import EngineState
+from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.prefix import Prefix, PrefixCache, shared_prefixes, worth_reusing
+from rlvr.policy.rows import RowRules, RowState, never
+from rlvr.policy.weights import WeightsSource, WeightsTag, WeightsView
 
 
-def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
-    """[B, 1, S, S] boolean mask for ART's packed rows: a token sees earlier tokens of its own
-    sequence and of the prompt it continues (whose group id is its parent id)."""
-    length = group_ids.shape[-1]
-    causal = torch.ones(length, length, dtype=torch.bool, device=group_ids.device).tril()
-    same = group_ids[:, :, None] == group_ids[:, None, :]
-    prompt = parent_ids[:, :, None] == group_ids[:, None, :]
-    return (causal & (same | prompt))[:, None]
+class Prefilled(NamedTuple):
+    """Rows fed through the model into a fresh batched cache: the cache, its mask, the logits of
+    the last `keep` columns, each row's last position and how many of its tokens were reused."""
+
+    cache: Any
+    mask: torch.Tensor
+    logits: torch.Tensor
+    last_position: torch.Tensor
+    reused: list[int]
 
 
-def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log p(target) per position, computed in fp32 (cross-entropy fuses log-softmax and gather)."""
-    flat = torch.nn.functional.cross_entropy(
-        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
-    )
-    return -flat.view(targets.shape)
-
-
-def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
-    """Zero the tail of each row beyond its nucleus (the most likely token is always kept)."""
-    sorted_probs, order = probs.sort(-1, descending=True)
-    outside = (sorted_probs.cumsum(-1) - sorted_probs) > top_p[:, None]
-    sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-
-
-class _Decoding:
-    """Mutable per-row state of one `sample` call."""
+class Sampler:
+    """Batched, KV-cached sampling for many rows at once from `loaded`'s model, with the weights
+    `weights` serves for the step asked (the live adapter, an older checkpoint, or the base)."""
 
     def __init__(
-        self, row: SampleRow, generator: torch.Generator, matcher: Matcher | None = None
+        self, loaded: LoadedModel, weights: WeightsSource, prefixes: PrefixCache | None = None
     ) -> None:
-        self.row = row
-        self.generator = generator
-        self.matcher = matcher
-        self.ids: list[int] = []
-        self.logprobs: list[float] = []
-        self.top: list[list[tuple[int, float]]] = []
-        self.text: str | None = None  # set when a stop string cut it
-        self.forced_chars = 0
-        self.finish: FinishReason | None = None
+        self.loaded = loaded
+        self.weights = weights
+        self.prefixes = prefixes if prefixes is not None else PrefixCache()
+        self.rules = RowRules(loaded.tokenizer, loaded.stop_ids)
+        self._counters = EngineCounters()
+        self._token_bytes: dict[int, bytes] = {}
+        self._grammar_tokenizer: Any = (
+            None  # llguidance's view of the tokenizer, built on first use
+        )
 
+    @property
+    def tokenizer(self) -> Any:
+        return self.loaded.tokenizer
 
-class Sampler(EngineState):
-    """Batched, KV-cached sampling for many rows at once (mixed into Engine)."""
+    @property
+    def max_context(self) -> int:
+        return self.loaded.max_context
 
-    def _stop_ids(self) -> frozenset[int]:
-        configured = self.model.generation_config.eos_token_id
-        ids = configured if isinstance(configured, list) else [configured]
-        return frozenset(i for i in [*ids, self.tokenizer.eos_token_id] if i is not None)
+    def counters(self) -> EngineCounters:
+        """The sampling work done so far (running totals; training's stay 0 here)."""
+        return self._counters
 
-    def autocast_context(self, phase: Phase = "train"):
-        """The phase's precision (rlvr.policy.device.choose_autocast)."""
-        dtype = self.sample_autocast if phase == "sample" else self.autocast
-        if dtype is None:
-            return nullcontext()
-        return torch.autocast(self.device.type, dtype=dtype)
+    def count(self, **counts: float) -> None:
+        self._counters = self._counters.plus(EngineCounters(**counts))
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's text as UTF-8 (a partial character becomes U+FFFD, as vLLM reports it)."""
@@ -82,52 +76,174 @@ class Sampler(EngineState):
             cached = self._token_bytes[token_id] = self.tokenizer.decode([token_id]).encode("utf-8")
         return cached
 
+    def compile_grammar(self, schema: dict) -> str:
+        """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
+        return grammar_for(schema, self._grammar_view()[0])
+
     def sample(self, rows: list[SampleRow], step: int | None = None) -> list[Sampled]:
-        """Sample all rows in one batched pass with step's adapter (None: the latest)."""
+        """Sample all rows in one batched pass with step's weights (None: the latest)."""
         if not rows:
             return []
-        with (
-            self.lock,
-            torch.inference_mode(),
-            self.autocast_context("sample"),
-            self._adapter(step),
-        ):
-            self.passes += 1
+        with self.loaded.lock, torch.inference_mode(), self.loaded.autocast("sample"):
+            started = time.perf_counter()
+            view = self.weights.view(step)
+            states = [self.new_state(row) for row in rows]
             try:
-                return self._sample(rows, self._prefix_tag(step))
+                with view.applied():
+                    batch: LiveBatch | None = self.admit(states, view)
+                    while batch is not None:
+                        batch, _ = self.retire(batch)
+                        if batch is not None:
+                            self.advance(batch)
             finally:
                 release_memory()  # a long prefill's transients would stay resident otherwise
+                self.count(sampling_s=time.perf_counter() - started)
+        return [state.result(self.rules.decode) for state in states]
 
-    def _sample(self, rows: list[SampleRow], tag: Hashable) -> list[Sampled]:
+    def new_state(self, row: SampleRow, gone: Callable[[], bool] = never) -> RowState:
+        """A row's decoding state (its grammar compiled into a matcher, its seeded generator)."""
+        generator = torch.Generator(device=self.loaded.device)
+        if row.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(row.seed)
+        return RowState(row, generator, self._matcher(row.grammar), gone)
+
+    # -------------------------------------------------------------- the three moves (lock held)
+
+    def admit(self, states: list[RowState], view: WeightsView) -> LiveBatch:
+        """Prefill `states`' rows (applied weights: `view`'s) into a batch of their own: prompt
+        prefixes several rows share are prefilled once, cached prefixes are reused where that
+        shortens the batch, and each row's forced tokens are scored."""
+        rows = [state.row for state in states]
+        if self.prefixes.enabled:
+            self._prefill_shared(rows, view.tag)
+        forced_width = max(len(row.forced_ids) for row in rows)
+        # At least one prompt token is fed again, for the logits of the first sampled token.
+        prefilled = self._prefill_rows(
+            [state.inputs for state in states],
+            [len(row.prompt_ids) - 1 for row in rows],
+            view.tag,
+            keep=forced_width + 1,
+        )
+        prompt = sum(len(row.prompt_ids) for row in rows)
+        reused = sum(prefilled.reused)
+        self.count(
+            prompt_tokens=prompt,
+            cached_prompt_tokens=reused,
+            prefilled_tokens=prompt - reused,
+            sampling_passes=1,
+        )
+        if forced_width:
+            self.rules.score_forced(states, prefilled.logits, forced_width)
+        for state in states:
+            self.rules.finish_if_done(state)
+        return LiveBatch(
+            view=view,
+            states=states,
+            cache=prefilled.cache,
+            mask=prefilled.mask,
+            next_logits=prefilled.logits[:, -1],
+            last_position=prefilled.last_position,
+        )
+
+    def join(self, live: LiveBatch | None, newcomers: LiveBatch) -> LiveBatch | None:
+        """`newcomers` joined into `live` (same weights), or None when their caches cannot be
+        joined (a sliding-window model): the caller keeps them apart."""
+        if live is None:
+            return newcomers
+        if not (plain_layers(live.cache) and plain_layers(newcomers.cache)):
+            return None
+        return joined(live, newcomers)
+
+    def retire(self, batch: LiveBatch) -> tuple[LiveBatch | None, list[RowState]]:
+        """Drop the rows that ended, keeping their keys/values in the prefix cache, and the rows
+        whose client has gone (`cancelled`); returns what is left (None: nothing) and the rows
+        that left."""
+        for state in batch.states:
+            if state.finish is None and state.gone():
+                state.cancelled = True
+        keep = [b for b, s in enumerate(batch.states) if s.finish is None and not s.cancelled]
+        if len(keep) == len(batch.states):
+            return batch, []
+        left = [s for s in batch.states if s.finish is not None or s.cancelled]
+        for b, state in enumerate(batch.states):
+            if state.finish is not None:
+                self._store_row(batch.view.tag, state.fed(), batch.cache, batch.mask, b)
+        self.count(
+            decoded_tokens=sum(len(s.ids) for s in left),
+            cancelled_rows=sum(s.cancelled for s in left),
+        )
+        if not keep:
+            return None, left
+        select_rows(batch, keep)
+        return batch, left
+
+    def advance(self, batch: LiveBatch) -> None:
+        """Choose every row's next token and feed it (with the tokens a grammar forces after it)."""
+        states = batch.states
+        chosen = self.rules.choose(batch.next_logits, states)
+        for state in states:
+            self.rules.finish_if_done(state)
+        # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one: one
+        # forward for several tokens costs about what one costs. Free text (no grammar in the
+        # batch) feeds the chosen tensor as it is.
+        fed = (
+            [
+                [token, *self.rules.forced_next(s)]
+                for token, s in zip(chosen.tolist(), states, strict=True)
+            ]
+            if any(s.matcher is not None for s in states)
+            else None
+        )
+        width = max(len(tokens) for tokens in fed) if fed else 1
+        if fed is None or width == 1:
+            new_ids, new_mask = chosen[:, None], torch.ones_like(chosen)[:, None]
+        else:
+            pad = self.tokenizer.pad_token_id or 0
+            device = self.loaded.device
+            new_ids = torch.tensor([[pad] * (width - len(t)) + t for t in fed], device=device)
+            new_mask = torch.tensor(
+                [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=device
+            )
+        batch.mask = torch.cat([batch.mask, new_mask.to(batch.mask.dtype)], dim=-1)
+        positions = batch.last_position[:, None] + new_mask.cumsum(-1).clamp(min=1)
+        batch.last_position = positions[:, -1]
+        logits = self.loaded.model(
+            input_ids=new_ids,
+            attention_mask=batch.mask,
+            position_ids=positions,
+            past_key_values=batch.cache,
+            use_cache=True,
+            logits_to_keep=width,
+        ).logits
+        if fed is not None and width > 1:
+            self.rules.record_forced_next(states, fed, logits)
+        batch.next_logits = logits[:, -1]
+
+    # -------------------------------------------------------------- prefill
+
+    def _prefill_rows(
+        self, inputs: list[list[int]], limits: list[int], tag: WeightsTag, keep: int
+    ) -> Prefilled:
+        """Feed every row of `inputs` into a fresh batched cache, reusing a cached prefix (at most
+        `limits[i]` tokens) where that shortens the batch; the logits of the last `keep` columns.
+        Row layout: [pad | reused prefix | pad | new tokens]; the mask hides both pads."""
         from transformers import DynamicCache
 
-        states = [
-            _Decoding(row, self._generator(row.seed), self._matcher(row.grammar)) for row in rows
-        ]
-        inputs = [row.prompt_ids + row.forced_ids for row in rows]
-        if self.prefixes.enabled:
-            self._prefill_shared(rows, tag)
-        # Reuse what an earlier call of the same conversation computed; at least one prompt token
-        # is fed again, for the logits of the first sampled (or forced) token.
         found = [
-            self.prefixes.lookup(tag, ids, len(row.prompt_ids) - 1)
-            if self.prefixes.enabled
-            else None
-            for row, ids in zip(rows, inputs, strict=True)
+            self.prefixes.lookup(tag, ids, limit) if self.prefixes.enabled else None
+            for ids, limit in zip(inputs, limits, strict=True)
         ]
         threshold = worth_reusing(
             [len(ids) for ids in inputs], [p.length if p is not None else 0 for p in found]
         )
         prefixes = [p if p is not None and p.length >= threshold else None for p in found]
         reused = [p.length if p is not None else 0 for p in prefixes]
-        if self.prefixes.enabled:
-            for ids, r in zip(inputs, reused, strict=True):
-                self.prefixes.count(len(ids), r)
         cached = max(reused)
         suffixes = [ids[r:] for ids, r in zip(inputs, reused, strict=True)]
         width = max(len(ids) for ids in suffixes)
         pad = self.tokenizer.pad_token_id or 0
-        # Row layout: [pad | reused prefix | pad | new tokens]; the mask hides both pads.
         input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in suffixes])
         mask = torch.tensor(
             [
@@ -136,90 +252,18 @@ class Sampler(EngineState):
             ]
         )
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, cached:]
-        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
-        forced_width = max(len(row.forced_ids) for row in rows)
+        device = self.loaded.device
+        input_ids, mask, positions = (t.to(device) for t in (input_ids, mask, positions))
         cache = (
-            self._cache_from(prefixes, cached) if cached else DynamicCache(config=self.model.config)
+            self._cache_from(prefixes, cached)
+            if cached
+            else DynamicCache(config=self.loaded.model.config)
         )
-        logits = self._prefill(input_ids, mask, positions, cache, keep=forced_width + 1)
-        if forced_width:
-            self._score_forced(states, logits, forced_width)
-        for state in states:
-            self._finish_if_done(state)
-        live = list(range(len(states)))
-        next_logits = logits[:, -1]
-        last_position = positions[:, -1]
-        while True:
-            live_now = [i for i in live if states[i].finish is None]
-            if len(live_now) < len(live):  # keep the finished rows' keys/values, then drop them
-                for b, i in enumerate(live):
-                    if states[i].finish is not None:
-                        self._keep_prefix(tag, inputs[i], states[i], cache, mask, b)
-            if not live_now:
-                break
-            if len(live_now) < len(live):  # drop finished rows from the batch and the cache
-                keep = torch.tensor([live.index(i) for i in live_now], device=self.device)
-                cache.batch_select_indices(keep)
-                mask, next_logits, last_position = (
-                    mask[keep],
-                    next_logits[keep],
-                    last_position[keep],
-                )
-                live = live_now
-            chosen = self._choose(next_logits, [states[i] for i in live])
-            for i in live:
-                self._finish_if_done(states[i])
-            # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one:
-            # one forward for several tokens costs about what one costs.
-            # Free text (no grammar in the batch) feeds the chosen tensor as it is.
-            fed = (
-                [[int(chosen[b]), *self._forced_next(states[i])] for b, i in enumerate(live)]
-                if any(states[i].matcher is not None for i in live)
-                else None
-            )
-            width = max(len(tokens) for tokens in fed) if fed else 1
-            if fed is None or width == 1:
-                new_ids, new_mask = chosen[:, None], torch.ones_like(chosen)[:, None]
-            else:
-                pad = self.tokenizer.pad_token_id or 0
-                new_ids = torch.tensor(
-                    [[pad] * (width - len(t)) + t for t in fed], device=self.device
-                )
-                new_mask = torch.tensor(
-                    [[0] * (width - len(t)) + [1] * len(t) for t in fed], device=self.device
-                )
-            mask = torch.cat([mask, new_mask.to(mask.dtype)], dim=-1)
-            positions = last_position[:, None] + new_mask.cumsum(-1).clamp(min=1)
-            last_position = positions[:, -1]
-            logits = self.model(
-                input_ids=new_ids,
-                attention_mask=mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=width,
-            ).logits
-            if fed is not None and width > 1:
-                self._record_forced_next(live, states, fed, logits)
-            next_logits = logits[:, -1]
-        return [
-            Sampled(
-                token_ids=s.ids,
-                logprobs=s.logprobs,
-                top_logprobs=s.top,
-                text=s.text if s.text is not None else self._decode(s.ids),
-                finish_reason=s.finish or "length",
-            )
-            for s in states
-        ]
+        logits = self._prefill(input_ids, mask, positions, cache, keep)
+        return Prefilled(cache, mask, logits, positions[:, -1], reused)
 
     def _prefill(
-        self,
-        input_ids: torch.Tensor,
-        mask: torch.Tensor,
-        positions: torch.Tensor,
-        cache,
-        keep: int,
+        self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache, keep: int
     ) -> torch.Tensor:
         """Feed the new columns `input_ids` ([B, N]) into `cache` in slices of about
         PREFILL_TOKENS tokens; the logits of the last `keep` columns. `mask` covers the cached
@@ -231,7 +275,7 @@ class Sampler(EngineState):
         cuts = sorted({0, *range(width - max(keep, step), 0, -step)})
         logits = None
         for start, end in zip(cuts, [*cuts[1:], width], strict=True):
-            logits = self.model(
+            logits = self.loaded.model(
                 input_ids=input_ids[:, start:end],
                 attention_mask=mask[:, : past + end],
                 position_ids=positions[:, start:end],
@@ -240,17 +284,6 @@ class Sampler(EngineState):
                 logits_to_keep=keep if end == width else 1,
             ).logits
         return logits
-
-    def _prefix_tag(self, step: int | None) -> Hashable:
-        """Which weights computed a cache entry: the live adapter (its version changes with every
-        update) or an older step's checkpoint."""
-        if step is None or step == self.live_step:
-            return ("live", self._weights_version)
-        return ("step", step)
-
-    def _weights_changed(self) -> None:
-        self._weights_version += 1
-        self.prefixes.clear()
 
     def _cache_from(self, prefixes: list[Prefix | None], length: int):
         """A batched KV cache holding each row's reused prefix, right-aligned in `length`."""
@@ -272,47 +305,27 @@ class Sampler(EngineState):
                     keys[b, :, length - prefix.length :] = prefix.keys[layer]
                     values[b, :, length - prefix.length :] = prefix.values[layer]
             layers.append((keys, values))
-        return DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        return DynamicCache(ddp_cache_data=layers, config=self.loaded.model.config)
 
-    def _prefill_shared(self, rows: list[SampleRow], tag: Hashable) -> None:
-        """Prefill once each uncached prompt that several rows share (a group's first turn) and
-        keep it, so those rows reuse it instead of each computing the same keys/values."""
-        from transformers import DynamicCache
-
-        counts = Counter(tuple(row.prompt_ids) for row in rows)
-        shared = [
-            list(ids[:-1])  # the last prompt token is fed with the row, for its logits
-            for ids, n in counts.items()
-            if n > 1
-            and len(ids) > MIN_REUSE
-            and self.prefixes.lookup(tag, list(ids), len(ids) - 1) is None
+    def _prefill_shared(self, rows: list[SampleRow], tag: WeightsTag) -> None:
+        """Prefill once each uncached token prefix that several rows share (a group's whole
+        prompt; one system prompt and tool protocol under different questions) and keep it, so
+        those rows reuse it instead of each computing the same keys/values."""
+        reusable = [row.prompt_ids[:-1] for row in rows]  # the last token is fed with its row
+        have = [
+            found.length if (found := self.prefixes.lookup(tag, ids, len(ids))) else 0
+            for ids in reusable
         ]
-        if not shared:
-            return
-        width = max(len(ids) for ids in shared)
-        pad = self.tokenizer.pad_token_id or 0
-        input_ids = torch.tensor([[pad] * (width - len(ids)) + ids for ids in shared])
-        mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in shared])
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        input_ids, mask, positions = (t.to(self.device) for t in (input_ids, mask, positions))
-        cache = DynamicCache(config=self.model.config)
-        self._prefill(input_ids, mask, positions, cache, keep=1)
-        for b, ids in enumerate(shared):
-            self._store_row(tag, ids, cache, mask, b)
-
-    def _keep_prefix(
-        self, tag: Hashable, ids: list[int], state: _Decoding, cache, mask: torch.Tensor, b: int
-    ) -> None:
-        """Store row `b`'s keys/values (its real positions only) for the conversation's next turn."""
-        if not self.prefixes.enabled:
-            return
-        fed = ids + state.ids[len(state.row.forced_ids) :]
-        self._store_row(tag, fed, cache, mask, b)
+        for shared in shared_prefixes(reusable, have):
+            prefilled = self._prefill_rows(shared, [len(ids) - 1 for ids in shared], tag, keep=1)
+            self.count(prefilled_tokens=sum(len(ids) for ids in shared) - sum(prefilled.reused))
+            for b, ids in enumerate(shared):
+                self._store_row(tag, ids, prefilled.cache, prefilled.mask, b)
 
     def _store_row(self, tag: Hashable, fed: list[int], cache, mask: torch.Tensor, b: int) -> None:
         """Keep row `b` of a batched cache: the keys/values of its real positions, which hold
         the first tokens of `fed` (a token chosen but never fed has none)."""
-        if not self._plain_layers(cache):
+        if not self.prefixes.enabled or not plain_layers(cache):
             return
         real = mask[b].bool()
         if int(real.sum()) > len(fed):
@@ -328,19 +341,11 @@ class Sampler(EngineState):
             ),
         )
 
-    @staticmethod
-    def _plain_layers(cache) -> bool:
-        from transformers.cache_utils import DynamicLayer
-
-        return all(type(layer) is DynamicLayer for layer in cache.layers)
-
-    def compile_grammar(self, schema: dict) -> str:
-        """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
-        return grammar_for(schema, self._grammar_view()[0])
+    # -------------------------------------------------------------- grammar
 
     def _grammar_view(self) -> tuple[object, int]:
         """llguidance's tokenizer (built on first use) and the logit width it covers."""
-        width = self.model.get_output_embeddings().weight.shape[0]
+        width = self.loaded.model.get_output_embeddings().weight.shape[0]
         if self._grammar_tokenizer is None:
             self._grammar_tokenizer = llg_tokenizer(self.tokenizer, width)
         return self._grammar_tokenizer, width
@@ -350,106 +355,3 @@ class Sampler(EngineState):
             return None
         tokenizer, width = self._grammar_view()
         return Matcher(tokenizer, grammar, width)
-
-    def _decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    def _generator(self, seed: int | None) -> torch.Generator:
-        generator = torch.Generator(device=self.device)
-        if seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(seed)
-        return generator
-
-    def _score_forced(self, states: list[_Decoding], logits: torch.Tensor, width: int) -> None:
-        """Record the model's log-probabilities of each row's forced prefix tokens."""
-        logprobs = torch.log_softmax(logits.float(), -1)
-        for b, state in enumerate(states):
-            forced = state.row.forced_ids
-            for j, token in enumerate(forced):
-                position = width - len(forced) + j
-                self._record(state, token, logprobs[b, position])
-            state.forced_chars = len(self._decode(forced))
-
-    def _record(self, state: _Decoding, token: int, logprobs: torch.Tensor) -> None:
-        state.ids.append(token)
-        state.logprobs.append(float(logprobs[token]))
-        if state.row.top_logprobs:
-            values, ids = logprobs.topk(state.row.top_logprobs)
-            state.top.append(list(zip(ids.tolist(), values.tolist(), strict=True)))
-
-    def _choose(self, logits: torch.Tensor, states: list[_Decoding]) -> torch.Tensor:
-        """Pick one token per live row and record it; returns the chosen ids. A row with a
-        grammar picks among the tokens it allows; its recorded logprob is the model's own."""
-        logits = logits.float()
-        logprobs = torch.log_softmax(logits, -1)
-        constrained = [b for b, s in enumerate(states) if s.matcher is not None]
-        if constrained:
-            allowed = torch.stack([states[b].matcher.allowed() for b in constrained])
-            logits = logits.clone()
-            logits[constrained] = logits[constrained].masked_fill(
-                ~allowed.to(logits.device), float("-inf")
-            )
-        chosen = logits.argmax(-1)
-        temperatures = torch.tensor([s.row.temperature for s in states], device=logits.device)
-        sampled = temperatures > 0
-        if sampled.any():
-            probs = torch.softmax(logits / temperatures.clamp(min=1e-6)[:, None], -1)
-            top_p = torch.tensor([s.row.top_p for s in states], device=logits.device)
-            if (top_p < 1).any():
-                probs = top_p_filter(probs, top_p)
-            for b in sampled.nonzero().flatten().tolist():
-                chosen[b] = torch.multinomial(probs[b], 1, generator=states[b].generator)[0]
-        for b, state in enumerate(states):
-            self._record(state, int(chosen[b]), logprobs[b])
-            if state.matcher is not None:
-                state.matcher.consume(int(chosen[b]))
-        return chosen
-
-    def _forced_next(self, state: _Decoding) -> list[int]:
-        """The tokens the row's grammar allows as the only continuation (consumed here; recorded
-        once the forward that feeds them has scored them), within the row's token budget."""
-        if state.matcher is None or state.finish is not None:
-            return []
-        room = state.row.max_tokens - len(state.ids)
-        forced = state.matcher.forced()[:room]
-        for token in forced:
-            state.matcher.consume(token)
-        return forced
-
-    def _record_forced_next(
-        self, live: list[int], states: list[_Decoding], fed: list[list[int]], logits: torch.Tensor
-    ) -> None:
-        """Record each row's grammar-forced tokens with the model's log-probabilities: the one at
-        column c of the forward predicts the token fed at column c + 1."""
-        width = logits.shape[1]
-        for b, i in enumerate(live):
-            forced = fed[b][1:]
-            if not forced:
-                continue
-            start = width - len(fed[b])
-            logprobs = torch.log_softmax(logits[b, start : start + len(forced)].float(), -1)
-            for j, token in enumerate(forced):
-                self._record(states[i], token, logprobs[j])
-            self._finish_if_done(states[i])
-
-    def _finish_if_done(self, state: _Decoding) -> None:
-        """Set `finish` when the row hit an end token, a stop string or its token budget."""
-        row = state.row
-        # A finished document leaves the grammar only the end token to allow: it ends there too.
-        if (len(state.ids) > len(row.forced_ids) and state.ids[-1] in self.stop_ids) or (
-            row.stop and self._cut_at_stop(state)
-        ):
-            state.finish = "stop"
-        elif len(state.ids) >= row.max_tokens:
-            state.finish = "length"
-
-    def _cut_at_stop(self, state: _Decoding) -> bool:
-        """Whether a stop string appeared after the forced prefix; if so keep the text before it."""
-        text = self.tokenizer.decode(state.ids, skip_special_tokens=True)
-        start = state.forced_chars
-        cuts = [i for i in (text.find(s, start) for s in state.row.stop if s) if i >= 0]
-        if cuts:
-            state.text = text[: min(cuts)]
-        return bool(cuts)

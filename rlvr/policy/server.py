@@ -1,21 +1,24 @@
 """An OpenAI-compatible chat endpoint for policy engines, run in a background thread.
 
 `/v1/chat/completions` and `/v1/models` on 127.0.0.1. A request names a model as `name` (the
-latest step) or `name@step` (that step's adapter), the way ART names inference models. Concurrent
-requests are batched: the first request opens a short window, everything that arrives in it (and
-while a batch is running) goes into the next single decoding pass of the engine.
+latest step) or `name@step` (that step's adapter), the way ART names inference models. Requests
+are batched continuously (rlvr.policy.scheduler): a request joins the running decode at the next
+step, and a request whose client has gone (its connection closed, or the timeout it announced
+passed) is dropped there, so neither a late arrival nor an abandoned request waits for or costs
+a whole pass.
 
 Structured output: `response_format` (`json_schema`, or `json_object` with or without a schema)
 constrains decoding to the schema (rlvr.policy.grammar); this is how the local judge answers.
 
 Log-probability tokens are `token_id:<id>` so ART's tokeniser recovers the exact sampled ids;
 `bytes` is the token's text as UTF-8. Errors follow OpenAI's shape: `{"error": {"message": ...}}`
-with 400 (bad request) or 404 (unknown model or step).
+with 400 (bad request), 404 (unknown model or step) or 408 (the client went away first).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
@@ -41,14 +44,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.policy.common import Sampled, SampleRow, UnknownStep
 from rlvr.policy.grammar import GrammarError, schema_of
-from rlvr.policy.sampler import Sampler  # the trained engine (Engine) or a frozen one
+from rlvr.policy.sampler import Sampler  # a trained engine's or a frozen one
+from rlvr.policy.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
 from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
 
 logger = logging.getLogger(__name__)
 
 HOST = "127.0.0.1"
-BATCH_WINDOW_S = 0.01  # how long the first request of a batch waits for company
-MAX_BATCH_ROWS = 64
+BATCH_WINDOW_S = 0.01  # how long the first request into an idle engine waits for company
+TIMEOUT_HEADER = "x-stainless-read-timeout"
 DEFAULT_MAX_TOKENS = 256  # for free text; structured output runs to its document's end
 TOOLS_HEADER = "# Tools\nYou can call the functions described by these JSON schemas:\n"
 TOOLS_FOOTER = (
@@ -116,49 +120,72 @@ class Route(BaseModel):
 Router = Callable[[str], Route]  # raises ApiError(404) for unknown names or steps
 
 
+class ClientWatch:
+    """Whether a request's client has gone: its connection closed (seen by `watch`), or the
+    timeout it announced (OpenAI's clients send `x-stainless-read-timeout`) has passed, after
+    which it has given up and, if it retries, sent the request again."""
+
+    def __init__(self, timeout_s: float | None) -> None:
+        self._closed = threading.Event()
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def gone(self) -> bool:
+        """Thread-safe: asked by the decoding thread before every step."""
+        closed = self._closed.is_set()
+        return closed or (self._deadline is not None and time.monotonic() > self._deadline)
+
+    async def watch(self, raw: Request) -> None:
+        """Wait for the client to disconnect (the body is read: the next message is the end)."""
+        while (await raw.receive())["type"] != "http.disconnect":
+            pass
+        self._closed.set()
+
+
+def announced_timeout(raw: Request) -> float | None:
+    """The client's own read timeout in seconds, if its request says (a bad value: none)."""
+    try:
+        value = float(raw.headers.get(TIMEOUT_HEADER, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _settle(future: asyncio.Future, result: list[Sampled] | BaseException) -> None:
+    if future.done():  # the handler was cancelled
+        return
+    if isinstance(result, BaseException):
+        future.set_exception(result)
+    else:
+        future.set_result(result)
+
+
 class _Batcher:
-    """Collects requests for one engine and runs them as batched `sample` passes."""
+    """Feeds one sampler's requests to its scheduler (rlvr.policy.scheduler), which decodes them
+    in a worker thread while any are waiting or live."""
 
-    def __init__(self, engine: Sampler) -> None:
-        self.engine = engine
-        self.queue: asyncio.Queue[tuple[list[SampleRow], int | None, asyncio.Future]] = (
-            asyncio.Queue()
-        )
-        self.task = asyncio.get_running_loop().create_task(self._run())
+    def __init__(self, sampler: Sampler) -> None:
+        self.scheduler = Scheduler(sampler)
+        self.running: asyncio.Task | None = None
 
-    async def submit(self, rows: list[SampleRow], step: int | None) -> list[Sampled]:
-        future: asyncio.Future[list[Sampled]] = asyncio.get_running_loop().create_future()
-        await self.queue.put((rows, step, future))
+    async def submit(
+        self, rows: list[SampleRow], step: int | None, gone: Callable[[], bool]
+    ) -> list[Sampled]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Sampled]] = loop.create_future()
+
+        def done(result: list[Sampled] | BaseException) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: no one left to answer
+                loop.call_soon_threadsafe(_settle, future, result)
+
+        self.scheduler.submit(Submission(rows, step, gone, done))
+        if self.running is None or self.running.done():
+            self.running = loop.create_task(self._drain())
         return await future
 
-    async def _run(self) -> None:
-        while True:
-            pending = [await self.queue.get()]
-            await asyncio.sleep(BATCH_WINDOW_S)
-            while not self.queue.empty():
-                pending.append(self.queue.get_nowait())
-            for step in dict.fromkeys(step for _, step, _ in pending):
-                await self._run_step([p for p in pending if p[1] == step], step)
-
-    async def _run_step(self, pending: list, step: int | None) -> None:
-        """One or more passes (at most MAX_BATCH_ROWS rows each) for requests on one adapter."""
-        while pending:
-            batch, size = [], 0
-            while pending and (not batch or size + len(pending[0][0]) <= MAX_BATCH_ROWS):
-                batch.append(pending.pop(0))
-                size += len(batch[-1][0])
-            rows = [row for request_rows, _, _ in batch for row in request_rows]
-            try:
-                sampled = await asyncio.to_thread(self.engine.sample, rows, step)
-            except Exception as error:  # answered per request; the batcher keeps running
-                for _, _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
-                continue
-            for request_rows, _, future in batch:
-                taken, sampled = sampled[: len(request_rows)], sampled[len(request_rows) :]
-                if not future.done():
-                    future.set_result(taken)
+    async def _drain(self) -> None:
+        await asyncio.sleep(BATCH_WINDOW_S)
+        while self.scheduler.busy():  # asked here, between runs: a request may have come late
+            await asyncio.to_thread(self.scheduler.run)
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
@@ -176,6 +203,20 @@ def _messages(request: ChatRequest, template_has_tools: bool) -> list[dict[str, 
         else:
             messages.insert(0, {"role": "system", "content": text})
     return messages
+
+
+def check_tool_choice(request: ChatRequest) -> None:
+    """A named tool choice must name one of the request's tools (as OpenAI answers: 400)."""
+    choice = request.tool_choice
+    if not isinstance(choice, NamedToolChoice):
+        return
+    names = [t.get("function", t).get("name") for t in request.tools or []]
+    if choice.function.name not in names:
+        offered = ", ".join(repr(n) for n in names) or "none"
+        raise ApiError(
+            400,
+            f"tool_choice: function {choice.function.name!r} is not among tools (tools: {offered})",
+        )
 
 
 def _forced_prefix(request: ChatRequest) -> str:
@@ -282,6 +323,48 @@ def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatReques
     return Choice(index=index, message=message, finish_reason=finish, logprobs=logprobs)
 
 
+def completion_body(
+    request: ChatRequest, engine: Sampler, sampled: list[Sampled], prompt_tokens: int
+) -> dict[str, Any]:
+    """OpenAI's chat-completion body for the request's sampled choices."""
+    completion_tokens = sum(len(s.token_ids) for s in sampled)
+    completion = ChatCompletion(
+        id=f"chatcmpl-{uuid.uuid4().hex}",
+        object="chat.completion",
+        created=int(time.time()),
+        model=request.model,
+        choices=[to_choice(i, s, engine, request) for i, s in enumerate(sampled)],
+        usage=CompletionUsage(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            total_tokens=prompt_tokens + completion_tokens,
+        ),
+    )
+    return completion.model_dump(mode="json", exclude_none=True)
+
+
+class BearerAuth:
+    """ASGI middleware: every request must carry `Authorization: Bearer <api_key>` (else 401).
+    Plain ASGI, so a request's receive channel (which brings its disconnect) passes untouched."""
+
+    def __init__(self, app: Any, api_key: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = _error(
+                    401,
+                    "missing or wrong API key (Authorization: Bearer <the run's key>)",
+                    "authentication_error",
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
     return JSONResponse(
         status_code=status, content={"error": {"message": message, "type": kind, "code": status}}
@@ -304,18 +387,7 @@ def create_app(
     batchers: dict[int, _Batcher] = {}
 
     if api_key is not None:
-        expected = f"Bearer {api_key}".encode()
-
-        @app.middleware("http")
-        async def _bearer(request: Request, call_next) -> Any:
-            given = request.headers.get("authorization", "").encode()
-            if not hmac.compare_digest(given, expected):
-                return _error(
-                    401,
-                    "missing or wrong API key (Authorization: Bearer <the run's key>)",
-                    "authentication_error",
-                )
-            return await call_next(request)
+        app.add_middleware(BearerAuth, api_key=api_key)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -337,31 +409,26 @@ def create_app(
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(request: ChatRequest) -> dict[str, Any]:
+    async def chat(request: ChatRequest, raw: Request) -> dict[str, Any]:
         if request.stream:
             raise ApiError(400, "stream: streaming is not supported by this server")
+        check_tool_choice(request)
         route = router(request.model)
         rows, prompt_tokens = build_rows(route.engine, request)
         batcher = batchers.get(id(route.engine)) or batchers.setdefault(
             id(route.engine), _Batcher(route.engine)
         )
+        client = ClientWatch(announced_timeout(raw))
+        watcher = asyncio.create_task(client.watch(raw))
         try:
-            sampled = await batcher.submit(rows, route.step)
+            sampled = await batcher.submit(rows, route.step, client.gone)
         except UnknownStep as error:
             raise ApiError(404, f"model: {request.model}: {error}", "not_found_error") from None
-        completion = ChatCompletion(
-            id=f"chatcmpl-{uuid.uuid4().hex}",
-            object="chat.completion",
-            created=int(time.time()),
-            model=request.model,
-            choices=[to_choice(i, s, route.engine, request) for i, s in enumerate(sampled)],
-            usage=CompletionUsage(
-                prompt_tokens=prompt_tokens,
-                completion_tokens=sum(len(s.token_ids) for s in sampled),
-                total_tokens=prompt_tokens + sum(len(s.token_ids) for s in sampled),
-            ),
-        )
-        return completion.model_dump(mode="json", exclude_none=True)
+        except ClientGone as error:
+            raise ApiError(408, f"request: {error}", "timeout_error") from None
+        finally:
+            watcher.cancel()
+        return completion_body(request, route.engine, sampled, prompt_tokens)
 
     return app
 

@@ -3,11 +3,14 @@ warm start; long rows recompute their activations (gradient checkpointing)."""
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 
 from rlvr import faults
+from rlvr.policy.adapters import AdapterStore
 from rlvr.policy.common import (
     CHECKPOINT_FROM_TOKENS,
     ENTROPY,
@@ -18,10 +21,29 @@ from rlvr.policy.common import (
     LOSS,
     NUM_SEQUENCES,
     NUM_TOKENS,
+    EngineCounters,
+    OptimSettings,
 )
 from rlvr.policy.device import release_memory
-from rlvr.policy.sampler import group_attention_mask, token_logprobs
-from rlvr.policy.state import EngineState
+from rlvr.policy.loaded import LoadedModel
+
+
+def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> torch.Tensor:
+    """[B, 1, S, S] boolean mask for ART's packed rows: a token sees earlier tokens of its own
+    sequence and of the prompt it continues (whose group id is its parent id)."""
+    length = group_ids.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=group_ids.device).tril()
+    same = group_ids[:, :, None] == group_ids[:, None, :]
+    prompt = parent_ids[:, :, None] == group_ids[:, None, :]
+    return (causal & (same | prompt))[:, None]
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log p(target) per position, computed in fp32 (cross-entropy fuses log-softmax and gather)."""
+    flat = torch.nn.functional.cross_entropy(
+        logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
+    )
+    return -flat.view(targets.shape)
 
 
 def _trimmed(packed: dict, device: torch.device) -> dict[str, torch.Tensor]:
@@ -43,8 +65,47 @@ def _trained_positions(tensors: dict[str, torch.Tensor], row: int) -> torch.Tens
     return shift_tensor(tensors["assistant_mask"][row : row + 1], False)[0]
 
 
-class Trainer(EngineState):
-    """GRPO and SFT updates of the live adapter (mixed into Engine)."""
+class Trainer:
+    """GRPO and SFT updates of `adapters`' live adapter in `loaded`'s model, with its AdamW;
+    each update is saved as a checkpoint of the store (adapter plus optimizer state)."""
+
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        adapters: AdapterStore,
+        optim: OptimSettings,
+        optimizer_state: dict | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.adapters = adapters
+        self.optim = optim
+        self.optimizer = torch.optim.AdamW(
+            adapters.trainable_parameters(),
+            lr=1e-5,  # set per call from ART's TrainConfig
+            betas=(optim.adam_beta1, optim.adam_beta2),
+            weight_decay=optim.weight_decay,
+        )
+        if optimizer_state is not None:
+            self.optimizer.load_state_dict(optimizer_state)
+        self._counters = EngineCounters()
+
+    def counters(self) -> EngineCounters:
+        """The training work done so far (running totals; sampling's stay 0 here)."""
+        return self._counters
+
+    def _count(self, tensors: dict[str, torch.Tensor], trained: float, started: float) -> None:
+        """Add one update over `tensors` (`trained` positions), begun at `started`."""
+        done = EngineCounters(
+            trained_tokens=int(trained),
+            forwarded_tokens=int((tensors["group_ids"] != -1).sum()),
+            training_s=time.perf_counter() - started,
+        )
+        self._counters = self._counters.plus(done)
+
+    def save_step(self, step: int) -> Path:
+        """Save the live adapter (unchanged) as checkpoint `step` and serve it as the latest."""
+        with self.loaded.lock:
+            return self.adapters.save(step, self.optimizer)
 
     def train(
         self, packed: dict, config, dev_config: dict, *, step: int, num_substeps: int = 1
@@ -57,8 +118,9 @@ class Trainer(EngineState):
         `config` is ART's `TrainConfig` (learning rate, kl_penalty_coef), `dev_config` ART's
         `dev.TrainConfig` (loss variant, clipping). Returns the metrics named at the top.
         """
-        with self.lock:
-            tensors = _trimmed(packed, self.device)
+        with self.loaded.lock:
+            started = time.perf_counter()
+            tensors = _trimmed(packed, self.loaded.device)
             chunks = [
                 c.tolist() for c in torch.arange(len(tensors["tokens"])).tensor_split(num_substeps)
             ]
@@ -78,11 +140,11 @@ class Trainer(EngineState):
                     ).items():
                         totals[key] += value
                 norm = torch.nn.utils.clip_grad_norm_(
-                    self.trainable_parameters(), self.optim.max_grad_norm
+                    self.adapters.trainable_parameters(), self.optim.max_grad_norm
                 )
                 grad_norms.append(float(norm))
                 self.optimizer.step()
-                self._weights_changed()
+                self.adapters.changed()
                 self.optimizer.zero_grad(set_to_none=True)
             tokens = max(totals["tokens"], 1.0)
             metrics = {
@@ -97,8 +159,9 @@ class Trainer(EngineState):
             if config.kl_penalty_coef > 0:
                 metrics[KL_REF] = totals["kl_ref"] / tokens
             faults.maybe_crash(faults.FaultPoint.OPTIMIZER, step)
-            self._save(step)
+            self.adapters.save(step, self.optimizer)
             release_memory()
+            self._count(tensors, totals["tokens"], started)
             return metrics
 
     def sft_batch(self, packed: dict, learning_rate: float) -> dict[str, float]:
@@ -107,28 +170,30 @@ class Trainer(EngineState):
         whole warm start is done. Returns the mean loss per trained token before the update."""
         from art.loss import shift_tensor
 
-        with self.lock:
-            tensors = _trimmed(packed, self.device)
+        with self.loaded.lock:
+            started = time.perf_counter()
+            tensors = _trimmed(packed, self.loaded.device)
             for group in self.optimizer.param_groups:
                 group["lr"] = learning_rate
             tokens = float(shift_tensor(tensors["assistant_mask"], False).sum())
             total = 0.0
             for row in range(len(tensors["tokens"])):
                 inputs = {key: value[row : row + 1] for key, value in tensors.items()}
-                _, logprobs = self._forward_logprobs(inputs)
+                _, logprobs = self.forward_logprobs(inputs)
                 loss = -logprobs.sum() / max(tokens, 1.0)  # zero off the trained positions
                 loss.backward()
                 total += float(loss.detach()) * max(tokens, 1.0)
             norm = torch.nn.utils.clip_grad_norm_(
-                self.trainable_parameters(), self.optim.max_grad_norm
+                self.adapters.trainable_parameters(), self.optim.max_grad_norm
             )
             self.optimizer.step()
-            self._weights_changed()
+            self.adapters.changed()
             self.optimizer.zero_grad(set_to_none=True)
             release_memory()
+            self._count(tensors, tokens, started)
             return {LOSS: total / max(tokens, 1.0), GRAD_NORM: float(norm), NUM_TOKENS: tokens}
 
-    def _forward_logprobs(
+    def forward_logprobs(
         self, inputs: dict[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log p(next token) for one packed row under ART's group attention mask, as ART's loss
@@ -139,8 +204,8 @@ class Trainer(EngineState):
 
         positions = _trained_positions(inputs, 0).nonzero()[:, 0]
         long_row = inputs["tokens"].shape[1] >= CHECKPOINT_FROM_TOKENS
-        with self.autocast_context(), self._recomputing(long_row and torch.is_grad_enabled()):
-            logits = self.model(
+        with self.loaded.autocast("train"), self._recomputing(long_row and torch.is_grad_enabled()):
+            logits = self.loaded.model(
                 input_ids=inputs["tokens"],
                 attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
                 position_ids=inputs["input_pos"],
@@ -158,11 +223,11 @@ class Trainer(EngineState):
         if not on:
             yield
             return
-        self.model.train()
+        self.loaded.model.train()
         try:
             yield
         finally:
-            self.model.eval()
+            self.loaded.model.eval()
 
     def _train_row(
         self, inputs: dict[str, torch.Tensor], dev_config: dict, kl_coef: float, chunk_tokens: float
@@ -170,11 +235,11 @@ class Trainer(EngineState):
         """Forward + backward of one packed row; returns sums for the step's metrics."""
         from art.loss import loss_fn, shift_tensor
 
-        logits, new_logprobs = self._forward_logprobs(inputs)
+        logits, new_logprobs = self.forward_logprobs(inputs)
         ref_logprobs = None
         if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
-            with torch.no_grad(), self.model.disable_adapter():
-                ref_logprobs = self._forward_logprobs(inputs)[1]
+            with torch.no_grad(), self.loaded.model.disable_adapter():
+                ref_logprobs = self.forward_logprobs(inputs)[1]
         loss = loss_fn(inputs, new_logprobs, ref_logprobs, None, dev_config, reduction="sum")
         (loss.policy_loss / chunk_tokens).backward()
         with torch.no_grad():

@@ -12,13 +12,17 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import art
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import TrainConfig
+from rlvr.metrics import M
 from rlvr.runs import atomic, layout
+
+if TYPE_CHECKING:
+    from rlvr.policy.common import EngineCounters
 
 ART_DIR = layout.ART_DIR  # ART's own layout (checkpoints per policy step) in the run directory
 
@@ -130,3 +134,26 @@ async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
         yield Policy(model=model, backend=backend)
     finally:
         await backend.close()
+
+
+def engine_counters(policy: Policy) -> EngineCounters | None:
+    """The running totals of rlvr's own engine behind `policy` (tokens prompted, cached,
+    prefilled, decoded, trained); None for ART's backends, which report no such figures."""
+    from rlvr.policy.backend import TorchBackend
+
+    if not isinstance(policy.backend, TorchBackend):
+        return None
+    return policy.backend.counters(policy.model)
+
+
+def token_metrics(before: EngineCounters | None, after: EngineCounters | None) -> dict[str, int]:
+    """A step's token figures from two snapshots of the engine's counters (none without them)."""
+    if before is None or after is None:
+        return {}
+    done = after.minus(before)
+    return {
+        M.PROMPT_TOKENS: done.prompt_tokens,
+        M.CACHED_PROMPT_TOKENS: done.cached_prompt_tokens,
+        M.PREFILLED_TOKENS: done.prefilled_tokens,
+        M.FORWARDED_TOKENS: done.forwarded_tokens,
+    }

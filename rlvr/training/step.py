@@ -33,7 +33,12 @@ from rlvr.metrics import (
 )
 from rlvr.runs import store
 from rlvr.training import pool
-from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS, train_kwargs
+from rlvr.training.backends import (
+    TRAINS_WITHOUT_LOGPROBS,
+    engine_counters,
+    token_metrics,
+    train_kwargs,
+)
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import require_some
 from rlvr.training.progress import Progress
@@ -101,11 +106,12 @@ class Update(BaseModel):
 
 async def train_step(run: Session, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Step `step + 1`: its metrics row and its scored trajectories as table rows."""
-    started = time.monotonic()
+    started, counted = time.monotonic(), engine_counters(run.policy)
     batch = await gather_batch(run, step)
     faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
     update = await update_policy(run, batch.trainable)
     row = step_row(run, step + 1, batch, update, started)
+    row |= token_metrics(counted, engine_counters(run.policy))
     row[M.POLICY_STEP] = await run.policy.model.get_step()
     table = store.trajectory_rows(
         batch.groups, [i.id for i in batch.items], step=step + 1, split="train"

@@ -1,0 +1,86 @@
+"""One causal LM loaded on one device: the module, its tokenizer, the precision of each phase, the
+lock that keeps sampling and training apart, and what every part of the engine reads from it (end
+tokens, context length). The sampler, the adapter store and the trainer are each given one."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr.policy.common import THREADS_ENV, Phase, Precision
+from rlvr.policy.device import choose_autocast, choose_device, run_head_in_fp32
+
+DEFAULT_CONTEXT = 4096  # for a config that names no max_position_embeddings
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A loaded model and what its users share; `model` is the base model or the PeftModel
+    wrapping it (the same modules). Frozen: a part swaps nothing here, only inside `model`."""
+
+    model: Any  # a transformers causal LM (or a PeftModel around one)
+    tokenizer: Any
+    device: torch.device
+    train_dtype: torch.dtype | None  # training's autocast (None = fp32)
+    sample_dtype: torch.dtype | None  # sampling's
+    lock: threading.Lock
+    stop_ids: frozenset[int]
+    max_context: int
+
+    @contextmanager
+    def autocast(self, phase: Phase) -> Iterator[None]:
+        """The phase's precision (rlvr.policy.device.choose_autocast)."""
+        dtype = self.sample_dtype if phase == "sample" else self.train_dtype
+        if dtype is None:
+            yield
+            return
+        with torch.autocast(self.device.type, dtype=dtype):
+            yield
+
+    def wrapped(self, model: Any) -> LoadedModel:
+        """The same loaded model seen through `model` (a PeftModel around this one's module)."""
+        return replace(self, model=model)
+
+
+def stop_ids_of(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The tokens that end a completion: the generation config's end tokens and the tokenizer's."""
+    configured = model.generation_config.eos_token_id
+    ids = configured if isinstance(configured, list) else [configured]
+    return frozenset(i for i in [*ids, tokenizer.eos_token_id] if i is not None)
+
+
+def load_model(model_dir: Path, device: str | None, precision: Precision | None) -> LoadedModel:
+    """Load the tokenizer and the base model (fp32 weights, eval mode) on the chosen device.
+    `precision`: see `choose_autocast` (None: automatic)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    if threads := os.environ.get(THREADS_ENV):
+        torch.set_num_threads(int(threads))
+    chosen = choose_device(device)
+    train_dtype = choose_autocast(chosen, precision, "train")
+    sample_dtype = choose_autocast(chosen, precision, "sample")
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.to(chosen).eval()
+    if train_dtype is not None or sample_dtype is not None:
+        run_head_in_fp32(model)
+    context = model.config.to_dict().get("max_position_embeddings") or DEFAULT_CONTEXT
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        device=chosen,
+        train_dtype=train_dtype,
+        sample_dtype=sample_dtype,
+        lock=threading.Lock(),
+        stop_ids=stop_ids_of(model, tokenizer),
+        max_context=int(context),
+    )

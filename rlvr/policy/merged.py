@@ -1,0 +1,99 @@
+"""Sampling from merged weights: each LoRA-targeted linear layer computed as one matrix product.
+
+A LoRA layer computes `W x + s * B (A x)`: two extra small products per layer and token, which cost
+a CPU decode step most of the base model's time again. A policy's weights change once per
+optimizer step and every rollout of that step samples the same ones, so the sampler folds them
+once per weights version into `W + s * B @ A` and computes with that.
+
+A `MergedSet` holds, for every targeted layer of one adapter, a plain linear layer with the merged
+weight (in the sampling precision: what autocast would cast it to anyway). `applied()` swaps those
+layers into the model in place of PEFT's LoRA layers for one sampling pass and swaps PEFT's back
+afterwards: a reference swap under the engine's lock. The trained weights (W, A, B) are never
+touched, so training and checkpoints see exactly what they saw before, and nothing drifts.
+
+Memory: a merged set is about the size of the targeted projections in the sampling precision
+(SmolLM2-135M with all seven projections of every layer targeted: ~106M weights, ~425 MB in fp32,
+half in bf16); the adapter store keeps at most MERGED_KEPT of them (rlvr.policy.adapters).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+import torch
+
+MERGED_KEPT = 2  # merged sets kept: the live adapter's and one older step's (a test evaluation)
+
+
+class MergedLinear(torch.nn.Module):
+    """A linear layer over given tensors (no parameters: nothing here is trained)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = weight
+        self.bias = bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+class Swap(NamedTuple):
+    """One layer's place in the model: `parent.name` holds `lora`, or `merged` during a pass."""
+
+    parent: torch.nn.Module
+    name: str
+    lora: torch.nn.Module
+    merged: MergedLinear
+
+
+class MergedSet:
+    """The merged layers of one adapter at one weights version."""
+
+    def __init__(self, swaps: list[Swap]) -> None:
+        self.swaps = swaps
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.merged.weight.numel() * s.merged.weight.element_size() for s in self.swaps)
+
+    @contextmanager
+    def applied(self) -> Iterator[None]:
+        """The model computes with the merged layers inside (the caller holds the lock)."""
+        for swap in self.swaps:
+            setattr(swap.parent, swap.name, swap.merged)
+        try:
+            yield
+        finally:
+            for swap in self.swaps:
+                setattr(swap.parent, swap.name, swap.lora)
+
+
+def _merged_layer(layer: Any, adapter: str, dtype: torch.dtype) -> MergedLinear:
+    """`layer`'s weight with `adapter` folded in (PEFT's own delta: s * B @ A), cast to `dtype`."""
+    if adapter in layer.lora_variant:
+        raise ValueError(
+            f"adapter {adapter!r} is not plain LoRA ({type(layer.lora_variant[adapter]).__name__}):"
+            " the engine samples only plain LoRA adapters merged"
+        )
+    base = layer.get_base_layer()
+    weight = (base.weight + layer.get_delta_weight(adapter)).to(dtype)
+    bias = base.bias
+    if bias is not None and layer.lora_bias[adapter]:
+        bias = bias + layer.lora_B[adapter].bias * layer.scaling[adapter]
+    return MergedLinear(weight, None if bias is None else bias.to(dtype))
+
+
+def merge(model: torch.nn.Module, adapter: str, dtype: torch.dtype) -> MergedSet:
+    """The merged set of `adapter` (loaded in PeftModel `model`) in `dtype`."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    swaps = []
+    with torch.no_grad():
+        for path, layer in model.named_modules():
+            if isinstance(layer, LoraLinear) and adapter in layer.lora_A:
+                parent_path, _, name = path.rpartition(".")
+                parent = model.get_submodule(parent_path)
+                swaps.append(Swap(parent, name, layer, _merged_layer(layer, adapter, dtype)))
+    return MergedSet(swaps)

@@ -1,0 +1,184 @@
+"""Continuous batching and cancel-on-disconnect, as a user of the endpoint sees them: the real
+SmolLM2-135M engine (fp32) behind the real server, over HTTP.
+
+- requests whose clients went away (closed connection, or their own announced timeout) are
+  dropped at the next decode step: a short request after them takes about what it takes alone;
+- a request arriving while a long one decodes joins it and is answered first;
+- rows that joined a running decode sample exactly what a static pass samples (greedy).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+
+import art
+import httpx
+import pytest
+import pytest_asyncio
+
+from rlvr.policy.backend import TorchBackend
+from rlvr.policy.models import DEFAULT_MODEL
+from rlvr.policy.server import TIMEOUT_HEADER, ChatRequest, build_rows
+
+pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web.",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        },
+    }
+]
+# A reply that cannot end early: its one string must be long (llguidance enforces minLength).
+LONG_JSON = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "story",
+        "schema": {
+            "type": "object",
+            "properties": {"story": {"type": "string", "minLength": 2000}},
+            "required": ["story"],
+        },
+    },
+}
+KINDS = {
+    "free text": {},
+    "structured output": {"response_format": LONG_JSON},
+    "tool choice": {
+        "tools": TOOLS,
+        "tool_choice": {"type": "function", "function": {"name": "search"}},
+    },
+}
+
+
+class Endpoint:
+    def __init__(self, backend: TorchBackend, model: art.TrainableModel, url: str, key: str):
+        self.backend, self.model, self.url = backend, model, url
+        self.headers = {"Authorization": f"Bearer {key}"}
+
+    def body(self, content: str, max_tokens: int, **options) -> dict:
+        return {
+            "model": self.model.get_inference_name(),
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "logprobs": True,
+            **options,
+        }
+
+    async def post(self, body: dict, timeout: float = 600.0, **headers: str) -> httpx.Response:
+        async with httpx.AsyncClient(headers={**self.headers, **headers}, timeout=timeout) as c:
+            return await c.post(f"{self.url}/chat/completions", json=body)
+
+    async def timed(self, body: dict) -> float:
+        started = time.perf_counter()
+        response = await self.post(body)
+        assert response.status_code == 200, response.text
+        return time.perf_counter() - started
+
+    def counters(self):
+        return self.backend.counters(self.model)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def endpoint(tmp_path_factory):
+    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
+    model = art.TrainableModel(name="policy", project="tests", base_model=DEFAULT_MODEL)
+    await model.register(backend)
+    url, key = await backend._prepare_backend_for_training(model)
+    served = Endpoint(backend, model, url, key)
+    await served.post(served.body("Hi.", 4))  # warm-up: server, caches, merged weights
+    yield served
+    await backend.close()
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+async def test_abandoned_long_requests_never_delay_a_short_one(endpoint, kind: str) -> None:
+    """8 requests for 1,500 tokens whose clients give up after 0.5 s, then a short request: it
+    takes about what it takes on a quiet engine (measured here first), not the abandoned work."""
+    options = KINDS[kind]
+    short = endpoint.body("Say hello.", 8, temperature=0.0, **options)
+    quiet = statistics.median([await endpoint.timed(short) for _ in range(2)])
+    before = endpoint.counters()
+
+    async def abandoned(i: int) -> None:
+        body = endpoint.body("Write a very long story about the sea.", 1500, seed=i, **options)
+        with pytest.raises(httpx.TimeoutException):
+            await endpoint.post(body, timeout=0.5)
+
+    await asyncio.gather(*(abandoned(i) for i in range(8)))
+    after_abandoned = await endpoint.timed(short)
+    done = endpoint.counters().minus(before)
+    print(f"{kind}: quiet {quiet:.2f} s, after abandoned requests {after_abandoned:.2f} s")
+    assert done.cancelled_rows == 8
+    assert done.decoded_tokens < 8 * 200  # nothing decoded the abandoned rows to their end
+    assert after_abandoned <= 3 * quiet
+
+
+async def test_a_request_past_its_announced_timeout_is_dropped(endpoint) -> None:
+    """A client that announces its read timeout (OpenAI's clients do) has given up after it: the
+    request is dropped then even if the connection stays open, and answered 408."""
+    before = endpoint.counters()
+    started = time.perf_counter()
+    body = endpoint.body("Write a very long story.", 1500, response_format=LONG_JSON)
+    response = await endpoint.post(body, **{TIMEOUT_HEADER: "0.5"})
+    seconds = time.perf_counter() - started
+    assert response.status_code == 408
+    assert "went away" in response.json()["error"]["message"]
+    assert endpoint.counters().minus(before).cancelled_rows == 1
+    assert seconds < 30  # 1,500 tokens take minutes here
+
+
+async def test_a_request_arriving_mid_decode_is_answered_before_the_long_one_ends(
+    endpoint,
+) -> None:
+    before = endpoint.counters()
+    long = asyncio.create_task(
+        endpoint.post(endpoint.body("Tell a story.", 160, response_format=LONG_JSON))
+    )
+    while endpoint.counters().minus(before).sampling_passes == 0:  # the long one is decoding
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    short = await endpoint.post(endpoint.body("Say hi.", 4, temperature=0.0))
+    assert short.status_code == 200
+    assert not long.done()  # answered while the long request still decodes
+    reply = (await long).json()["choices"][0]
+    assert reply["finish_reason"] == "length" and len(reply["logprobs"]["content"]) == 160
+    assert endpoint.counters().minus(before).sampling_passes == 2  # it joined; no second pass
+
+
+async def test_rows_that_join_a_running_decode_sample_what_a_static_pass_samples(
+    endpoint,
+) -> None:
+    """Greedy requests arriving apart (each joins the rows already decoding, left-padded into
+    their cache) give the tokens and log-probabilities of the same rows in one static pass."""
+    questions = ["Write a poem about rivers.", "What is 2+2?", "Name three colors.", "Say hi."]
+    bodies = [endpoint.body(q, 32, temperature=0.0) for q in questions]
+
+    async def later(i: int) -> tuple[dict, float]:
+        await asyncio.sleep(0.4 * i)
+        response = await endpoint.post(bodies[i])
+        return response.json()["choices"][0], time.perf_counter() - started
+
+    before = endpoint.counters()
+    started = time.perf_counter()
+    answers = await asyncio.gather(*(later(i) for i in range(len(bodies))))
+    # Later requests came while the first still decoded, and joined it (two arriving within one
+    # step are admitted together).
+    assert endpoint.counters().minus(before).sampling_passes >= 2
+    assert answers[0][1] > 0.4 * (len(bodies) - 1)
+    sampler = endpoint.backend.engine(endpoint.model).sampler
+    rows = [row for body in bodies for row in build_rows(sampler, ChatRequest(**body))[0]]
+    static = await asyncio.to_thread(sampler.sample, rows)
+    for (choice, _), expected in zip(answers, static, strict=True):
+        content = choice["logprobs"]["content"]
+        assert [int(t["token"].removeprefix("token_id:")) for t in content] == expected.token_ids
+        assert [t["logprob"] for t in content] == pytest.approx(expected.logprobs, abs=1e-3)
