@@ -118,7 +118,7 @@ class EngineCounters(BaseModel):
     prefilled_tokens: int = 0  # prompt tokens fed through the model
     decoded_tokens: int = 0  # completion tokens (sampled, or forced by a tool choice or grammar)
     sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)
-    cancelled_rows: int = 0  # rows dropped before their end (their client had gone)
+    cancelled_rows: int = 0  # rows dropped unfinished or unadmitted (their client had gone)
     sampling_s: float = 0.0  # seconds the sampler held the model
     trained_tokens: int = 0  # positions trained on (the loss's tokens)
     forwarded_tokens: int = 0  # packed tokens forwarded (and back-propagated) in training

@@ -26,6 +26,15 @@ from rlvr.policy.sampler import Sampler
 from rlvr.policy.weights import WeightsView
 
 MAX_BATCH_ROWS = 64  # rows decoding at once; later requests wait for room
+# Prompt tokens admitted (prefilled) per step, beyond the first request: a burst of long prompts
+# is prefilled over several steps, so a request whose client leaves meanwhile is never prefilled
+# and a short request arriving behind the burst waits for one chunk, not the whole burst.
+ADMIT_TOKENS = 512
+
+
+def prompt_cost(request: Submission) -> int:
+    """Prompt tokens a request's admission prefills (rows sharing a prompt prefill it once)."""
+    return sum(len(ids) for ids in {tuple(row.prompt_ids) for row in request.rows})
 
 
 class ClientGone(Exception):
@@ -97,15 +106,21 @@ class Scheduler:
         return bool(self._waiting or self._batches)
 
     def _admit(self) -> None:
-        """Prefill the waiting requests that fit (first come, first served), one batch per
-        weights tag, and join each into the live batch of its tag."""
+        """Prefill the waiting requests that fit (first come, first served; about ADMIT_TOKENS
+        prompt tokens a step), one batch per weights tag, and join each into the live batch of
+        its tag."""
         for request in [r for r in self._waiting if r.gone()]:
             self._waiting.remove(request)
+            self.sampler.count(cancelled_rows=len(request.rows))
             request.done(ClientGone("the client went away before its rows were admitted"))
         room = self.max_rows - sum(len(b.states) for b in self._batches)
+        budget = ADMIT_TOKENS
         groups: dict[object, tuple[WeightsView, list[Submission]]] = {}
         while self._waiting and (len(self._waiting[0].rows) <= room or room == self.max_rows):
+            if budget <= 0 and groups:
+                break  # the rest is admitted at the next steps
             request = self._waiting.pop(0)
+            budget -= prompt_cost(request)
             try:
                 view = self.sampler.weights.view(request.step)
                 request.states = [self.sampler.new_state(r, request.gone) for r in request.rows]
