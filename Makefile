@@ -61,15 +61,18 @@ train: $(STAMP)
 preflight: $(STAMP)
 	$(BIN)/rlvr preflight $(TASK) $(ARGS)
 
+# mypy, strict on rlvr/ ([tool.mypy] in pyproject.toml): the parts' contracts checked, not hoped for.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
 # cores); the model conversion is done once before the workers start.
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')"
 	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup --durations=25
 
@@ -87,4 +90,4 @@ bench: $(STAMP)
 	$(BIN)/rlvr bench hack
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

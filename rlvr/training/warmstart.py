@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +77,15 @@ def warm_budget_s(max_minutes: float | None, share: float) -> float | None:
 
 
 async def demonstrated(
-    scenario: Any, items: list[Item], progress: Progress | None = None
+    scenario: Scenario, items: list[Item], progress: Progress | None = None
 ) -> list[art.Trajectory | None]:
     """Each item's demonstration where the scenario's own check accepts it, else None (an oracle
     that fails an item must not teach the failure); in the items' order."""
+    demonstrate = scenario.demonstrate
+    assert demonstrate is not None, "check_can_demonstrate runs before any demonstration"
 
     async def one(item: Item) -> art.Trajectory | None:
-        made = scenario.demonstrate(item)
+        made: art.Trajectory | Awaitable[art.Trajectory] = demonstrate(item)
         demo = await made if inspect.isawaitable(made) else made
         passed = demo is not None and await scenario.check(item, demo) >= 1.0
         if progress is not None:
@@ -94,7 +96,7 @@ async def demonstrated(
 
 
 async def demonstrations(
-    scenario: Any, items: list[Item], progress: Progress | None = None
+    scenario: Scenario, items: list[Item], progress: Progress | None = None
 ) -> tuple[list[art.Trajectory], int]:
     """The scenario's demonstrations of `items` that its own check accepts, and how many it
     rejected."""
@@ -129,8 +131,11 @@ def token_counter(model: str, out: Console = console) -> TokenCount:
 
     def count(trajectory: art.Trajectory) -> int:
         try:
+            # transformers annotates str-only message dicts; its templates render any chat.
             rendered = tokenizer.apply_chat_template(
-                trajectory.messages(), tools=trajectory.tools or None, tokenize=True
+                trajectory.messages(),  # type: ignore[arg-type]
+                tools=trajectory.tools or None,  # type: ignore[arg-type]
+                tokenize=True,
             )
         except Exception as error:  # a template that cannot render these turns
             return estimate(trajectory, f"the chat template failed: {type(error).__name__}")
@@ -161,8 +166,8 @@ def steps_that_fit(
 
 async def warm_start(
     cfg: TrainConfig,
-    scenario: Any,
-    model: art.TrainableModel,
+    scenario: Scenario,
+    model: art.TrainableModel[Any, Any],
     train: list[Item],
     *,
     share: float = WARM_SHARE,
@@ -216,7 +221,7 @@ async def warm_start(
 
 async def train_within(
     cfg: TrainConfig,
-    model: art.TrainableModel,
+    model: art.TrainableModel[Any, Any],
     steps: list[list[art.Trajectory]],
     tokens: list[int],
     budget: float | None,
