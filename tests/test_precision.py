@@ -4,8 +4,7 @@ The rest of the suite runs at the machine's automatic precision, with exactness 
 serving and training logic pinned to fp32; here both precisions run explicitly, so bf16 is covered
 on CPUs without bf16 units and fp32 on CPUs with them. The bound that matters is the one PPO's
 ratio feels: the k3 KL between the sampler's log-probabilities and the trainer's for the same
-tokens at step 1 (`train/kl`). Measured on an AVX512-BF16 CPU: fp32 0 (identical); bf16 4e-4
-with the LM head in fp32 (1e-3 before: bf16 logits, max |Δ logprob| 0.17). `mixed` (bf16
+tokens at step 1 (`train/kl`; the figures measured: README, Performance). `mixed` (bf16
 training, fp32 sampling: the automatic choice on CPUs with bf16 units) is measured beside them.
 """
 

@@ -4,11 +4,12 @@ A scenario that can play its own items correctly (a scripted oracle through the 
 protocol as the policy) offers `demonstrate(item) -> art.Trajectory` with plain dict assistant
 turns. Before RL, `sft_steps` batches of such demonstrations of *training* items — only those the
 ground truth accepts — train the policy with cross-entropy on the assistant tokens through the
-backend's own SFT path (`rlvr.art_private.train_sft`, ART's `model.train_sft`; ART's tokenisation). It gives a small
-policy the protocol and the answer format, so RL starts from groups that sometimes succeed.
+backend's own SFT path (`rlvr.art_private.train_sft`, ART's `model.train_sft`; ART's
+tokenisation). It gives a small policy the protocol and the answer format, so RL starts from
+groups that sometimes succeed.
 
-The warm start fits the budget: with `max_minutes` set it may take at most `share` of it, on any
-CPU. Demonstrations are counted in tokens (what a step forwards and back-propagates): the first
+The warm start fits the budget: with `max_minutes` set it may take at most `sft_budget_share` of
+it, on any CPU. Demonstrations are counted in tokens (what a step forwards and back-propagates): the first
 step is trained alone to measure seconds per token, then as many further steps as that speed fits
 in what is left, re-measured after each call. What the budget cut (steps, tokens) is said once and
 recorded in the warm-start row.
@@ -32,9 +33,9 @@ from rlvr.config import ConfigError, TrainConfig
 from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
 from rlvr.types import Item, Scenario
 
-# The share of `max_minutes` the warm start may take, until TrainConfig carries it as a field:
-# RL then always keeps the rest (validation, steps, the test split).
-WARM_SHARE = 0.4
+# The share of `max_minutes` the warm start may take by default (`sft_budget_share`), so RL always
+# keeps the rest (validation, steps, the test split).
+WARM_SHARE: float = TrainConfig.model_fields["sft_budget_share"].default
 CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be loaded
 
 TokenCount = Callable[[art.Trajectory], int]
