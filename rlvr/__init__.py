@@ -1,8 +1,8 @@
 """rlvr: train LLM agents with reinforcement learning on OpenPipe ART.
 
 The public names below resolve on first use (PEP 562), so that `import rlvr.config` or the
-`rlvr` command's `--help` does not pay for importing ART, torch and transformers (~12 s on two
-cores); `from rlvr import run_training` imports exactly what it always did.
+`rlvr` command's `--help` does not pay for importing ART, torch and transformers; `from rlvr import
+run_training` imports exactly what it always did.
 """
 
 from __future__ import annotations

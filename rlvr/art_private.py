@@ -26,13 +26,17 @@ from art.gather import GatherContext, set_gather_context, wrap_group_awaitable
 __all__ = ["build_rl_train_configs", "delete_checkpoints", "gather_groups", "train_sft"]
 
 
-async def delete_checkpoints(backend: Any, model: art.TrainableModel, keep: list[int]) -> None:
+async def delete_checkpoints(
+    backend: art.Backend, model: art.TrainableModel[Any, Any], keep: list[int]
+) -> None:
     """Delete the model's checkpoints except the steps in `keep`."""
     await backend._delete_checkpoint_files(model, keep)
 
 
 def train_sft(
-    model: art.TrainableModel, trajectories: Iterable[art.Trajectory], config: Any
+    model: art.TrainableModel[Any, Any],
+    trajectories: Iterable[art.Trajectory],
+    config: art.TrainSFTConfig,
 ) -> AsyncIterator[dict[str, float]]:
     """Supervised steps on `trajectories` through the model's backend; per-batch metrics."""
     return model.backend()._train_sft(model, trajectories, config, {})

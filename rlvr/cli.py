@@ -12,13 +12,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from rlvr.bench.cli import bench_app
+
+if TYPE_CHECKING:
+    from rlvr.config import TrainConfig
 
 app = typer.Typer(
     add_completion=False,
@@ -88,7 +91,7 @@ def crash(error: BaseException) -> NoReturn:
     raise typer.Exit(1)
 
 
-def command_config(task: str | None, overrides: list[str]):
+def command_config(task: str | None, overrides: list[str]) -> TrainConfig:
     """TrainConfig from TASK and key=value pairs (TrainConfig keys and the task's options)."""
     from rlvr.config import pairs_to_dict, parse_overrides
     from rlvr.tasks.plugins import task_config
@@ -225,7 +228,7 @@ def eval_run(
         fail(f"--split: expected test or val, got '{split}'")
     with one_line_errors():
         announce_code(run_dir)
-        accuracy = asyncio.run(evaluate_run(run_dir, split))
+        accuracy = asyncio.run(evaluate_run(run_dir, "test" if split == "test" else "val"))
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
 
 from rlvr.oneline import did_you_mean, first_error, means_none
 from rlvr.redact import redact_data, redact_error
@@ -141,7 +142,11 @@ FLAT_STOPPING = (
     "divergence_val_drop",
     "judge_gap",
 )
-NESTED = {"judge": JudgeConfig, "stopping": StoppingConfig, "sampling": ItemSampling}
+NESTED: dict[str, type[BaseModel]] = {
+    "judge": JudgeConfig,
+    "stopping": StoppingConfig,
+    "sampling": ItemSampling,
+}
 # A nested group set by one value: `judge=ID` is the judge's model, `sampling=uniform` the strategy.
 SHORTHAND = {"judge": "model", "sampling": "strategy"}
 
@@ -341,11 +346,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"train_ratio + val_ratio + test_ratio must be 1.0, got {total:g}")
         return self
 
-    def public_dict(self) -> dict:
+    def public_dict(self) -> dict[str, Any]:
         """The config as written to config.json and W&B: JSON types, credentials redacted (an
         api_key-like task option, a URL's password, any value of a *_API_KEY / *_TOKEN variable).
         Keys belong in the environment: a resumed run reads them from there, not from here."""
-        return redact_data(json.loads(self.model_dump_json()))
+        public: dict[str, Any] = redact_data(json.loads(self.model_dump_json()))
+        return public
 
 
 # Options of TrainConfig that a backend's `train()` cannot honour (read from ART 0.5.18's
@@ -357,8 +363,7 @@ LOSS_OPTIONS_UNSUPPORTED: dict[str, tuple[str, ...]] = {
 }
 
 
-def _describe(field: str) -> str:
-    info = field_info(field)
+def _describe(info: FieldInfo) -> str:
     annotation = info.annotation
     if get_origin(annotation) is Literal:
         allowed = "one of " + ", ".join(map(str, get_args(annotation)))
@@ -369,15 +374,13 @@ def _describe(field: str) -> str:
 
 def _one_line(error: ValidationError) -> str:
     first = first_error(error, "config")
-    if field_info(first.where) is not None:
-        return (
-            f"config: {first.where}={first.value!r}: {first.message}; expected "
-            f"{_describe(first.where)}"
-        )
+    info = field_info(first.where)
+    if info is not None:
+        return f"config: {first.where}={first.value!r}: {first.message}; expected {_describe(info)}"
     return f"config: {first.message.removeprefix('Value error, ')}"
 
 
-def build_config(values: dict) -> TrainConfig:
+def build_config(values: dict[str, Any]) -> TrainConfig:
     """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
     for key in values:
         if not known_key(key):
@@ -391,7 +394,7 @@ def build_config(values: dict) -> TrainConfig:
         raise ConfigError(_one_line(error)) from None
 
 
-def field_info(key: str) -> Any:
+def field_info(key: str) -> FieldInfo | None:
     """The pydantic field behind a key (dotted, old flat or plain), or None."""
     group, dot, leaf = key.partition(".")
     if dot and group in NESTED:
@@ -419,7 +422,7 @@ def pairs_to_dict(pairs: list[str]) -> dict[str, str]:
     return values
 
 
-def parse_overrides(pairs: list[str], base: dict | None = None) -> TrainConfig:
+def parse_overrides(pairs: list[str], base: dict[str, Any] | None = None) -> TrainConfig:
     """`["group_size=4", "scorer=ruler"]` -> TrainConfig (TrainConfig keys only; a task's options
     go through `rlvr.task_config`). For optional keys, an empty value, `none` or `null` means
     None."""

@@ -13,7 +13,7 @@ W&B without credentials logs offline instead (nothing is lost).
 The loop's wiring:
 
     tracker = stack.enter_context(open_tracker(cfg, run_dir))
-    scenario.rollout = tracker.traced(scenario.rollout, name="rollout")
+    session.rollout = tracker.traced(scenario.rollout, name="rollout")
     tracker.log_step(row)                       # each metrics row, where it is appended
     tracker.log_trajectories(step, rows)        # each store.trajectory_rows(...) written
 """
@@ -29,12 +29,15 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.redact import redact_error, redact_rows, redact_text
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 SAMPLE_TRAJECTORIES = 16  # rows of each step's W&B table (evenly spread over the groups)
 WEAVE_INIT_TIMEOUT_S = 20.0  # weave.init retries a dead network for minutes; we do not wait
@@ -185,16 +188,18 @@ class Tracker:
 
         def log(run: Any) -> None:
             data = [table_row(r) for r in redact_rows(sample(rows))]
-            table = wandb.Table(columns=TABLE_COLUMNS, data=data)
+            table = wandb.Table(columns=list(TABLE_COLUMNS), data=data)
             run.log({f"trajectories/{split}": table}, step=at)
 
         self._guard("log a table", log)
 
-    def traced(self, fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
-        """`fn` as a Weave op (inputs, output, latency and errors traced) when weave is on."""
+    def traced(self, fn: Callable[P, R], name: str | None = None) -> Callable[P, R]:
+        """`fn` as a Weave op (inputs, output, latency and errors traced) when weave is on; an op
+        is called as the function it wraps."""
         if self._weave is None:
             return fn
-        return self._weave.op(fn, name=name) if name else self._weave.op(fn)
+        op: Callable[P, R] = self._weave.op(fn, name=name) if name else self._weave.op(fn)
+        return op
 
     def _guard(self, what: str, call: Callable[[Any], None]) -> None:
         """A W&B failure mid-run turns W&B off with one warning; the run goes on."""
@@ -284,7 +289,8 @@ def _open_wandb(cfg: TrainConfig, run_dir: Path | None) -> Any:
                 name=run_dir.name if run_dir is not None else None,
                 config=cfg.public_dict(),
                 dir=folder,
-                mode=mode,
+                # wandb.init's annotation omits the older names its settings accept (dryrun, run).
+                mode=mode,  # type: ignore[arg-type]
                 settings=wandb.Settings(console="off", init_timeout=WANDB_INIT_TIMEOUT_S),
             )
     except Exception as error:

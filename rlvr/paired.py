@@ -12,6 +12,7 @@ here.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -90,7 +91,7 @@ def test_block(
     after_warm_start: dict[str, float] | None,
     final: dict[str, float],
     last: dict[str, float] | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """summary.json's `test` block from per-item test scores of the starting model, the model
     after the warm start (None without one), the final (best) checkpoint and the last checkpoint
     (None where it could not be evaluated; the final's scores where it is the final one): the items
@@ -102,7 +103,7 @@ def test_block(
     if not common:
         return {"items": 0, "method": METHOD}
     base = after_warm_start if after_warm_start is not None else start
-    block: dict = {
+    block: dict[str, Any] = {
         "items": len(common),
         "start": float(np.mean([start[i] for i in common])),
         "after_warm_start": (
@@ -128,7 +129,7 @@ def test_block(
     return block | {"method": METHOD}
 
 
-def describe_block(block: dict) -> list[str]:
+def describe_block(block: dict[str, Any]) -> list[str]:
     """The block in words a user reads at a glance, one line per comparison."""
     if not block.get("items"):
         return ["test: no item completed in every evaluation"]

@@ -122,7 +122,7 @@ def redact_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: clean(k, v) for k, v in row.items()} for row in rows]
 
 
-def _redacted_args(args: tuple) -> tuple:
+def _redacted_args(args: tuple[object, ...]) -> tuple[object, ...]:
     return tuple(
         a
         if isinstance(a, int | float) or a is None or redact_error(str(a)) == str(a)
@@ -163,10 +163,11 @@ _installed = False
 _hooked = False
 
 
-def _redacting_excepthook(kind, error, tb) -> None:
+def _redacting_excepthook(kind: type[BaseException], error: BaseException, tb: object) -> None:
     import sys
 
-    text = "".join(traceback.format_exception(kind, error, tb))
+    # The traceback Python hands an excepthook is the error's own (`error.__traceback__`).
+    text = "".join(traceback.format_exception(error))
     print(redact_error(text), file=sys.stderr, end="", flush=True)
 
 

@@ -67,8 +67,9 @@ class Scenario(Protocol):
 
     `check` is the truth used for validation, test and `independent_reward` (0..1); it is async
     because some tasks' truth is a judge (rubric pass rate). `reward` is the deterministic training
-    reward used by `scorer=verifier`; it may equal the check or give partial credit. Both follow the
-    verifier contract: deterministic (given the judge), never raise.
+    reward used by `scorer=verifier` (sync or async, as a task's `reward=` hook may be); it may
+    equal the check or give partial credit. Both are deterministic (given the judge) and never
+    raise.
 
     The optional hooks are declared here too, so the loop and the judges read them as attributes,
     never probe for them; `ScenarioBase` gives their defaults:
@@ -87,11 +88,13 @@ class Scenario(Protocol):
 
     def load(self) -> list[Item]: ...
 
-    async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory: ...
+    async def rollout(
+        self, model: art.Model[Any, Any], item: Item, sampling: Sampling
+    ) -> art.Trajectory: ...
 
     async def check(self, item: Item, trajectory: art.Trajectory) -> float: ...
 
-    def reward(self, item: Item, trajectory: art.Trajectory) -> float: ...
+    def reward(self, item: Item, trajectory: art.Trajectory) -> float | Awaitable[float]: ...
 
 
 class ScenarioBase:

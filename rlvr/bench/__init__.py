@@ -1,2 +1,3 @@
 """Benchmarks (`rlvr bench ...`): each prints its ratio against a bare baseline run in the same
-process (`policy`: serve, turns, train; `loop`: the reward-hacking demonstration)."""
+process (`policy`: serve, turns, train; `eval`; `step`: a task's real steps; `loop`: the
+reward-hacking demonstration)."""

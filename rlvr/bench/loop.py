@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import ALARM_PREFIX, M
@@ -29,7 +30,7 @@ HACK_DEFAULTS = {
 }
 
 
-def history(run_dir: Path) -> list[dict]:
+def history(run_dir: Path) -> list[dict[str, Any]]:
     """The evaluation history a replay test needs: step, val accuracy, windowed train reward."""
     return [
         {
@@ -43,7 +44,9 @@ def history(run_dir: Path) -> list[dict]:
     ]
 
 
-async def hack_benchmark(runs_root: Path, record: Path | None = None, **overrides) -> dict:
+async def hack_benchmark(
+    runs_root: Path, record: Path | None = None, **overrides: Any
+) -> dict[str, Any]:
     cfg = TrainConfig(**{**HACK_DEFAULTS, **overrides, "runs_root": runs_root})
     started = time.monotonic()
     result = await run_training(cfg)

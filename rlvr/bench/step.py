@@ -48,12 +48,13 @@ REPORTED = {
 
 def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str, Any]]], int]:
     """Every sampled turn's prompt (the chat before it) and the longest completion sampled."""
-    prompts, longest = [], 1
+    prompts: list[list[dict[str, Any]]] = []
+    longest = 1
     for t in (t for g in groups for t in g.trajectories):
         rendered = t.messages()
         for i, part in enumerate(t.messages_and_choices):
             if isinstance(part, Choice):
-                prompts.append(list(rendered[:i]))
+                prompts.append([dict(m) for m in rendered[:i]])
                 if part.logprobs is not None:
                     longest = max(longest, len(part.logprobs.content or []))
     return prompts, longest
@@ -93,7 +94,7 @@ async def bench_one_step(run: Session, step: int, bare: bool) -> dict[str, Any]:
 def ratio(figures: dict[str, Any], ours: str, bare: str) -> float | None:
     if figures.get(ours) is None or not figures.get(bare):
         return None
-    return round(figures[ours] / figures[bare], 3)
+    return round(float(figures[ours]) / float(figures[bare]), 3)
 
 
 async def run_step_bench(

@@ -249,7 +249,7 @@ def frame_table(frame: pl.DataFrame, title: str = "", max_width: int = 60) -> Ta
     for name in frame.columns:
         table.add_column(name, overflow="fold")
     for row in frame.iter_rows():
-        cells = []
+        cells: list[str | Text] = []
         for value in row:
             if isinstance(value, float):
                 cells.append(fmt_score(value))

@@ -3,13 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.inspection.reader import Run, alarms_of
 from rlvr.inspection.suspects import Reason, Suspect
 from rlvr.metrics import M
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 # --- curves -------------------------------------------------------------------------------------
 
@@ -76,7 +79,7 @@ def curves(run: Run) -> Curves:
     )
 
 
-def plot_curves(run: Run, suspects: list[Suspect] | None = None) -> Any:
+def plot_curves(run: Run, suspects: list[Suspect] | None = None) -> Figure:
     """A matplotlib Figure of `curves(run)`; reward jumps among `suspects` are marked too."""
     import matplotlib.pyplot as plt
 

@@ -116,6 +116,11 @@ def identical_completions(frame: pl.DataFrame, threshold: float = THRESHOLD) -> 
     return suspects
 
 
+def _number(row: dict[str, Any], key: str) -> float | None:
+    value = row.get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
 def reward_jumps(metrics: list[dict[str, Any]], jump: float = JUMP) -> list[Suspect]:
     """Steps whose mean training reward rose by >= `jump` over the previous step while the ground
     truth (where measured) rose by less than half as much."""
@@ -128,11 +133,15 @@ def reward_jumps(metrics: list[dict[str, Any]], jump: float = JUMP) -> list[Susp
         rise = after[M.REWARD_MEAN] - before[M.REWARD_MEAN]
         if rise < jump:
             continue
-        t0, t1 = before.get(M.INDEPENDENT), after.get(M.INDEPENDENT)
-        truth_known = isinstance(t0, int | float) and isinstance(t1, int | float)
-        if truth_known and (t1 - t0) >= rise / 2:
+        t0, t1 = _number(before, M.INDEPENDENT), _number(after, M.INDEPENDENT)
+        truth_known = t0 is not None and t1 is not None
+        if t0 is not None and t1 is not None and (t1 - t0) >= rise / 2:
             continue
-        truth = f"; ground truth {t0:.2f} → {t1:.2f} ({t1 - t0:+.2f})" if truth_known else ""
+        truth = (
+            f"; ground truth {t0:.2f} → {t1:.2f} ({t1 - t0:+.2f})"
+            if t0 is not None and t1 is not None
+            else ""
+        )
         suspects.append(
             Suspect(
                 reason=Reason.REWARD_JUMP,
@@ -142,7 +151,7 @@ def reward_jumps(metrics: list[dict[str, Any]], jump: float = JUMP) -> list[Susp
                 ),
                 step=int(after[M.STEP]),
                 reward=float(after[M.REWARD_MEAN]),
-                independent_reward=float(t1) if truth_known else None,
+                independent_reward=t1 if truth_known else None,
             )
         )
     return suspects

@@ -3,9 +3,8 @@ conversations, and the suspicious rollouts."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import polars as pl
+from rich.console import RenderableType
 from rich.panel import Panel
 from rich.text import Text
 
@@ -66,11 +65,11 @@ def summary_line(run: Run) -> str:
     )
 
 
-def overview_view(run: Run) -> list[Any]:
+def overview_view(run: Run) -> list[RenderableType]:
     """The run at a glance: summary, the step table, alarms and the last step's hints."""
     table = step_table(run)
     shown = {str(k): v for k, v in OVERVIEW_COLUMNS.items() if str(k) in table.columns}
-    parts: list[Any] = [Panel(Text(summary_line(run)), title="run", title_align="left")]
+    parts: list[RenderableType] = [Panel(Text(summary_line(run)), title="run", title_align="left")]
     parts.append(frame_table(table.select(list(shown)).rename(shown), title="steps", max_width=40))
     for alarm in curves(run).alarms:
         parts.append(
@@ -92,13 +91,15 @@ def overview_view(run: Run) -> list[Any]:
     return parts
 
 
-def step_view(run: Run, step: int | None, split: str = "train", limit: int = 4) -> list[Any]:
+def step_view(
+    run: Run, step: int | None, split: str = "train", limit: int = 4
+) -> list[RenderableType]:
     """A step's groups, its no-signal groups, and up to `limit` conversations: per group, the
     best- and worst-rewarded rollouts first."""
     frame = trajectories(run, step, split)
     shown = int(frame["step"][0]) if frame.height else step
     table = groups(frame)
-    parts: list[Any] = [
+    parts: list[RenderableType] = [
         frame_table(
             table.select("group", "item_id", "n", "rewards", "reward_mean", "truth_mean", "signal"),
             title=f"{split} step {shown}: {table.height} groups, {frame.height} trajectories",
@@ -138,7 +139,7 @@ def suspicious_view(
     jump: float = JUMP,
     step: int | None = None,
     limit: int = 4,
-) -> list[Any]:
+) -> list[RenderableType]:
     """The hacking candidates and the conversations behind the first `limit` of them."""
     found = suspicious(run, threshold, jump, step)
     if not found:
@@ -149,7 +150,7 @@ def suspicious_view(
                 style="green",
             )
         ]
-    parts: list[Any] = [
+    parts: list[RenderableType] = [
         frame_table(
             suspects_frame(found).drop("item_id"),
             title=f"{len(found)} hacking candidates",

@@ -6,8 +6,9 @@ runs/<task>-<timestamp>/
   summary.json, report.png
   trajectories/step-NNNN.parquet    every scored training trajectory of a step
   trajectories/val-NNNN.parquet     validation rollouts at an evaluation step
-  trajectories/test.parquet         the final checkpoint's test rollouts (test-start, test-warm:
-                                    the same items before training and after the warm start)
+  trajectories/test.parquet         the final checkpoint's test rollouts (test-start,
+                                    test-after-warm-start, test-last: the same items for the
+                                    starting model, after the warm start, the last checkpoint)
   checkpoints/step-NNNN/, checkpoints/best/   LoRA adapters
   .art/                             ART's own layout (its checkpoints per policy step)
   .lock                             held by the one process writing the run (rlvr.runs.runlock)
@@ -44,7 +45,8 @@ def val_name(step: int) -> str:
 
 
 def test_name(checkpoint: str | None = None) -> str:
-    """The test table of the final checkpoint (None), or of another one (`start`, `warm`)."""
+    """The test table of the final checkpoint (None), or of another one (`start`,
+    `after-warm-start`, `last`: rlvr.training.state.Tested)."""
     return TEST_TABLE if checkpoint is None else f"{TEST_TABLE}-{checkpoint}"
 
 

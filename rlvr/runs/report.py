@@ -11,12 +11,16 @@ for `rlvr inspect`, the notebook and the end of a run. Keys a reader does not kn
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.runs import atomic
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 BEFORE_WARM = -1  # the step position of what came before the warm start
 MARGIN = 0.05  # around the plotted values
@@ -169,7 +173,7 @@ def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path)
     return path
 
 
-def report_figure(rows: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
+def report_figure(rows: list[dict[str, Any]], summary: dict[str, Any]) -> Figure:
     """The report as a matplotlib Figure: the curves, and the paired test gains beside them."""
     import matplotlib.pyplot as plt
 
@@ -187,7 +191,7 @@ def report_figure(rows: list[dict[str, Any]], summary: dict[str, Any]) -> Any:
     return fig
 
 
-def draw_curves(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+def draw_curves(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     train = [r for r in rows if r.get(M.REWARD_MEAN) is not None]
@@ -228,8 +232,8 @@ def draw_curves(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
     draw_marks(ax, rows, summary)
     shown += draw_tests(ax, rows, summary)
     last = max((int(r[M.STEP]) for r in rows if M.STEP in r), default=0)
-    steps = MaxNLocator(integer=True).tick_values(0, max(last, 1))
-    ticks = sorted({int(t) for t in steps if 0 <= t <= max(last, 1)})
+    located = MaxNLocator(integer=True).tick_values(0, max(last, 1))
+    ticks = sorted({int(t) for t in located if 0 <= t <= max(last, 1)})
     ax.set_xticks([BEFORE_WARM, *ticks] if warm is not None else ticks)
     ax.xaxis.set_major_formatter(
         FuncFormatter(lambda x, _: "before\nwarm start" if x == BEFORE_WARM else f"{x:.0f}")
@@ -241,7 +245,7 @@ def draw_curves(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
     ax.grid(alpha=0.3)
 
 
-def draw_tests(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[float]:
+def draw_tests(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[float]:
     """Each tested checkpoint's accuracy at its step; returns the values drawn."""
     points = checkpoints_tested(rows, summary)
     for point in points:
@@ -258,7 +262,7 @@ def draw_tests(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
     return [p.accuracy for p in points]
 
 
-def draw_marks(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+def draw_marks(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     """The alarms, the best validation and the stop."""
     alarms = [
         (r[M.STEP], k.removeprefix(ALARM_PREFIX))
@@ -303,7 +307,7 @@ def draw_marks(ax: Any, rows: list[dict[str, Any]], summary: dict[str, Any]) -> 
     )
 
 
-def draw_gains(ax: Any, summary: dict[str, Any]) -> None:
+def draw_gains(ax: Axes, summary: dict[str, Any]) -> None:
     """The paired test gains, each a point with its 95% interval, against zero."""
     found = gains(summary)
     block = summary.get("test") or {}

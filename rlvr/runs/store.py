@@ -163,7 +163,8 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / SUMMARY
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no summary.json; has the run finished?")
-    return json.loads(path.read_text())
+    summary: dict[str, Any] = json.loads(path.read_text())
+    return summary
 
 
 def _message_dict(message: Any) -> dict[str, Any]:

@@ -39,7 +39,9 @@ log = logging.getLogger("rlvr.scoring.scorers")
 
 
 def rescored(
-    group: art.TrajectoryGroup, rewards: list[float], extra: list[dict] | None = None
+    group: art.TrajectoryGroup,
+    rewards: list[float],
+    extra: list[dict[str, float | int | bool]] | None = None,
 ) -> art.TrajectoryGroup:
     """A copy of `group` with new rewards (and extra per-trajectory metrics)."""
     extra = extra or [{} for _ in rewards]
@@ -109,7 +111,7 @@ class VerifierScorer:
 
     def pop_metrics(self) -> dict[str, float]:
         counts, self._counts = dict(self._counts), Counter()
-        bounded = {M.REWARD_CLIPPED: 0.0} if self.bounds is not None else {}
+        bounded: dict[str, float] = {M.REWARD_CLIPPED: 0.0} if self.bounds is not None else {}
         return {M.REWARD_ERRORS: 0.0, **bounded, **counts}
 
 
@@ -138,7 +140,7 @@ class RolloutScorer:
 
 def _number(value: object) -> float | None:
     try:
-        number = float(value)  # type: ignore[arg-type]
+        number = float(value)  # type: ignore[arg-type]  # any object: float() tells numbers apart
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
@@ -242,7 +244,7 @@ class GroupFunctionScorer:
             result = await result
         if result is None or isinstance(result, art.TrajectoryGroup):
             return result
-        rewards = [float(r) for r in result]  # type: ignore[union-attr]
+        rewards = [float(r) for r in result]
         if len(rewards) != len(group.trajectories):
             raise ValueError(f"{len(rewards)} rewards for {len(group.trajectories)} trajectories")
         return rescored(group, rewards)
@@ -265,7 +267,7 @@ class GroupFunctionScorer:
 
 def group_scorer(fn: GroupFn, name: str | None = None, retries: int = 2) -> Scorer:
     """Lift `fn(group, item) -> list[float] | TrajectoryGroup | None` to a Scorer."""
-    return GroupFunctionScorer(fn, name or getattr(fn, "__name__", "group_scorer"), retries)
+    return GroupFunctionScorer(fn, name or str(getattr(fn, "__name__", "group_scorer")), retries)
 
 
 def reward_scorer(fn: Callable[[str, str], float], name: str | None = None) -> Scorer:
@@ -273,7 +275,7 @@ def reward_scorer(fn: Callable[[str, str], float], name: str | None = None) -> S
     over the last assistant message and the item's answer; its values are bounded to [0, 1]."""
     return VerifierScorer(
         lambda item, t: fn(completion_text(t), item.answer or ""),
-        name or getattr(fn, "__name__", "reward"),
+        name or str(getattr(fn, "__name__", "reward")),
         bounds=UNIT,
     )
 

@@ -125,7 +125,7 @@ def guarded(call: Callable[[], object]) -> tuple[float, bool]:
     """Run a reward computation under the contract: (value in [0, 1], errored). An exception, a
     non-number or a NaN is (0.0, True); values outside [0, 1] are clipped."""
     try:
-        value = float(call())  # type: ignore[arg-type]
+        value = float(call())  # type: ignore[arg-type]  # any object: float() tells numbers apart
     except Exception:
         return 0.0, True
     if not math.isfinite(value):

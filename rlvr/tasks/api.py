@@ -22,7 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlvr.config import ConfigError, TrainConfig, all_keys, known_key
 from rlvr.oneline import did_you_mean, first_error, means_none
-from rlvr.types import SCENARIO_HOOKS, SCENARIO_MEMBERS, Item, Sampling, Scenario, ScenarioBase
+from rlvr.types import (
+    SCENARIO_HOOKS,
+    SCENARIO_MEMBERS,
+    Item,
+    Judge,
+    Sampling,
+    Scenario,
+    ScenarioBase,
+)
 
 # What a factory may ask for, by parameter name.
 FACTORY_ARGS = ("options", "cfg", "config", "judge", "scenario")
@@ -112,7 +120,7 @@ class Task(BaseModel):
             f" ({info.description})" if info.description else ""
         )
 
-    def build(self, cfg: TrainConfig, judge: Any = None) -> Scenario:
+    def build(self, cfg: TrainConfig, judge: Judge | None = None) -> Scenario:
         """The run's Scenario: options from `cfg.task_options`, then the factory."""
         options = self.parse_options(cfg.task_options)
         try:
@@ -249,7 +257,9 @@ class FunctionScenario(ScenarioBase):
     def load(self) -> list[Item]:
         return as_items(self._load(), f"task {self.name}: load()", objects=self.art_idiom)
 
-    async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+    async def rollout(
+        self, model: art.Model[Any, Any], item: Item, sampling: Sampling
+    ) -> art.Trajectory:
         if self.art_idiom:  # the model carries the sampling settings (rlvr.tasks.rollout_model)
             return await self._rollout(model, self._theirs(item))
         return await self._rollout(model, item, sampling)

@@ -20,6 +20,7 @@ import importlib.util
 import inspect
 import re
 import sys
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from functools import cache
 from importlib.metadata import entry_points
@@ -247,4 +248,6 @@ def open_judge(cfg: TrainConfig) -> AbstractAsyncContextManager[Judge | None]:
             f"judge={cfg.judge.model}: no judge provider is installed (entry point '{JUDGE_OPENER}' in "
             f"group {JUDGE_GROUP}); install rlvr with its judges package, or set judge=none"
         )
-    return _load_entry_point(JUDGE_GROUP, JUDGE_OPENER)(cfg)
+    opener: Callable[[TrainConfig], AbstractAsyncContextManager[Judge | None]]
+    opener = _load_entry_point(JUDGE_GROUP, JUDGE_OPENER)
+    return opener(cfg)

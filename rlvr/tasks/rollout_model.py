@@ -75,12 +75,12 @@ def with_defaults(request: dict[str, Any], defaults: dict[str, Any]) -> dict[str
 class RolloutModel:
     """`model` for one rollout sampled with `sampling` (module docstring)."""
 
-    def __init__(self, model: art.Model, sampling: Sampling) -> None:
+    def __init__(self, model: art.Model[Any, Any], sampling: Sampling) -> None:
         self._model = model
         self._sampling = sampling
 
     @property
-    def wrapped(self) -> art.Model:
+    def wrapped(self) -> art.Model[Any, Any]:
         return self._model
 
     def get_inference_name(self, step: int | None = None) -> str:

@@ -7,16 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import art
-from openai.types.chat.chat_completion import Choice
+from art.types import Messages
+from openai.types.chat.chat_completion import ChatCompletion, Choice
 
 from rlvr.types import Item, Sampling
 
 
 async def chat_turn(
-    model: art.Model, messages: list[dict[str, Any]], sampling: Sampling, **extra: Any
+    model: art.Model[Any, Any], messages: Messages, sampling: Sampling, **extra: Any
 ) -> Choice:
     """Sample one assistant turn. `extra` passes tools, tool_choice, stop, ..."""
-    response = await model.openai_client().chat.completions.create(
+    response: ChatCompletion = await model.openai_client().chat.completions.create(
         model=model.get_inference_name(sampling.step),
         messages=messages,
         **sampling.request(),
@@ -26,7 +27,7 @@ async def chat_turn(
 
 
 async def single_turn(
-    model: art.Model, item: Item, messages: list[dict[str, Any]], sampling: Sampling
+    model: art.Model[Any, Any], item: Item, messages: Messages, sampling: Sampling
 ) -> art.Trajectory:
     """A one-turn episode: the prompt messages and the sampled Choice."""
     choice = await chat_turn(model, messages, sampling)

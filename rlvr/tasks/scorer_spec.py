@@ -9,12 +9,10 @@ default                                  the scenario's own default
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.scoring.scorers import GatedScorer, WeightedScorer
 from rlvr.tasks.plugins import resolve_scorer
-from rlvr.types import Scenario, Scorer
+from rlvr.types import Judge, Scenario, Scorer
 
 # The task's own training reward (its `reward` hook, or the reward its rollout set): its partial
 # credit differs from its check by design, so alarm/judge_disagrees does not compare it. Every
@@ -42,12 +40,12 @@ def _weighted_part(part: str) -> tuple[str, float]:
         ) from None
 
 
-def make_scorer(cfg: TrainConfig, scenario: Scenario, judge: Any = None) -> Scorer:
+def make_scorer(cfg: TrainConfig, scenario: Scenario, judge: Judge | None = None) -> Scorer:
     """The run's scorer from `cfg.scorer` (or the scenario's default)."""
     return parse_scorer(scorer_spec(cfg, scenario).replace(" ", ""), cfg, scenario, judge)
 
 
-def parse_scorer(spec: str, cfg: TrainConfig, scenario: Scenario, judge: Any) -> Scorer:
+def parse_scorer(spec: str, cfg: TrainConfig, scenario: Scenario, judge: Judge | None) -> Scorer:
     def one(name: str) -> Scorer:
         return resolve_scorer(name, cfg=cfg, judge=judge, scenario=scenario)
 

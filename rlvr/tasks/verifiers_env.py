@@ -32,6 +32,7 @@ from rlvr.config import ConfigError, TrainConfig, all_keys
 from rlvr.tasks.api import PluginError, Task
 from rlvr.tasks.options import coerce, type_name
 from rlvr.tasks.plugins import VF_PREFIX, import_target
+from rlvr.types import Scenario, Scorer
 
 if TYPE_CHECKING:
     from rlvr.tasks.verifiers_rollout import VfScenario
@@ -90,7 +91,7 @@ def env_module(ref: str) -> Any:
 
 
 def loader_of(module: Any, ref: str) -> Callable[..., Any]:
-    load = module.__dict__.get("load_environment")
+    load: object = module.__dict__.get("load_environment")
     if not callable(load):
         raise PluginError(f"{ref}: {target_of(ref)} defines no load_environment(**kwargs)")
     return load
@@ -219,7 +220,7 @@ def vf_task(ref: str) -> Task:
     )
 
 
-def rubric_scorer(scenario: Any) -> Any:
+def rubric_scorer(scenario: Scenario) -> Scorer:
     """Scorer `vf_rubric`: the environment's Rubric on each group (the default of a `vf:` task)."""
     from rlvr.tasks.verifiers_rollout import RubricScorer, VfScenario
 

@@ -26,9 +26,15 @@ import random
 import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import art
+from art.types import MessagesAndChoices
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCall,
+    ChatCompletionMessageParam,
+)
 from openai.types.chat.chat_completion import Choice
 from verifiers.legacy.clients.openai_chat_completions_client import (
     OpenAIChatCompletionsClient,
@@ -48,16 +54,16 @@ METRIC_PREFIX = "vf/"
 KEPT_STATES = 4096
 
 
-class PolicyClient(OpenAIChatCompletionsClient):
+class PolicyClient(OpenAIChatCompletionsClient):  # type: ignore[misc]  # verifiers has no types
     """verifiers' chat-completions client over the policy: requests go through
     `model.openai_client().chat.completions.create` (not a raw POST), and every sampled Choice
     is kept, in order, in `choices`."""
 
-    def __init__(self, model: art.Model) -> None:
+    def __init__(self, model: art.Model[Any, Any]) -> None:
         super().__init__(model.openai_client())
         self.choices: list[Choice] = []
 
-    @handle_openai_overlong_prompt
+    @handle_openai_overlong_prompt  # type: ignore[untyped-decorator]  # verifiers has no types
     async def get_native_response(
         self,
         prompt: Any,
@@ -124,7 +130,9 @@ def as_item(row: dict[str, Any], part: str, pinned: str | None) -> Item:
     )
 
 
-def plan_items(train: list[dict], held_out: list[dict], seed: int) -> list[Item]:
+def plan_items(
+    train: list[dict[str, Any]], held_out: list[dict[str, Any]], seed: int
+) -> list[Item]:
     """Items from the dataset rows and the eval dataset rows (module docstring)."""
     if train and len(held_out) >= 2:
         order = list(held_out)
@@ -141,14 +149,20 @@ def plan_items(train: list[dict], held_out: list[dict], seed: int) -> list[Item]
     ]
 
 
-def _plain(message: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in message.items() if v is not None}
+def _plain(message: Mapping[str, Any]) -> ChatCompletionMessageParam:
+    """An OpenAI chat message as verifiers' client renders it natively, without its None fields
+    (verifiers has no types: the shape is OpenAI's)."""
+    return cast("ChatCompletionMessageParam", {k: v for k, v in message.items() if v is not None})
 
 
 def _same_turn(message: Mapping[str, Any], choice: Choice) -> bool:
     """The assistant message verifiers kept is the Choice that was sampled."""
     sampled = choice.message
-    calls = [(c.function.name, c.function.arguments) for c in sampled.tool_calls or []]
+    calls = [
+        (c.function.name, c.function.arguments)
+        for c in sampled.tool_calls or []
+        if isinstance(c, ChatCompletionMessageFunctionToolCall)
+    ]
     kept = [
         (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []
     ]
@@ -156,8 +170,8 @@ def _same_turn(message: Mapping[str, Any], choice: Choice) -> bool:
 
 
 def with_choices(
-    completion: list[dict[str, Any]], choices: list[Choice], errored: bool
-) -> tuple[list[Any], bool]:
+    completion: list[ChatCompletionMessageParam], choices: list[Choice], errored: bool
+) -> tuple[MessagesAndChoices, bool]:
     """The completion with each assistant message replaced by the Choice it was sampled as, and
     whether they matched; a turn the environment refused (an empty reply is an error to it) is
     kept at the end. Unmatched: the plain messages, trained with recomputed logprobs."""
@@ -167,7 +181,7 @@ def with_choices(
     )
     if not matched:
         return list(completion), False
-    merged: list[Any] = list(completion)
+    merged: MessagesAndChoices = list(completion)
     for index, choice in zip(turns, choices, strict=False):
         merged[index] = choice
     refused = choices[len(turns) :] if errored else []
@@ -190,7 +204,9 @@ async def as_trajectory(
     completion, _ = await client.to_native_prompt(state.get("completion") or [])
     errored = state.get("error") is not None
     messages, matched = with_choices([_plain(m) for m in completion], client.choices, errored)
-    tools = [await client.to_native_tool(t) for t in state.get("tool_defs") or []]
+    tools: list[ChatCompletionFunctionToolParam] = [
+        await client.to_native_tool(t) for t in state.get("tool_defs") or []
+    ]
     metadata: dict[str, Any] = {
         "item_id": item_id,
         "vf_stop": str(state.get("stop_condition")),
@@ -201,11 +217,19 @@ async def as_trajectory(
         metadata["vf_error"] = repr(ErrorChain(state["error"]))[:300]
     return art.Trajectory(
         messages_and_choices=[*(_plain(m) for m in prompt), *messages],
-        tools=[dict(t) for t in tools] or None,
+        tools=[ChatCompletionFunctionToolParam(**t) for t in tools] or None,
         reward=metadata[REWARD],
         metadata=metadata,
         metrics={"turns": float(len(state.get("trajectory") or [])), **rubric_metrics(state)},
     )
+
+
+def own_reward(trajectory: art.Trajectory) -> float:
+    """The rubric's weighted sum for this rollout alone, as `as_trajectory` recorded it."""
+    value = trajectory.metadata[REWARD]
+    if not isinstance(value, int | float):
+        raise TypeError(f"trajectory metadata {REWARD}={value!r} is not a number")
+    return float(value)
 
 
 class VfScenario(ScenarioBase):
@@ -232,7 +256,9 @@ class VfScenario(ScenarioBase):
         )
         return plan_items(train, held_out, self.seed)
 
-    async def rollout(self, model: art.Model, item: Item, sampling: Sampling) -> art.Trajectory:
+    async def rollout(
+        self, model: art.Model[Any, Any], item: Item, sampling: Sampling
+    ) -> art.Trajectory:
         client = PolicyClient(model)
         args = sampling_args(self.env.sampling_args, sampling)
         state = await self.env.rollout(
@@ -260,10 +286,10 @@ class VfScenario(ScenarioBase):
         return self._states.pop(str(trajectory.metadata.get(STATE)), None)
 
     async def check(self, item: Item, trajectory: art.Trajectory) -> float:
-        return float(trajectory.metadata[REWARD])
+        return own_reward(trajectory)
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float:
-        return float(trajectory.metadata[REWARD])
+        return own_reward(trajectory)
 
 
 class RubricScorer:
@@ -279,7 +305,7 @@ class RubricScorer:
     async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
         trajectories = group.trajectories
         if not self.scenario.grouped:
-            return rescored(group, [float(t.metadata[REWARD]) for t in trajectories])
+            return rescored(group, [own_reward(t) for t in trajectories])
         states = [self.scenario.state_of(t) for t in trajectories]
         if any(s is None for s in states):
             return None

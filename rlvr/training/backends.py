@@ -12,10 +12,10 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import art
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SkipValidation
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
@@ -32,17 +32,22 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
-    model: art.TrainableModel
-    backend: Any
+    # Held as given: a parametrised model class would copy the model, and ART's Backend is a
+    # Protocol that isinstance cannot check.
+    model: SkipValidation[art.TrainableModel[Any, Any]]
+    backend: SkipValidation[art.Backend]
 
 
-def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[Any, str]:
+def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[art.Backend, str]:
     """(backend, base_model) for the configured backend."""
     if cfg.backend == "local":
         from rlvr.policy.backend import TorchBackend
         from rlvr.policy.models import resolve_model
 
-        return TorchBackend(path=str(art_path)), str(resolve_model(cfg.model))
+        # TorchBackend implements ART's Backend; its train() names the keyword arguments it takes
+        # where the protocol declares **kwargs, so a type checker cannot match the two.
+        backend = cast("art.Backend", TorchBackend(path=str(art_path)))
+        return backend, str(resolve_model(cfg.model))
     if cfg.backend == "art-local":
         from art.local import LocalBackend
 
@@ -122,7 +127,7 @@ async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
         if cfg.backend in ("local", "art-local")
         else None
     )
-    model = art.TrainableModel(
+    model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name=run_dir.name,
         project=cfg.project,
         base_model=base_model,

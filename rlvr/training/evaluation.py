@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, cast
 
 import art
 
@@ -14,9 +15,20 @@ from rlvr.training.failures import Failure, FailureLog, failures_of, require_som
 from rlvr.training.progress import LINES_PER_PHASE, Progress
 from rlvr.types import Item, Sampling
 
-RolloutFn = Callable[[art.Model, Item, Sampling], Awaitable[art.Trajectory]]
+RolloutFn = Callable[[art.Model[Any, Any], Item, Sampling], Awaitable[art.Trajectory]]
 
 CheckFn = Callable[[Item, art.Trajectory], Awaitable[float]]
+
+
+def _pending_group(
+    rollouts: Iterable[Awaitable[art.Trajectory]], item_id: str
+) -> Awaitable[art.TrajectoryGroup]:
+    """ART's group of pending rollouts: its `__new__` returns an awaitable for awaitables, which
+    its annotations cannot tell a type checker (a `__new__` of another type reads as the class)."""
+    return cast(
+        "Awaitable[art.TrajectoryGroup]",
+        art.TrajectoryGroup(rollouts, metadata={"item_id": item_id}),
+    )
 
 
 async def rollout_groups(
@@ -37,7 +49,10 @@ async def rollout_groups(
 
     async def one(item: Item) -> art.Trajectory:
         async with limit:
-            trajectory = await rollout(RolloutModel(policy.model, sampling), item, sampling)
+            # A RolloutModel stands in for the art.Model it wraps (what it does not fill in is
+            # the model's), which is what a rollout is written against.
+            model = cast("art.Model[Any, Any]", RolloutModel(policy.model, sampling))
+            trajectory = await rollout(model, item, sampling)
         trajectory.metadata["item_id"] = item.id
         return trajectory
 
@@ -49,10 +64,7 @@ async def rollout_groups(
 
     by_id = {item.id: item for item in items}
     groups = await art_private.gather_groups(
-        (
-            art.TrajectoryGroup((one(item) for _ in range(n)), metadata={"item_id": item.id})
-            for item in items
-        ),
+        (_pending_group((one(item) for _ in range(n)), item.id) for item in items),
         after_each=finished,
         max_exceptions=len(items) * n,
     )

@@ -1,8 +1,8 @@
 """Rollouts that raise, made loud.
 
 ART's gather keeps going when a rollout raises (the exception is stored on its group), which is
-right for a flaky tool call and wrong for a typo: a rollout that raises on every call used to
-give a run that "finished" with validation 0.000. Here each distinct failure is printed once
+right for a flaky tool call and wrong for a typo: a rollout that raises on every call would give
+a run that "finished" with validation 0.000. Here each distinct failure is printed once
 with its message and the place in the user's code it came from, counted per step and
 evaluation, never scored, and a step or evaluation in which every rollout failed stops the run
 (`RunFailed`, exit 1 from the CLI) before the time budget is spent.

@@ -28,7 +28,6 @@ from rlvr.training.checkpoints import keep_checkpoints, save_best
 from rlvr.training.failures import RunFailed
 from rlvr.training.hints import decision_hints
 from rlvr.training.output import (
-    console,
     print_alarm,
     print_budget,
     print_finished,
@@ -37,6 +36,7 @@ from rlvr.training.output import (
     print_warm_start,
 )
 from rlvr.training.pool import record
+from rlvr.training.progress import console
 from rlvr.training.session import Session, open_finished, open_session
 from rlvr.training.state import (
     RunResult,

@@ -31,7 +31,7 @@ from rlvr.training.failures import require_some
 from rlvr.training.progress import Progress, console
 from rlvr.training.session import open_scratch
 from rlvr.training.warmstart import WarmMetric, check_can_demonstrate, demonstrated, warm_start
-from rlvr.types import Item, Sampling, Scorer
+from rlvr.types import Item, Sampling, Scenario, Scorer
 
 
 class Rewards(BaseModel):
@@ -259,7 +259,7 @@ async def preflight(
 
 
 async def judged_demonstrations(
-    scenario: object, scorer: Scorer, groups: list[art.TrajectoryGroup], items: list[Item]
+    scenario: Scenario, scorer: Scorer, groups: list[art.TrajectoryGroup], items: list[Item]
 ) -> Demonstrations:
     """Each item's demonstration, checked by the task, and scored by the training scorer in one
     group with that item's untrained samples (a group-relative judge ranks it among them)."""

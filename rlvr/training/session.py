@@ -26,7 +26,7 @@ from typing import Any, Literal
 import art
 
 from rlvr.config import TrainConfig
-from rlvr.integrations import open_tracker
+from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.runs import layout, runlock, store
@@ -37,7 +37,8 @@ from rlvr.training.backends import ART_DIR, Policy, open_policy, rewind_policy
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import evaluate
 from rlvr.training.failures import Failure, FailureLog
-from rlvr.training.output import console, print_alarm, print_validation
+from rlvr.training.output import print_alarm, print_validation
+from rlvr.training.progress import console
 from rlvr.training.split import Split, split_items
 from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
 from rlvr.training.stopping import EvalPoint, Thresholds, divergence, val_trend
@@ -91,8 +92,8 @@ class Session:
         scorer: Scorer,
         run_dir: Path,
         rows: list[dict[str, Any]],
-        split: Split,
-        tracker: Any,
+        split: Split[Item],
+        tracker: Tracker,
         policy: Policy,
         compared_with_truth: bool,
     ) -> None:
@@ -165,7 +166,7 @@ class Session:
         self.state.evals.append(point)
         self.state.policy_steps[step] = policy_step
         trend = val_trend(self.state.evals, self.cfg.stopping.trend_window)
-        row = {
+        row: dict[str, Any] = {
             M.STEP: step,
             M.VAL_ACCURACY: accuracy,
             M.POLICY_STEP: policy_step,

@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import random
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 T = TypeVar("T")
 
 
-class Split(BaseModel):
+class Split(BaseModel, Generic[T]):
     """Items of one task divided three ways. Validation and test hold the labels used for
     stopping and for the final score; only `train` is ever passed to the training scorer."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
-    train: list
-    val: list
-    test: list
+    train: list[T]
+    val: list[T]
+    test: list[T]
 
 
 def split_sizes(n: int, val_ratio: float, test_ratio: float) -> tuple[int, int, int]:
@@ -37,7 +37,7 @@ PINNED = "split"
 PARTS = ("train", "val", "test")
 
 
-def pinned_split(items: list) -> Split | None:
+def pinned_split(items: list[T]) -> Split[T] | None:
     """The split the items name themselves, when every one of them names a part; else None."""
     from rlvr.types import Item
 
@@ -49,7 +49,7 @@ def pinned_split(items: list) -> Split | None:
     )
 
 
-def split_items(items: list[T], *, val_ratio: float, test_ratio: float, seed: int) -> Split:
+def split_items(items: list[T], *, val_ratio: float, test_ratio: float, seed: int) -> Split[T]:
     """Shuffle with a seeded RNG and cut (or keep the parts the items pin, `pinned_split`). The
     same items and seed always give the same split, and the three parts are disjoint and cover
     every item."""

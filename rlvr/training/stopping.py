@@ -192,8 +192,7 @@ def judge_disagrees(points: list[StepPoint], window: int, gap: float) -> Alarm |
     step differs in the same direction, most steps by more than `gap`, and the window's mean
     difference exceeds `gap` and two standard errors of a mean difference of scores in [0, 1]
     over its rollouts (at most 1/sqrt(n)). So one odd step cannot fire it, nor a handful of
-    rollouts, and one quieter step cannot silence a judge that is far off on the rest (the 135M
-    reference-guided judge on email: gaps 0.44, 0.24, 0.58)."""
+    rollouts, and one quieter step cannot silence a judge that is far off on the rest."""
     recent = points[-window:]
     n = sum(p.n for p in recent)
     if len(recent) < window or n == 0:

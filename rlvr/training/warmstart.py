@@ -4,11 +4,12 @@ A scenario that can play its own items correctly (a scripted oracle through the 
 protocol as the policy) offers `demonstrate(item) -> art.Trajectory` with plain dict assistant
 turns. Before RL, `sft_steps` batches of such demonstrations of *training* items — only those the
 ground truth accepts — train the policy with cross-entropy on the assistant tokens through the
-backend's own SFT path (`rlvr.art_private.train_sft`, ART's `model.train_sft`; ART's tokenisation). It gives a small
-policy the protocol and the answer format, so RL starts from groups that sometimes succeed.
+backend's own SFT path (`rlvr.art_private.train_sft`, ART's `model.train_sft`; ART's
+tokenisation). It gives a small policy the protocol and the answer format, so RL starts from
+groups that sometimes succeed.
 
-The warm start fits the budget: with `max_minutes` set it may take at most `share` of it, on any
-CPU. Demonstrations are counted in tokens (what a step forwards and back-propagates): the first
+The warm start fits the budget: with `max_minutes` set it may take at most `sft_budget_share` of
+it, on any CPU. Demonstrations are counted in tokens (what a step forwards and back-propagates): the first
 step is trained alone to measure seconds per token, then as many further steps as that speed fits
 in what is left, re-measured after each call. What the budget cut (steps, tokens) is said once and
 recorded in the warm-start row.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,9 @@ from rlvr.config import ConfigError, TrainConfig
 from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
 from rlvr.types import Item, Scenario
 
-# The share of `max_minutes` the warm start may take, until TrainConfig carries it as a field:
-# RL then always keeps the rest (validation, steps, the test split).
-WARM_SHARE = 0.4
+# The share of `max_minutes` the warm start may take by default (`sft_budget_share`), so RL always
+# keeps the rest (validation, steps, the test split).
+WARM_SHARE: float = TrainConfig.model_fields["sft_budget_share"].default
 CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be loaded
 
 TokenCount = Callable[[art.Trajectory], int]
@@ -77,13 +78,15 @@ def warm_budget_s(max_minutes: float | None, share: float) -> float | None:
 
 
 async def demonstrated(
-    scenario: Any, items: list[Item], progress: Progress | None = None
+    scenario: Scenario, items: list[Item], progress: Progress | None = None
 ) -> list[art.Trajectory | None]:
     """Each item's demonstration where the scenario's own check accepts it, else None (an oracle
     that fails an item must not teach the failure); in the items' order."""
+    demonstrate = scenario.demonstrate
+    assert demonstrate is not None, "check_can_demonstrate runs before any demonstration"
 
     async def one(item: Item) -> art.Trajectory | None:
-        made = scenario.demonstrate(item)
+        made: art.Trajectory | Awaitable[art.Trajectory] = demonstrate(item)
         demo = await made if inspect.isawaitable(made) else made
         passed = demo is not None and await scenario.check(item, demo) >= 1.0
         if progress is not None:
@@ -94,7 +97,7 @@ async def demonstrated(
 
 
 async def demonstrations(
-    scenario: Any, items: list[Item], progress: Progress | None = None
+    scenario: Scenario, items: list[Item], progress: Progress | None = None
 ) -> tuple[list[art.Trajectory], int]:
     """The scenario's demonstrations of `items` that its own check accepts, and how many it
     rejected."""
@@ -129,8 +132,11 @@ def token_counter(model: str, out: Console = console) -> TokenCount:
 
     def count(trajectory: art.Trajectory) -> int:
         try:
+            # transformers annotates str-only message dicts; its templates render any chat.
             rendered = tokenizer.apply_chat_template(
-                trajectory.messages(), tools=trajectory.tools or None, tokenize=True
+                trajectory.messages(),  # type: ignore[arg-type]
+                tools=trajectory.tools or None,  # type: ignore[arg-type]
+                tokenize=True,
             )
         except Exception as error:  # a template that cannot render these turns
             return estimate(trajectory, f"the chat template failed: {type(error).__name__}")
@@ -161,8 +167,8 @@ def steps_that_fit(
 
 async def warm_start(
     cfg: TrainConfig,
-    scenario: Any,
-    model: art.TrainableModel,
+    scenario: Scenario,
+    model: art.TrainableModel[Any, Any],
     train: list[Item],
     *,
     share: float = WARM_SHARE,
@@ -216,7 +222,7 @@ async def warm_start(
 
 async def train_within(
     cfg: TrainConfig,
-    model: art.TrainableModel,
+    model: art.TrainableModel[Any, Any],
     steps: list[list[art.Trajectory]],
     tokens: list[int],
     budget: float | None,

@@ -5,12 +5,10 @@ move out of a reply), `scenario` (episodes as a fold over replies, prompts, rewa
 Items are seeded starting boards (item id = seed). See `scenario` for the reward.
 
 Difficulty is the board `size`, the `target` tile and `max_turns`. Every turn re-reads the whole
-chat, so on CPU the turn count is the cost: the defaults (3x3, target 8, 6 turns) keep an episode
-near 1k prefilled tokens. Random legal play on 3x3 makes the 8 in 69% of 6-move games (49% in 5)
-and the 16 in 40% of 12-move games. SmolLM2-135M at the defaults (preflight, 4 groups of 8):
-11 of 32 games made the 8, rewards 0.35-1.0, every group mixed; at 5 turns 2 of 32; with
-`target=16 max_turns=10` none of 16 made the 16 (rewards 0-0.67, spread by invalid moves).
-Harder settings: `target=16 max_turns=12`, `size=4`.
+chat, so on CPU the turn count is the cost: the defaults (3x3, target 8, 6 turns) keep episodes
+short while the 135M policy's groups still mix games that make the tile and games that do not
+(what random play and the policy reach at each setting: README, Results). Harder settings:
+`target=16 max_turns=12`, `size=4`.
 """
 
 from __future__ import annotations
@@ -62,18 +60,14 @@ task = Task(
     name="2048",
     make=make,
     options=Options,
-    # A direction is one or two tokens; 8 leaves room for "right." and cuts rambling short. The
-    # test split is 80 boards (a +0.10 paired gain needs ~73 to clear its 95% interval) and
-    # validation 40 (~0.9 s a greedy board): on 20, a 0.45 -> 0.50 rise was within the noise
-    # and kept step 0 (measured 2026-11-25). 18 minutes of RL use under 100 training boards.
     defaults={
-        "max_tokens": 8,
+        "max_tokens": 8,  # a direction is one or two tokens: room for "right.", none for rambling
         "temperature": 1.0,
         "groups_per_batch": 4,
-        "max_minutes": 18,
+        "max_minutes": 18,  # sized so the RL steps never run short of fresh training boards
         "train_ratio": 0.7,
-        "val_ratio": 0.1,
-        "test_ratio": 0.2,
+        "val_ratio": 0.1,  # 40 boards: less noise than 20 at an evaluation cost the budget holds
+        "test_ratio": 0.2,  # 80 boards: a +0.10 paired gain needs ~73 to clear its 95% interval
     },
     description="2048 over a multi-turn chat, one move a turn; reward = progress to the target tile",
 )

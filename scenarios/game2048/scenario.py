@@ -164,11 +164,10 @@ def episode_reward(episode: Episode, rules: Rules) -> float:
 
 # --- Prompts --------------------------------------------------------------------------------------
 
-# Short on purpose: the whole chat is re-read (prefilled) at every turn, and on CPU that, not
-# the few sampled tokens, is what an episode costs. The example exchange before the first board
-# is what makes SmolLM2-135M answer with a direction (31 of 32 first replies, against 17 of 32
-# without it and 5 of 32 with the rules spelled out instead); it is context only, never trained
-# on (ART trains sampled Choices) and never played (`replies`).
+# Short because the whole chat is prefilled again at every turn, which is what an episode costs on
+# CPU. The example exchange before the first board is what makes SmolLM2-135M answer with a
+# direction (README, Results); it is context only, never trained on (ART trains sampled Choices)
+# and never played (`replies`).
 SYSTEM = (
     "You play 2048 on a {size}x{size} board: make the {target} tile within {max_turns} moves. "
     "Reply with a single direction word."

@@ -42,14 +42,13 @@ task = Task(
     name="ifeval",
     make=make,
     options=Options,
-    # The split holds out half the level: 18-22 minutes of RL use under 40 training prompts, and a
-    # +0.10 paired gain needs ~73 test items to clear its 95% interval (148 easy prompts: 44 train,
-    # 30 validation, 74 test). Greedy evaluation costs ~1 s an item on 2 cores (measured 0.92-1.02).
+    # Half the level is held out for test, since a +0.10 paired gain needs ~73 test items to
+    # clear its 95% interval (the easy level's 148 prompts: 44 train, 30 validation, 74 test).
     defaults={
-        "max_tokens": 96,
+        "max_tokens": 96,  # the levels keep instructions a reply this long can follow
         "temperature": 1.0,
         "groups_per_batch": 4,
-        "max_minutes": 22,
+        "max_minutes": 22,  # sized so the RL steps draw fewer items than the 44 training prompts
         "train_ratio": 0.3,
         "val_ratio": 0.2,
         "test_ratio": 0.5,

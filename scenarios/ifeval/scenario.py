@@ -80,9 +80,8 @@ SHORT: dict[str, Feasible] = {
     "detectable_content:number_placeholders": lambda kw: kw["num_placeholders"] <= 3,
     "detectable_format:number_highlighted_sections": lambda kw: kw["num_highlights"] <= 3,
 }
-# Never followed by SmolLM2-135M in 256 sampled replies to 64 short-reply items (96 tokens, T=1):
-# quotation 0/24, lowercase 0/36, end phrase 0/8 (replies are cut before they end). A group on
-# them alone is all 0. The rest ranged from 5% (no commas, a keyword, a title) to 88%.
+# Instructions SmolLM2-135M never followed in sampled short replies (README, Results): a group on
+# them alone is all 0, so the easy level leaves them out.
 NEVER_FOLLOWED = frozenset(
     {"startend:quotation", "change_case:english_lowercase", "startend:end_checker"}
 )

@@ -109,13 +109,13 @@ task = Task(
     name="math",
     make=make,
     options=Options,
-    # Measured: 0.39 -> 0.69 validation, plateau stop at step 22, 15 min on 2 cores.
+    # Results of these defaults: README, Results (`math`).
     defaults={
-        "temperature": 0.8,
-        "max_tokens": 32,
-        "learning_rate": 3e-4,
-        "groups_per_batch": 8,
-        "max_minutes": 18,
+        "temperature": 0.8,  # below 1: fewer rambling samples, groups still mix right and wrong
+        "max_tokens": 32,  # the answer is a number: room for a short working, not for rambling
+        "learning_rate": 3e-4,  # a rank-8 LoRA on a 135M policy moves within the budget
+        "groups_per_batch": 8,  # one-turn rollouts are cheap, and more items steady the update
+        "max_minutes": 18,  # above a plateau stop's usual time on a CPU: the plateau rule decides
     },
     description="arithmetic (reasoning-gym), exact final number; partial credit in training",
 )

@@ -64,7 +64,8 @@ task = Task(
     name="reasoning_gym",
     make=make,
     options=Options,
-    # The math task's measured settings: short single-turn answers, mixed groups at T=0.8.
+    # The math task's defaults, for the same kind of episode: a generated item answered in one short
+    # checked turn (the reason for each value: scenarios/math).
     defaults={
         "temperature": 0.8,
         "max_tokens": 32,

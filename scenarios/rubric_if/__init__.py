@@ -45,9 +45,13 @@ task = Task(
     name="rubric_if",
     make=make,
     options=Options,
-    # Every rollout costs one local-judge call over 8-17 criteria (~20-40 s on one core), so the
-    # default run is small: 60 prompts (6 val / 6 test), 2 groups of 4 per step.
-    defaults={"group_size": 4, "groups_per_batch": 2, "max_tokens": 64, "max_minutes": 25},
+    # Every rollout costs one local-judge call over the item's whole rubric, so the run is small.
+    defaults={
+        "group_size": 4,  # half the default: each rollout is a judge call
+        "groups_per_batch": 2,  # with groups of 4: eight judge calls a step
+        "max_tokens": 64,  # a shorter reply is a shorter judge prompt
+        "max_minutes": 25,  # the judge shares the CPU with the policy: steps are slow
+    },
     description="instruction following graded per rubric criterion by a judge (Tinker recipe)",
 )
 
