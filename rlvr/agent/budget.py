@@ -222,8 +222,9 @@ class _Cutting:
 
     def __init__(self, text: str, total: int, budget: int, count: TokenCounter) -> None:
         self.total, self.budget, self.count = total, budget, count
-        self.shown: list[list[str] | None] = [row.split(" ") for row in text.split("\n")]
-        self.costs = [count(" ".join(words)) + 1 for words in self.shown]
+        rows = [row.split(" ") for row in text.split("\n")]
+        self.shown: list[list[str] | None] = list(rows)
+        self.costs = [count(" ".join(words)) + 1 for words in rows]
         self.estimate = sum(self.costs)
         self.room = budget - count(marker(total))
 
@@ -317,12 +318,12 @@ def fit(
     # The most useful line is left (with the first): the longest window of it that fits, with
     # the first line while it can, without it when it cannot.
     top = order[-1]
-    words = lines[top].words
-    terms = [held(word, asked.stems()) for word in words[1:]]
-    done = _longest_window(cutting, top, words, terms)
+    top_words = lines[top].words
+    terms = [held(word, asked.stems()) for word in top_words[1:]]
+    done = _longest_window(cutting, top, top_words, terms)
     if done is None and top != 0:
         cutting.set(0, None)
-        done = _longest_window(cutting, top, words, terms)
+        done = _longest_window(cutting, top, top_words, terms)
     if done is None:  # not even one word of it fits beside the marker
         done = cutting.set(top, None)
     return done or Fitted(text=marker(total), tokens=count(marker(total)), cut=total)

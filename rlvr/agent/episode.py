@@ -25,12 +25,13 @@ was cut. Every episode counts its observations' tokens and the observations it c
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import art
 import openai
+from art.types import MessageOrChoice, Messages, MessagesAndChoices, Tools
 from openai.types.chat.chat_completion import Choice
 
 from rlvr.agent.budget import (
@@ -61,7 +62,7 @@ PROTOCOLS: tuple[str, ...] = ("auto", "tools", "text")
 LAST_TURN_NOTE = "One turn left: give your final answer now."
 
 ScriptTurn = Call | list[Call] | str
-Script = Callable[[list[dict[str, Any]], int], ScriptTurn | Awaitable[ScriptTurn]]
+Script = Callable[[Sequence[Mapping[str, Any]], int], ScriptTurn | Awaitable[ScriptTurn]]
 """A scripted policy: given the messages so far and the turn's number, the turn's tool call(s),
 or its final reply."""
 
@@ -149,7 +150,7 @@ def turn_calls(
     """The calls of one assistant message as (tool name, JSON arguments, text rest, call id).
     Under `auto`, a turn with tool calls is judged by them alone; without any, by its text. An
     empty list: the message is the final reply."""
-    calls = [
+    calls: list[tuple[str | None, str | None, str | None, str | None]] = [
         (
             (call.get("function") or {}).get("name"),
             (call.get("function") or {}).get("arguments"),
@@ -253,7 +254,7 @@ def check_settings(
 
 
 async def tool_episode(
-    model: art.Model | None,
+    model: art.Model[Any, Any] | None,
     item: Item,
     messages: list[dict[str, Any]],
     tools: Iterable[Callable[..., Any] | Tool],
@@ -286,26 +287,28 @@ async def tool_episode(
     if instructions and protocol != "tools" and by_name:
         shown = with_instructions(shown, text_instructions(by_name))
     trajectory = art.Trajectory(
-        messages_and_choices=shown,
-        tools=schemas if protocol != "text" and schemas else None,
+        # rlvr's messages and schemas are plain dicts of the shapes ART's TypedDicts name.
+        messages_and_choices=cast("MessagesAndChoices", shown),
+        tools=cast("Tools", schemas) if protocol != "text" and schemas else None,
         metadata={**(metadata or {}), "item_id": item.id, "protocol": protocol},
         reward=0.0,
     )
 
-    async def sample(history: list[dict[str, Any]], turn: int) -> Choice | dict[str, Any]:
+    async def sample(history: Messages, turn: int) -> MessageOrChoice:
         if script is not None:
             made = script(history, turn)
             planned = await made if inspect.isawaitable(made) else made
-            return scripted_message(planned, by_name, protocol, turn)
+            return cast("MessageOrChoice", scripted_message(planned, by_name, protocol, turn))
         assert model is not None
         extra: dict[str, Any] = {"tools": schemas} if trajectory.tools else {}
         response = await model.openai_client().chat.completions.create(
             model=model.get_inference_name(sampling.step),
-            messages=history,  # type: ignore[arg-type]
+            messages=history,
             **sampling.request(),
             **extra,
         )
-        return response.choices[0]
+        choice: Choice = response.choices[0]
+        return choice
 
     counts = _Counts(by_name)
     end = EpisodeEnd.TURN_LIMIT

@@ -36,9 +36,9 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from rlvr.agent.tools import MAX_ERROR_CHARS, Tool, ToolError
 from rlvr.config import ConfigError
@@ -73,11 +73,12 @@ def _annotation(schema: Mapping[str, Any]) -> Any:
     kind = schema.get("type")
     if kind == "array":
         items = schema.get("items")
-        return list[_annotation(items) if isinstance(items, Mapping) else Any]
+        inner = _annotation(items) if isinstance(items, Mapping) else Any
+        return list[inner]  # type: ignore[valid-type]  # a type built at run time
     return _JSON_TYPES.get(kind, Any) if isinstance(kind, str) else Any
 
 
-def arguments_model(name: str, schema: Mapping[str, Any]) -> type:
+def arguments_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
     """A pydantic model of a tool's `inputSchema` (extra keys forbidden unless the schema allows
     them), for validating a call before it is sent and for the text protocol."""
     properties = schema.get("properties") or {}
@@ -92,8 +93,10 @@ def arguments_model(name: str, schema: Mapping[str, Any]) -> type:
             annotation,
             Field(default, alias=key, description=prop.get("description")),
         )
-    extra = "allow" if schema.get("additionalProperties") is True else "forbid"
-    return create_model(  # type: ignore[call-overload]
+    extra: Literal["allow", "forbid"] = (
+        "allow" if schema.get("additionalProperties") is True else "forbid"
+    )
+    return create_model(
         f"{name}_arguments",
         __config__=ConfigDict(extra=extra, frozen=True, populate_by_name=True),
         **fields,
@@ -105,7 +108,7 @@ class McpTool(Tool):
 
     parameters: dict[str, Any]
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]  # see Tool.schema
         return {
             "type": "function",
             "function": {

@@ -68,13 +68,16 @@ class EpisodeTokens(BaseModel):
 def rendered(
     tokenizer: ChatTokenizer,
     messages: Sequence[Mapping[str, Any]],
-    tools: list[dict[str, Any]] | None,
+    tools: Sequence[Mapping[str, Any]] | None,
     generation: bool = False,
 ) -> list[int]:
     """The token ids of `messages` rendered by the chat template (with the assistant prompt when
     `generation`)."""
     ids = tokenizer.apply_chat_template(
-        list(messages), tools=tools, tokenize=True, add_generation_prompt=generation
+        list(messages),
+        tools=None if tools is None else list(tools),
+        tokenize=True,
+        add_generation_prompt=generation,
     )
     return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 

@@ -52,7 +52,9 @@ class Tool(BaseModel):
     def required(self) -> list[str]:
         return [n for n, f in self.arguments.model_fields.items() if f.is_required()]
 
-    def schema(self) -> dict[str, Any]:
+    # Shadows pydantic v1's deprecated `BaseModel.schema` classmethod: a tool's schema is the
+    # OpenAI function-tool one, under the name the OpenAI and ART idioms use.
+    def schema(self) -> dict[str, Any]:  # type: ignore[override]
         """The OpenAI function-tool schema."""
         parameters = _strip_titles(self.arguments.model_json_schema())
         parameters["properties"] = {
@@ -154,7 +156,7 @@ def as_tool(fn: Callable[..., Any] | Tool, name: str | None = None) -> Tool:
     TypeError for what cannot be a tool (a lambda, `*args`), naming it."""
     if isinstance(fn, Tool):
         return fn
-    tool_name = name or getattr(fn, "__name__", "")
+    tool_name = name or str(getattr(fn, "__name__", ""))
     if not tool_name.isidentifier():
         raise TypeError(f"tool {fn!r}: give it a name (a def, or as_tool(fn, name=...))")
     hints = typing.get_type_hints(fn)
@@ -169,7 +171,7 @@ def as_tool(fn: Callable[..., Any] | Tool, name: str | None = None) -> Tool:
             annotation,
             _field(default, described.get(param.name)),
         )
-    arguments = create_model(  # type: ignore[call-overload]
+    arguments = create_model(
         f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid", frozen=True), **fields
     )
     return Tool(name=tool_name, description=summary or tool_name, fn=fn, arguments=arguments)

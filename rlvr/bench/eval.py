@@ -32,6 +32,7 @@ import torch
 from rlvr.agent import EpisodeMetric
 from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
+from rlvr.policy.backend import TorchBackend
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import open_policy
 from rlvr.training.evaluation import evaluate
@@ -89,6 +90,10 @@ async def run_eval_bench(
         sampling = Sampling.from_config(cfg, "val")
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rlvr-bench-eval-"))
         policy = await stack.enter_async_context(open_policy(cfg, Path(tmp) / "bench"))
+        if not isinstance(policy.backend, TorchBackend):
+            raise ValueError(
+                f"rlvr bench eval measures rlvr's own engine (backend=local), not {cfg.backend}"
+            )
         engine = policy.backend.engine(policy.model)
 
         async def timed(concurrency: int) -> tuple[float, float, list[art.TrajectoryGroup]]:
@@ -105,7 +110,10 @@ async def run_eval_bench(
             return time.perf_counter() - started, accuracy, groups
 
         await timed(cfg.rollout_concurrency)  # warm-up: server, caches, first-call costs
-        ours, alone, bare, accuracy, groups = [], [], [], 0.0, []
+        ours: list[float] = []
+        alone: list[float] = []
+        bare: list[float] = []
+        accuracy, groups = 0.0, list[art.TrajectoryGroup]()
         for r in range(repeats):
             seconds, accuracy, groups = await timed(cfg.rollout_concurrency)
             ours.append(seconds)

@@ -24,11 +24,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import art
 import openai
 import torch
+from art.preprocessing.pack import PackedTensors
+from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.metrics import peak_rss_gb
@@ -65,12 +67,15 @@ def _prompts(requests: int) -> list[str]:
 
 async def _registered(
     path: str, model_name: str, threads: int | None
-) -> tuple[TorchBackend, art.TrainableModel]:
+) -> tuple[TorchBackend, art.TrainableModel[Any, Any]]:
     if threads:
         torch.set_num_threads(threads)
     backend = TorchBackend(path=path)
-    model = art.TrainableModel(name="bench", project="bench", base_model=model_name)
-    await model.register(backend)
+    model: art.TrainableModel[Any, Any] = art.TrainableModel(
+        name="bench", project="bench", base_model=model_name
+    )
+    # TorchBackend implements ART's Backend; its train() names the keyword arguments it takes.
+    await model.register(cast("art.Backend", backend))
     return backend, model
 
 
@@ -266,12 +271,14 @@ def _reward(text: str) -> float:
 
 
 async def _sampled_groups(
-    model: art.TrainableModel, groups: int, group_size: int, max_tokens: int
+    model: art.TrainableModel[Any, Any], groups: int, group_size: int, max_tokens: int
 ) -> list[art.TrajectoryGroup]:
     client = model.openai_client()
 
     async def group(i: int) -> art.TrajectoryGroup:
-        messages = [{"role": "user", "content": BENCH_PROMPTS[i % len(BENCH_PROMPTS)]}]
+        messages: list[ChatCompletionMessageParam] = [
+            {"role": "user", "content": BENCH_PROMPTS[i % len(BENCH_PROMPTS)]}
+        ]
         response = await client.chat.completions.create(
             model=model.get_inference_name(),
             messages=messages,
@@ -293,7 +300,9 @@ async def _sampled_groups(
     return list(await asyncio.gather(*(group(i) for i in range(groups))))
 
 
-def bare_train_step(loaded: LoadedModel, packed: dict, optimizer: torch.optim.Optimizer) -> float:
+def bare_train_step(
+    loaded: LoadedModel, packed: PackedTensors, optimizer: torch.optim.Optimizer
+) -> float:
     """Seconds of forward + backward + AdamW over the packed rows (plain causal attention,
     cross-entropy on the trained tokens) with `loaded`'s model, nothing else."""
     from art.loss import shift_tensor
@@ -309,7 +318,7 @@ def bare_train_step(loaded: LoadedModel, packed: dict, optimizer: torch.optim.Op
                 logits = loaded.model(input_ids=tokens[row : row + 1]).logits[0].float()
             targets = torch.nn.functional.pad(tokens[row, 1:], (0, 1))
             loss = torch.nn.functional.cross_entropy(logits[trained[row]], targets[trained[row]])
-            loss.backward()
+            torch.autograd.backward(loss)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return time.perf_counter() - started

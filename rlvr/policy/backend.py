@@ -33,10 +33,10 @@ import art
 from art import dev
 from art.local.checkpoints import delete_checkpoints
 from art.metrics_taxonomy import build_training_summary_metrics, summarize_trajectory_groups
-from art.preprocessing.pack import packed_tensors_from_tokenized_results
+from art.preprocessing.pack import PackedTensors, packed_tensors_from_tokenized_results
 from art.preprocessing.tokenize import tokenize_trajectory, tokenize_trajectory_groups
 from art.trajectories import History
-from art.types import LocalTrainResult, TrainSFTConfig
+from art.types import LocalTrainResult, TrainConfig, TrainSFTConfig
 from art.utils.get_model_step import get_step_from_dir
 from art.utils.output_dirs import get_model_dir
 
@@ -58,7 +58,7 @@ _PEFT_KEYS = ("r", "lora_alpha", "target_modules")
 _OPTIM_KEYS = ("adam_beta1", "adam_beta2", "weight_decay", "max_grad_norm")
 
 
-def settings_from(model: art.TrainableModel) -> tuple[LoraSettings, OptimSettings]:
+def settings_from(model: art.TrainableModel[Any, Any]) -> tuple[LoraSettings, OptimSettings]:
     """LoRA and optimiser settings from the model's `_internal_config` (ART's `peft_args` and
     `trainer_args`), over ART's defaults."""
     internal = dict(getattr(model, "_internal_config", None) or {})
@@ -87,7 +87,7 @@ class TorchBackend:
 
     # ------------------------------------------------------------------ ART's Backend protocol
 
-    async def register(self, model: art.Model) -> None:
+    async def register(self, model: art.Model[Any, Any]) -> None:
         model.base_path = self._path
         output_dir = get_model_dir(model=model, art_path=self._path)
         os.makedirs(output_dir, exist_ok=True)
@@ -95,10 +95,10 @@ class TorchBackend:
         atomic.write_text(Path(output_dir) / "model.json", json.dumps(info))
 
     async def _prepare_backend_for_training(
-        self, model: art.TrainableModel, config: dev.OpenAIServerConfig | None = None
+        self, model: art.TrainableModel[Any, Any], config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
         await self._engine(model)
-        port = dict(dict(config or {}).get("server_args") or {}).get("port")
+        port = (config or {}).get("server_args", {}).get("port")
         return await self.serve(int(port or 0)), self.api_key
 
     async def serve(self, port: int = 0) -> str:
@@ -111,18 +111,18 @@ class TorchBackend:
             self._server = server
         return self._server.base_url
 
-    def _model_inference_name(self, model: art.Model, step: int | None = None) -> str:
+    def _model_inference_name(self, model: art.Model[Any, Any], step: int | None = None) -> str:
         if step is None:
             engine = self._engines.get(model.name)
             step = engine.adapters.live_step if engine else self._stored_step(model)
         return f"{model.name}@{step}"
 
-    async def _get_step(self, model: art.TrainableModel) -> int:
+    async def _get_step(self, model: art.TrainableModel[Any, Any]) -> int:
         engine = self._engines.get(model.name)
         return engine.adapters.live_step if engine else self._stored_step(model)
 
     async def _delete_checkpoint_files(
-        self, model: art.TrainableModel, steps_to_keep: list[int]
+        self, model: art.TrainableModel[Any, Any], steps_to_keep: list[int]
     ) -> None:
         keep = [*steps_to_keep, await self._get_step(model)]  # never the one being served
         delete_checkpoints(get_model_dir(model=model, art_path=self._path), keep)
@@ -131,7 +131,7 @@ class TorchBackend:
 
     async def train(
         self,
-        model: art.TrainableModel,
+        model: art.TrainableModel[Any, Any],
         trajectory_groups: Iterable[art.TrajectoryGroup],
         *,
         learning_rate: float = 5e-6,
@@ -191,7 +191,7 @@ class TorchBackend:
 
     async def _train_sft(
         self,
-        model: art.TrainableModel,
+        model: art.TrainableModel[Any, Any],
         trajectories: Iterable[art.Trajectory],
         config: TrainSFTConfig,
         dev_config: dev.TrainSFTConfig,
@@ -226,20 +226,20 @@ class TorchBackend:
 
     # ------------------------------------------------------------------ helpers
 
-    def engine(self, model: art.Model) -> Engine:
+    def engine(self, model: art.Model[Any, Any]) -> Engine:
         """The loaded engine of a registered model (for benchmarks and tests)."""
         return self._engines[model.name]
 
-    def counters(self, model: art.Model) -> EngineCounters:
+    def counters(self, model: art.Model[Any, Any]) -> EngineCounters:
         """Running totals of the work of `model`'s engine (zero before it is loaded): take one
         before and one after a step and `minus` them."""
         engine = self._engines.get(model.name)
         return engine.counters() if engine is not None else EngineCounters()
 
-    def _stored_step(self, model: art.Model) -> int:
+    def _stored_step(self, model: art.Model[Any, Any]) -> int:
         return get_step_from_dir(get_model_dir(model=model, art_path=self._path))
 
-    async def _engine(self, model: art.TrainableModel) -> Engine:
+    async def _engine(self, model: art.TrainableModel[Any, Any]) -> Engine:
         if model.name not in self._engines:
             lora, optim = settings_from(model)
             output_dir = Path(get_model_dir(model=model, art_path=self._path))
@@ -303,7 +303,7 @@ def with_end_of_turn(mask: list[int], token_ids: list[int], ends: list[int]) -> 
     ]
 
 
-def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> dict | None:
+def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> PackedTensors | None:
     """ART's tokenisation of demonstrations (assistant turns as dict messages), each its own
     sequence (no shared prompt), packed into rows; None when no turn is trainable."""
     results = [
@@ -349,7 +349,7 @@ def pack_groups(
     allow_training_without_logprobs: bool = False,
     scale_rewards: bool = True,
     advantage_balance: float = 0.0,
-) -> dict | None:
+) -> PackedTensors | None:
     """ART's tokenisation and packing of `groups` into `PackedTensors`, or None when there is
     nothing to train on (no group with differing rewards, or no sampled logprobs)."""
     results = list(
@@ -380,8 +380,8 @@ def pack_groups(
 def _tokenize_pack_train(
     engine: Engine,
     groups: list[art.TrajectoryGroup],
-    config: Any,
-    dev_config: dict,
+    config: TrainConfig,
+    dev_config: dev.TrainConfig,
     step: int,
     num_substeps: int,
 ) -> dict[str, float]:

@@ -6,11 +6,15 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from rlvr.config import ConfigError
 from rlvr.policy.common import PRECISION_ENV, Phase, Precision
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -75,17 +79,18 @@ def choose_autocast(
     return torch.bfloat16 if device.type == "cpu" and _cpu_has_native_bf16() else None
 
 
-def run_head_in_fp32(model: torch.nn.Module) -> None:
+def run_head_in_fp32(model: PreTrainedModel) -> None:
     """Make the LM head compute fp32 logits even under bf16 autocast, for the sampler and the
     trainer alike. bf16 logits keep ~3 significant digits (a step of 0.125 near a logit of 20),
     and two forwards of different shapes round differently: measured here, sampler and trainer
     log-probs of the same tokens differed by up to 0.17 (mean 0.03), an off-policy error in the
     PPO ratio; with the head in fp32 the bf16 body alone leaves the gap in the README."""
-    head = model.get_output_embeddings()
+    head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[no-untyped-call]
     forward = head.forward
 
     def fp32_forward(hidden: torch.Tensor) -> torch.Tensor:
         with torch.autocast(hidden.device.type, enabled=False):
-            return forward(hidden.float())
+            logits: torch.Tensor = forward(hidden.float())
+            return logits
 
     head.forward = fp32_forward

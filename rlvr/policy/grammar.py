@@ -13,13 +13,16 @@ given free whitespace can spend its whole budget on newlines inside a valid docu
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions
+
 # Compiler options for every schema; `lenient` ignores keywords it does not implement (titles,
 # formats) rather than refusing a schema a hosted provider would accept.
-JSON_OPTIONS: dict[str, Any] = {
+JSON_OPTIONS: JsonCompileOptions = {
     "item_separator": ", ",
     "key_separator": ": ",
     "whitespace_flexible": False,

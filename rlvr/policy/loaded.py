@@ -62,7 +62,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers' own
     if threads := os.environ.get(THREADS_ENV):
         torch.set_num_threads(int(threads))
     chosen = choose_device(device)
@@ -70,7 +70,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     sample_dtype = choose_autocast(chosen, precision, "sample")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.to(chosen).eval()
+    model.to(chosen).eval()  # type: ignore[arg-type]  # transformers types `to` for its own use
     if train_dtype is not None or sample_dtype is not None:
         run_head_in_fp32(model)
     context = model.config.to_dict().get("max_position_embeddings") or DEFAULT_CONTEXT

@@ -18,10 +18,14 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.runs import atomic
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
 
 DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "RLVR_CACHE"
@@ -167,7 +171,7 @@ def convert_gguf(gguf: Path, out: Path, default_system: str) -> None:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers' own
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
@@ -180,7 +184,7 @@ def convert_gguf(gguf: Path, out: Path, default_system: str) -> None:
     tokenizer.save_pretrained(out)
 
 
-def tokenizer_from_gguf(gguf: Path, default_system: str):
+def tokenizer_from_gguf(gguf: Path, default_system: str) -> PreTrainedTokenizerFast:
     """A fast byte-level BPE tokenizer from a GGUF's `tokenizer.ggml.*` fields.
 
     Pre-tokenisation follows llama.cpp's `smollm` pre-type: digits split one by one, then the
@@ -228,7 +232,7 @@ def tokenizer_from_gguf(gguf: Path, default_system: str):
             if t == control
         ]
     )
-    return PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' own
         tokenizer_object=backend,
         bos_token=tokens[scalar("tokenizer.ggml.bos_token_id")],
         eos_token=tokens[scalar("tokenizer.ggml.eos_token_id")],

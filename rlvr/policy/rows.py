@@ -93,7 +93,7 @@ class RowRules:
         self.stop_ids = stop_ids
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def score_forced(self, states: list[RowState], logits: torch.Tensor, width: int) -> None:
         """Record the model's log-probabilities of each row's forced prefix tokens (`logits`:
@@ -110,9 +110,10 @@ class RowRules:
         picks among the tokens it allows; its recorded logprob is the model's own."""
         logits = logits.float()
         logprobs = torch.log_softmax(logits, -1)
-        constrained = [b for b, s in enumerate(states) if s.matcher is not None]
+        matchers = {b: s.matcher for b, s in enumerate(states) if s.matcher is not None}
+        constrained = list(matchers)
         if constrained:
-            allowed = torch.stack([states[b].matcher.allowed() for b in constrained])
+            allowed = torch.stack([matcher.allowed() for matcher in matchers.values()])
             logits = logits.clone()
             logits[constrained] = logits[constrained].masked_fill(
                 ~allowed.to(logits.device), float("-inf")

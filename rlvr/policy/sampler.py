@@ -66,8 +66,9 @@ class Sampler:
         """The sampling work done so far (running totals; training's stay 0 here)."""
         return self._counters
 
-    def count(self, **counts: float) -> None:
-        self._counters = self._counters.plus(EngineCounters(**counts))
+    def count(self, done: EngineCounters) -> None:
+        """Add `done` to the running totals."""
+        self._counters = self._counters.plus(done)
 
     def token_bytes(self, token_id: int) -> bytes:
         """The token's text as UTF-8 (a partial character becomes U+FFFD, as vLLM reports it)."""
@@ -76,7 +77,7 @@ class Sampler:
             cached = self._token_bytes[token_id] = self.tokenizer.decode([token_id]).encode("utf-8")
         return cached
 
-    def compile_grammar(self, schema: dict) -> str:
+    def compile_grammar(self, schema: dict[str, Any]) -> str:
         """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
         return grammar_for(schema, self._grammar_view()[0])
 
@@ -97,7 +98,7 @@ class Sampler:
                             self.advance(batch)
             finally:
                 release_memory()  # a long prefill's transients would stay resident otherwise
-                self.count(sampling_s=time.perf_counter() - started)
+                self.count(EngineCounters(sampling_s=time.perf_counter() - started))
         return [state.result(self.rules.decode) for state in states]
 
     def new_state(self, row: SampleRow, gone: Callable[[], bool] = never) -> RowState:
@@ -129,10 +130,12 @@ class Sampler:
         prompt = sum(len(row.prompt_ids) for row in rows)
         reused = sum(prefilled.reused)
         self.count(
-            prompt_tokens=prompt,
-            cached_prompt_tokens=reused,
-            prefilled_tokens=prompt - reused,
-            sampling_passes=1,
+            EngineCounters(
+                prompt_tokens=prompt,
+                cached_prompt_tokens=reused,
+                prefilled_tokens=prompt - reused,
+                sampling_passes=1,
+            )
         )
         if forced_width:
             self.rules.score_forced(states, prefilled.logits, forced_width)
@@ -171,8 +174,10 @@ class Sampler:
             if state.finish is not None:
                 self._store_row(batch.view.tag, state.fed(), batch.cache, batch.mask, b)
         self.count(
-            decoded_tokens=sum(len(s.ids) for s in left),
-            cancelled_rows=sum(s.cancelled for s in left),
+            EngineCounters(
+                decoded_tokens=sum(len(s.ids) for s in left),
+                cancelled_rows=sum(s.cancelled for s in left),
+            )
         )
         if not keep:
             return None, left
@@ -263,7 +268,12 @@ class Sampler:
         return Prefilled(cache, mask, logits, positions[:, -1], reused)
 
     def _prefill(
-        self, input_ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache, keep: int
+        self,
+        input_ids: torch.Tensor,
+        mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        keep: int,
     ) -> torch.Tensor:
         """Feed the new columns `input_ids` ([B, N]) into `cache` in slices of about
         PREFILL_TOKENS tokens; the logits of the last `keep` columns. `mask` covers the cached
@@ -273,7 +283,7 @@ class Sampler:
         step = max(PREFILL_TOKENS // rows, 1)
         # Slice boundaries counted from the end, so the last slice holds the `keep` columns.
         cuts = sorted({0, *range(width - max(keep, step), 0, -step)})
-        logits = None
+        logits: torch.Tensor | None = None
         for start, end in zip(cuts, [*cuts[1:], width], strict=True):
             logits = self.loaded.model(
                 input_ids=input_ids[:, start:end],
@@ -283,9 +293,10 @@ class Sampler:
                 use_cache=True,
                 logits_to_keep=keep if end == width else 1,
             ).logits
+        assert logits is not None  # cuts always holds 0: at least one slice was fed
         return logits
 
-    def _cache_from(self, prefixes: list[Prefix | None], length: int):
+    def _cache_from(self, prefixes: list[Prefix | None], length: int) -> Any:
         """A batched KV cache holding each row's reused prefix, right-aligned in `length`."""
         from transformers import DynamicCache
 
@@ -318,11 +329,14 @@ class Sampler:
         ]
         for shared in shared_prefixes(reusable, have):
             prefilled = self._prefill_rows(shared, [len(ids) - 1 for ids in shared], tag, keep=1)
-            self.count(prefilled_tokens=sum(len(ids) for ids in shared) - sum(prefilled.reused))
+            fed = sum(len(ids) for ids in shared) - sum(prefilled.reused)
+            self.count(EngineCounters(prefilled_tokens=fed))
             for b, ids in enumerate(shared):
                 self._store_row(tag, ids, prefilled.cache, prefilled.mask, b)
 
-    def _store_row(self, tag: Hashable, fed: list[int], cache, mask: torch.Tensor, b: int) -> None:
+    def _store_row(
+        self, tag: Hashable, fed: list[int], cache: Any, mask: torch.Tensor, b: int
+    ) -> None:
         """Keep row `b` of a batched cache: the keys/values of its real positions, which hold
         the first tokens of `fed` (a token chosen but never fed has none)."""
         if not self.prefixes.enabled or not plain_layers(cache):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 
 from rlvr.policy.batch import LiveBatch
-from rlvr.policy.common import Sampled, SampleRow
+from rlvr.policy.common import EngineCounters, Sampled, SampleRow
 from rlvr.policy.device import release_memory
 from rlvr.policy.rows import RowState
 from rlvr.policy.sampler import Sampler
@@ -102,7 +102,7 @@ class Scheduler:
                 except Exception as error:  # answered per request; the scheduler keeps running
                     self._fail(batch.states, error)
                     self._batches.remove(batch)
-            self.sampler.count(sampling_s=time.perf_counter() - started)
+            self.sampler.count(EngineCounters(sampling_s=time.perf_counter() - started))
         return bool(self._waiting or self._batches)
 
     def _admit(self) -> None:
@@ -111,7 +111,7 @@ class Scheduler:
         its tag."""
         for request in [r for r in self._waiting if r.gone()]:
             self._waiting.remove(request)
-            self.sampler.count(cancelled_rows=len(request.rows))
+            self.sampler.count(EngineCounters(cancelled_rows=len(request.rows)))
             request.done(ClientGone("the client went away before its rows were admitted"))
         room = self.max_rows - sum(len(b.states) for b in self._batches)
         budget = ADMIT_TOKENS

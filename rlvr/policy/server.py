@@ -34,10 +34,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
-from openai.types.chat.chat_completion_message_tool_call import (
+from openai.types.chat.chat_completion_message_function_tool_call import (
     ChatCompletionMessageFunctionToolCall,
     Function,
 )
+from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCallUnion
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob, TopLogprob
 from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
@@ -150,7 +151,7 @@ def announced_timeout(raw: Request) -> float | None:
     return value if value > 0 else None
 
 
-def _settle(future: asyncio.Future, result: list[Sampled] | BaseException) -> None:
+def _settle(future: asyncio.Future[list[Sampled]], result: list[Sampled] | BaseException) -> None:
     if future.done():  # the handler was cancelled
         return
     if isinstance(result, BaseException):
@@ -165,7 +166,7 @@ class _Batcher:
 
     def __init__(self, sampler: Sampler) -> None:
         self.scheduler = Scheduler(sampler)
-        self.running: asyncio.Task | None = None
+        self.running: asyncio.Task[None] | None = None
 
     async def submit(
         self, rows: list[SampleRow], step: int | None, gone: Callable[[], bool]
@@ -283,8 +284,8 @@ def build_rows(engine: Sampler, request: ChatRequest) -> tuple[list[SampleRow], 
 
 def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatRequest) -> Choice:
     content: str | None = sampled.text
-    finish = sampled.finish_reason
-    tool_calls = None
+    finish: Literal["stop", "length", "tool_calls"] = sampled.finish_reason
+    tool_calls: list[ChatCompletionMessageToolCallUnion] | None = None
     if request.tools and request.tool_choice != "none":
         names = {t.get("function", t).get("name") for t in request.tools}
         reply = parse_tool_calls(sampled.text, names)
@@ -351,7 +352,7 @@ class BearerAuth:
         self.app = app
         self.expected = f"Bearer {api_key}".encode()
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -101,7 +103,7 @@ def _first_json(text: str) -> object:
     return None
 
 
-def _json_candidates(text: str):
+def _json_candidates(text: str) -> Iterator[tuple[Any, tuple[int, int]]]:
     """(value, (start, end)) for each JSON object or list found in `text`, fences first."""
     decoder = json.JSONDecoder(strict=False)
     for fence in _FENCE.finditer(text):

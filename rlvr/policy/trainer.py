@@ -4,10 +4,17 @@ warm start; long rows recompute their activations (gradient checkpointing)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import torch
+from art import dev
+from art.loss import loss_fn, shift_tensor
+from art.preprocessing.inputs import TrainInputs
+from art.preprocessing.pack import PackedTensors
+from art.types import TrainConfig
 
 from rlvr import faults
 from rlvr.policy.adapters import AdapterStore
@@ -46,7 +53,7 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -flat.view(targets.shape)
 
 
-def _trimmed(packed: dict, device: torch.device) -> dict[str, torch.Tensor]:
+def _trimmed(packed: PackedTensors, device: torch.device) -> dict[str, torch.Tensor]:
     """The packed tensors on `device`, cut after the last column any row uses (ART pads rows to a
     fixed length; attention cost grows with the square of it)."""
     used = (packed["group_ids"] != -1).any(0).nonzero()
@@ -74,7 +81,7 @@ class Trainer:
         loaded: LoadedModel,
         adapters: AdapterStore,
         optim: OptimSettings,
-        optimizer_state: dict | None = None,
+        optimizer_state: dict[str, Any] | None = None,
     ) -> None:
         self.loaded = loaded
         self.adapters = adapters
@@ -108,7 +115,13 @@ class Trainer:
             return self.adapters.save(step, self.optimizer)
 
     def train(
-        self, packed: dict, config, dev_config: dict, *, step: int, num_substeps: int = 1
+        self,
+        packed: PackedTensors,
+        config: TrainConfig,
+        dev_config: dev.TrainConfig,
+        *,
+        step: int,
+        num_substeps: int = 1,
     ) -> dict[str, float]:
         """One GRPO update on ART's packed tensors (`art.preprocessing.pack.PackedTensors`),
         saved as checkpoint `step`, which is served from then on.
@@ -164,12 +177,10 @@ class Trainer:
             self._count(tensors, totals["tokens"], started)
             return metrics
 
-    def sft_batch(self, packed: dict, learning_rate: float) -> dict[str, float]:
+    def sft_batch(self, packed: PackedTensors, learning_rate: float) -> dict[str, float]:
         """One supervised update on packed demonstrations: cross-entropy on the assistant
         tokens only (ART's assistant mask), one AdamW step. Not saved: `save_step` once the
         whole warm start is done. Returns the mean loss per trained token before the update."""
-        from art.loss import shift_tensor
-
         with self.loaded.lock:
             started = time.perf_counter()
             tensors = _trimmed(packed, self.loaded.device)
@@ -181,7 +192,7 @@ class Trainer:
                 inputs = {key: value[row : row + 1] for key, value in tensors.items()}
                 _, logprobs = self.forward_logprobs(inputs)
                 loss = -logprobs.sum() / max(tokens, 1.0)  # zero off the trained positions
-                loss.backward()
+                torch.autograd.backward(loss)
                 total += float(loss.detach()) * max(tokens, 1.0)
             norm = torch.nn.utils.clip_grad_norm_(
                 self.adapters.trainable_parameters(), self.optim.max_grad_norm
@@ -200,8 +211,6 @@ class Trainer:
         wants it ([1, S]), and the logits of the trained positions ([K, V]). Only those K
         positions go through the LM head: full-vocabulary logits for every packed position
         were most of a step's memory (S x 49k floats, twice more in backward)."""
-        from art.loss import shift_tensor
-
         positions = _trained_positions(inputs, 0).nonzero()[:, 0]
         long_row = inputs["tokens"].shape[1] >= CHECKPOINT_FROM_TOKENS
         with self.loaded.autocast("train"), self._recomputing(long_row and torch.is_grad_enabled()):
@@ -218,7 +227,7 @@ class Trainer:
         return logits, full.index_put((torch.zeros_like(positions), positions), kept)
 
     @contextmanager
-    def _recomputing(self, on: bool):
+    def _recomputing(self, on: bool) -> Iterator[None]:
         """Gradient checkpointing for this forward (HF layers checkpoint only in train mode)."""
         if not on:
             yield
@@ -230,18 +239,22 @@ class Trainer:
             self.loaded.model.eval()
 
     def _train_row(
-        self, inputs: dict[str, torch.Tensor], dev_config: dict, kl_coef: float, chunk_tokens: float
+        self,
+        inputs: dict[str, torch.Tensor],
+        dev_config: dev.TrainConfig,
+        kl_coef: float,
+        chunk_tokens: float,
     ) -> dict[str, float]:
         """Forward + backward of one packed row; returns sums for the step's metrics."""
-        from art.loss import loss_fn, shift_tensor
-
         logits, new_logprobs = self.forward_logprobs(inputs)
         ref_logprobs = None
         if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
             with torch.no_grad(), self.loaded.model.disable_adapter():
                 ref_logprobs = self.forward_logprobs(inputs)[1]
-        loss = loss_fn(inputs, new_logprobs, ref_logprobs, None, dev_config, reduction="sum")
-        (loss.policy_loss / chunk_tokens).backward()
+        loss = loss_fn(
+            cast(TrainInputs, inputs), new_logprobs, ref_logprobs, None, dev_config, reduction="sum"
+        )
+        torch.autograd.backward(loss.policy_loss / chunk_tokens)
         with torch.no_grad():
             trained = _trained_positions(inputs, 0)[None]
             old = shift_tensor(inputs["logprobs"], float("nan"))
