@@ -40,12 +40,14 @@ async def rollout_groups(
     limit: asyncio.Semaphore,
     progress: Progress,
     after_each: Callable[[art.TrajectoryGroup], Awaitable[art.TrajectoryGroup]] | None = None,
+    shown: str = "reward",
 ) -> tuple[list[art.TrajectoryGroup], list[Item], int, list[Failure]]:
     """n rollouts per item through ART's gather. Returns (groups with trajectories, their items,
     rollout errors, the failures behind them). A rollout that raises is dropped from its group
     and counted, never retried silently.
     `after_each` runs on each group as soon as its own rollouts are done (ART's hook), so scoring
-    one group overlaps the rollouts of the others; then `progress` advances by one."""
+    one group overlaps the rollouts of the others; then `progress` advances by one, noting the
+    mean reward so far under the name `shown`."""
 
     async def one(item: Item) -> art.Trajectory:
         async with limit:
@@ -56,10 +58,12 @@ async def rollout_groups(
         trajectory.metadata["item_id"] = item.id
         return trajectory
 
+    rewards: list[float] = []
+
     async def finished(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
         done = await after_each(group) if after_each and group.trajectories else group
-        rewards = [t.reward for t in done.trajectories]
-        progress.advance(note=f"reward {sum(rewards) / len(rewards):.2f}" if rewards else "")
+        rewards.extend(t.reward for t in done.trajectories)
+        progress.advance(note=f"{shown} {sum(rewards) / len(rewards):.2f}" if rewards else "")
         return done
 
     by_id = {item.id: item for item in items}
@@ -87,16 +91,19 @@ async def evaluate(
     A rollout that raised is an error of the code, not an answer of the policy: it is reported
     (`failure_log`) and counted, and the accuracy is over the completed items; when every
     rollout raised, RunFailed."""
+    by_id = {item.id: item for item in items}
+
+    async def checked(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
+        trajectory = group.trajectories[0]
+        trajectory.reward = await check(by_id[str(group.metadata["item_id"])], trajectory)
+        return group
+
     with Progress(desc, len(items), "item", lines=LINES_PER_PHASE) as progress:
         groups, done, _, failures = await rollout_groups(
-            rollout, policy, items, 1, sampling, limit, progress
+            rollout, policy, items, 1, sampling, limit, progress, checked, shown="correct"
         )
     if failure_log is not None:
         failure_log.report(failures, desc)
     require_some(len(done), failures, desc)
-    checks = await asyncio.gather(
-        *(check(item, g.trajectories[0]) for g, item in zip(groups, done, strict=True))
-    )
-    for group, value in zip(groups, checks, strict=True):
-        group.trajectories[0].reward = value
+    checks = [g.trajectories[0].reward for g in groups]
     return sum(checks) / len(done) if done else 0.0, groups, done, failures

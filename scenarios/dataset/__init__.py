@@ -64,7 +64,6 @@ task = Task(
     defaults={
         "temperature": 0.8,
         "max_tokens": 32,
-        "learning_rate": 3e-4,
         "groups_per_batch": 8,
         "max_minutes": 18,
     },

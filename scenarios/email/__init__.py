@@ -77,7 +77,6 @@ task = Task(
         "sft_batch_size": 8,
         "temperature": 0.7,
         "max_tokens": 96,
-        "learning_rate": 2e-4,
         "groups_per_batch": 2,
         "max_val_items": 16,
         "max_minutes": 27,

@@ -113,7 +113,6 @@ task = Task(
     defaults={
         "temperature": 0.8,  # below 1: fewer rambling samples, groups still mix right and wrong
         "max_tokens": 32,  # the answer is a number: room for a short working, not for rambling
-        "learning_rate": 3e-4,  # a rank-8 LoRA on a 135M policy moves within the budget
         "groups_per_batch": 8,  # one-turn rollouts are cheap, and more items steady the update
         "max_minutes": 18,  # above a plateau stop's usual time on a CPU: the plateau rule decides
     },
