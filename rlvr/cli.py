@@ -107,7 +107,7 @@ def announce_code(run_dir: Path) -> None:
     from rich.markup import escape
 
     from rlvr.runs.store import read_config
-    from rlvr.tasks.plugins import referenced_files
+    from rlvr.tasks.imports import referenced_files
 
     cfg = read_config(run_dir)
     for path in referenced_files(cfg.task, cfg.scorer):

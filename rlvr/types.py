@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from rlvr.config import TrainConfig
 
 
+# An Item whose `data` names its part ("train", "val" or "test") under this key keeps it: a task
+# with its own held-out set (a verifiers environment's eval dataset) pins every item.
+PINNED = "split"
+
+
 class Item(BaseModel):
     """One task instance. `answer` is the ground-truth label; scorers used for training only ever
     see training items, so validation and test labels never reach the reward. `source` is the

@@ -341,7 +341,7 @@ def test_a_run_stops_the_server_its_task_started_even_while_referenced(tmp_path:
     """In a long-lived process (a notebook) the run, not the garbage collector, ends the server:
     the task's module still holds the tools when the run closes."""
     from rlvr.config import TrainConfig
-    from rlvr.tasks.plugins import import_target
+    from rlvr.tasks.imports import import_target
     from rlvr.training.session import open_scratch
 
     folder = write_task(tmp_path)

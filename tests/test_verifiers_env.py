@@ -22,6 +22,7 @@ from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.tasks import plugins
 from rlvr.tasks.api import PluginError
+from rlvr.tasks.imports import referenced_files
 from rlvr.tasks.verifiers_rollout import REWARD, RubricScorer, VfScenario
 from rlvr.training.split import split_items
 from rlvr.types import Sampling
@@ -189,7 +190,7 @@ def test_without_the_extra_a_vf_reference_names_it(envs: Path, monkeypatch, tmp_
 
 
 def test_a_resumed_run_announces_the_environment_file(envs: Path) -> None:
-    assert plugins.referenced_files(f"vf:{envs}/sums.py") == [(envs / "sums.py").resolve()]
+    assert referenced_files(f"vf:{envs}/sums.py") == [(envs / "sums.py").resolve()]
 
 
 def test_rlvr_tasks_shows_load_environment_arguments(envs: Path) -> None:

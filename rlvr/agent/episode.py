@@ -127,6 +127,20 @@ class _Counts:
         self.cut += shown.cut
         return shown.text
 
+    def metrics(self, end: EpisodeEnd) -> dict[str, float]:
+        """The episode's metrics (module docstring), for its trajectory."""
+        return {
+            EpisodeMetric.TURNS: float(self.turns),
+            EpisodeMetric.TOOL_CALLS: float(self.calls),
+            EpisodeMetric.TOOL_ERRORS: float(self.errors),
+            EpisodeMetric.TRUNCATED: float(self.truncated),
+            EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
+            EpisodeMetric.OBSERVATION_TOKENS: float(self.observation_tokens),
+            EpisodeMetric.TRIMMED_OBSERVATIONS: float(self.trimmed),
+            EpisodeMetric.OBSERVATION_TOKENS_CUT: float(self.cut),
+            **{f"{CALLS_PREFIX}{name}": float(n) for name, n in self.by_tool.items()},
+        }
+
 
 def chat(system: str, user: str) -> list[dict[str, Any]]:
     """The usual start of an episode: a system prompt and the user's message."""
@@ -236,6 +250,48 @@ def scripted_message(
     return {"role": "assistant", "content": "\n".join(lines)}
 
 
+def observed(text: str, call_id: str | None) -> MessageOrChoice:
+    """A call's observation as the next message: a tool message answering `call_id`, or a user
+    message under the text protocol (its calls have no id)."""
+    if call_id is None:
+        return {"role": "user", "content": text}
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+class _Policy:
+    """Who plays the assistant's turns of one episode: the model through its OpenAI client (the
+    tool schemas offered when the trajectory carries them), or a script."""
+
+    def __init__(
+        self,
+        model: art.Model[Any, Any] | None,
+        script: Script | None,
+        tools: Mapping[str, Tool],
+        protocol: Protocol,
+        sampling: Sampling,
+        schemas: Tools | None,
+    ) -> None:
+        self.model, self.script, self.tools = model, script, tools
+        self.protocol, self.sampling, self.schemas = protocol, sampling, schemas
+
+    async def reply(self, history: Messages, turn: int) -> MessageOrChoice:
+        if self.script is not None:
+            made = self.script(history, turn)
+            planned = await made if inspect.isawaitable(made) else made
+            message = scripted_message(planned, self.tools, self.protocol, turn)
+            return cast("MessageOrChoice", message)
+        assert self.model is not None  # check_settings: a model or a script
+        extra: dict[str, Any] = {"tools": self.schemas} if self.schemas else {}
+        response = await self.model.openai_client().chat.completions.create(
+            model=self.model.get_inference_name(self.sampling.step),
+            messages=history,
+            **self.sampling.request(),
+            **extra,
+        )
+        choice: Choice = response.choices[0]
+        return choice
+
+
 def check_settings(
     protocol: str, max_turns: int, observation_tokens: int | None, has_policy: bool
 ) -> None:
@@ -294,27 +350,12 @@ async def tool_episode(
         reward=0.0,
     )
 
-    async def sample(history: Messages, turn: int) -> MessageOrChoice:
-        if script is not None:
-            made = script(history, turn)
-            planned = await made if inspect.isawaitable(made) else made
-            return cast("MessageOrChoice", scripted_message(planned, by_name, protocol, turn))
-        assert model is not None
-        extra: dict[str, Any] = {"tools": schemas} if trajectory.tools else {}
-        response = await model.openai_client().chat.completions.create(
-            model=model.get_inference_name(sampling.step),
-            messages=history,
-            **sampling.request(),
-            **extra,
-        )
-        choice: Choice = response.choices[0]
-        return choice
-
+    policy = _Policy(model, script, by_name, protocol, sampling, trajectory.tools)
     counts = _Counts(by_name)
     end = EpisodeEnd.TURN_LIMIT
     for turn in range(max_turns):
         try:
-            reply = await sample(trajectory.messages(), turn)
+            reply = await policy.reply(trajectory.messages(), turn)
         except openai.BadRequestError:
             if turn == 0:  # the first request failing is a setup problem, not the model's
                 raise
@@ -334,26 +375,10 @@ async def tool_episode(
             observation = await counts.call(
                 by_name, name, arguments, rest, observation_tokens, count_tokens
             )
-            trajectory.messages_and_choices.append(
-                {"role": "tool", "tool_call_id": call_id, "content": observation + note}
-                if call_id is not None
-                else {"role": "user", "content": observation + note}
-            )
+            trajectory.messages_and_choices.append(observed(observation + note, call_id))
     trajectory.metadata["end"] = end.value
     trajectory.metadata["policy"] = "scripted" if script is not None else "sampled"
-    trajectory.metrics.update(
-        {
-            EpisodeMetric.TURNS: float(counts.turns),
-            EpisodeMetric.TOOL_CALLS: float(counts.calls),
-            EpisodeMetric.TOOL_ERRORS: float(counts.errors),
-            EpisodeMetric.TRUNCATED: float(counts.truncated),
-            EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
-            EpisodeMetric.OBSERVATION_TOKENS: float(counts.observation_tokens),
-            EpisodeMetric.TRIMMED_OBSERVATIONS: float(counts.trimmed),
-            EpisodeMetric.OBSERVATION_TOKENS_CUT: float(counts.cut),
-            **{f"{CALLS_PREFIX}{name}": float(n) for name, n in counts.by_tool.items()},
-        }
-    )
+    trajectory.metrics.update(counts.metrics(end))
     return trajectory
 
 

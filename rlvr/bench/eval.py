@@ -22,6 +22,7 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Awaitable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -34,11 +35,11 @@ from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.policy.backend import TorchBackend
 from rlvr.tasks.plugins import task_config
-from rlvr.training.backends import open_policy
+from rlvr.training.backends import Policy, open_policy
 from rlvr.training.evaluation import evaluate
 from rlvr.training.session import resolve
 from rlvr.training.split import split_items
-from rlvr.types import Sampling
+from rlvr.types import Item, Sampling, Scenario
 
 
 def first_prompt(trajectory: art.Trajectory) -> list[dict[str, Any]]:
@@ -71,6 +72,23 @@ def episode_figures(groups: list[art.TrajectoryGroup]) -> dict[str, float | None
     return figures
 
 
+async def timed_eval(
+    scenario: Scenario, policy: Policy, items: list[Item], sampling: Sampling, concurrency: int
+) -> tuple[float, float, list[art.TrajectoryGroup]]:
+    """Seconds, accuracy and groups of one evaluation of `items`, `concurrency` in flight."""
+    started = time.perf_counter()
+    accuracy, groups, _, _ = await evaluate(
+        scenario.rollout,
+        scenario.check,
+        policy,
+        items,
+        sampling,
+        asyncio.Semaphore(concurrency),
+        f"eval x{concurrency}",
+    )
+    return time.perf_counter() - started, accuracy, groups
+
+
 async def run_eval_bench(
     task: str = "math",
     items: int = 32,
@@ -96,18 +114,8 @@ async def run_eval_bench(
             )
         engine = policy.backend.engine(policy.model)
 
-        async def timed(concurrency: int) -> tuple[float, float, list[art.TrajectoryGroup]]:
-            started = time.perf_counter()
-            accuracy, groups, _, _ = await evaluate(
-                scenario.rollout,
-                scenario.check,
-                policy,
-                chosen,
-                sampling,
-                asyncio.Semaphore(concurrency),
-                f"eval x{concurrency}",
-            )
-            return time.perf_counter() - started, accuracy, groups
+        def timed(concurrency: int) -> Awaitable[tuple[float, float, list[art.TrajectoryGroup]]]:
+            return timed_eval(scenario, policy, chosen, sampling, concurrency)
 
         await timed(cfg.rollout_concurrency)  # warm-up: server, caches, first-call costs
         ours: list[float] = []

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import ConfigError, TrainConfig, all_keys
 from rlvr.tasks.api import PluginError, Task
+from rlvr.tasks.imports import VF_PREFIX, import_target
 from rlvr.tasks.options import coerce, type_name
-from rlvr.tasks.plugins import VF_PREFIX, import_target
 from rlvr.types import Scenario, Scorer
 
 if TYPE_CHECKING:

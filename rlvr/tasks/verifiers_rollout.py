@@ -2,7 +2,7 @@
 
 - **Items**: the rows of the environment's dataset. Where it also has an eval dataset (two rows
   or more), that one is held out: shuffled by the run's seed and halved into validation and test,
-  every item pinned to its part (`rlvr.training.split.PINNED`); otherwise all rows take the usual
+  every item pinned to its part (`rlvr.types.PINNED`); otherwise all rows take the usual
   80/10/10 split.
 - **Rollout**: `env.rollout(row, client, model, sampling_args)` exactly as verifiers calls it,
   with `PolicyClient` as its client: verifiers' own chat-completions client, except that each
@@ -43,8 +43,7 @@ from verifiers.legacy.clients.openai_chat_completions_client import (
 from verifiers.legacy.utils.error_utils import ErrorChain
 
 from rlvr.scoring.scorers import rescored
-from rlvr.training.split import PINNED
-from rlvr.types import Item, Sampling, ScenarioBase
+from rlvr.types import PINNED, Item, Sampling, ScenarioBase
 
 REWARD = "vf_reward"  # trajectory metadata: the rubric's weighted sum for this rollout alone
 STATE = "vf_state"  # trajectory metadata: where its verifiers State waits for group scoring

@@ -19,9 +19,13 @@ LENIENT_GAP = (
 
 
 def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+    return [*_reward_hints(metrics, cfg), *_update_hints(metrics, cfg)]
+
+
+def _reward_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+    """What the rewards say: clipped or failed rewards, no-signal groups, truncation."""
     groups = metrics.get(M.GROUPS, 0) or 0
     all_zero = metrics.get(M.ALL_ZERO, 0) / groups if groups else 0.0
-    all_one = metrics.get(M.ALL_ONE, 0) / groups if groups else 0.0
     truncated = metrics.get(M.TRUNCATED_RATE, 0.0)
     clipped = metrics.get(M.REWARD_CLIPPED, 0) or 0
     hints: list[str] = []
@@ -49,6 +53,15 @@ def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
             f"{truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens}) "
             "or ask for shorter answers"
         )
+    return hints
+
+
+def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+    """What the scorer, the update and the judge say: a lenient scorer, converged groups,
+    untrainable turns, a high KL, skipped groups, a judge that does not agree with truth."""
+    groups = metrics.get(M.GROUPS, 0) or 0
+    all_one = metrics.get(M.ALL_ONE, 0) / groups if groups else 0.0
+    hints: list[str] = []
     reward, truth = metrics.get(M.REWARD_MEAN), metrics.get(M.INDEPENDENT)
     lenient = reward is not None and truth is not None and reward - truth >= LENIENT_GAP
     if lenient:

@@ -31,15 +31,13 @@ def split_sizes(n: int, val_ratio: float, test_ratio: float) -> tuple[int, int, 
     return n - n_val - n_test, n_val, n_test
 
 
-# An Item whose `data` names its part ("train", "val" or "test") keeps it: a task with its own
-# held-out set (a verifiers environment's eval dataset) pins every item, and ratios do not apply.
-PINNED = "split"
+# Items pinned to their part (rlvr.types.PINNED) keep it, and ratios do not apply.
 PARTS = ("train", "val", "test")
 
 
 def pinned_split(items: list[T]) -> Split[T] | None:
     """The split the items name themselves, when every one of them names a part; else None."""
-    from rlvr.types import Item
+    from rlvr.types import PINNED, Item
 
     parts = [i.data.get(PINNED) if isinstance(i, Item) else None for i in items]
     if not items or any(p not in PARTS for p in parts):

@@ -65,7 +65,8 @@ def restore_state(rows: list[dict[str, Any]]) -> RunState:
         step = int(row.get(M.STEP, 0))
         if M.REWARD_MEAN in row:
             state.step = max(state.step, step)
-            state.pool = record(state.pool, step_outcomes(row))
+            outcomes = step_outcomes(row)
+            state.pool = record(state.pool, outcomes)
         if M.VAL_ACCURACY in row:
             state.evals.append(
                 EvalPoint(
