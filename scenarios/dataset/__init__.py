@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.tasks.api import Task
+from scenarios.math import ONE_TURN_DEFAULTS
 
 if TYPE_CHECKING:
     from rlvr.types import Scenario
@@ -61,12 +62,7 @@ task = Task(
     options=Options,
     # The math task's defaults, for the same kind of episode: a labelled row answered in one short
     # checked turn (the reason for each value: scenarios/math).
-    defaults={
-        "temperature": 0.8,
-        "max_tokens": 32,
-        "groups_per_batch": 8,
-        "max_minutes": 18,
-    },
+    defaults=ONE_TURN_DEFAULTS,
     description="your labelled examples (prompt, answer) checked by a verifier, or a rubric file",
 )
 

@@ -101,6 +101,15 @@ class Options(BaseModel):
     num_items: int = Field(800, ge=10, description="items generated before the 80/10/10 split")
 
 
+# Defaults for a short answer checked in one turn (math, and the dataset and reasoning_gym tasks).
+ONE_TURN_DEFAULTS: dict[str, Any] = {
+    "temperature": 0.8,  # below 1: fewer rambling samples, groups still mix right and wrong
+    "max_tokens": 32,  # the answer is a number: room for a short working, not for rambling
+    "groups_per_batch": 8,  # one-turn rollouts are cheap, and more items steady the update
+    "max_minutes": 18,  # above a plateau stop's usual time on a CPU: the plateau rule decides
+}
+
+
 def make(options: Options, cfg: TrainConfig) -> MathScenario:
     return MathScenario(options.difficulty, options.num_items, cfg.seed)
 
@@ -110,11 +119,6 @@ task = Task(
     make=make,
     options=Options,
     # Results of these defaults: README, Results (`math`).
-    defaults={
-        "temperature": 0.8,  # below 1: fewer rambling samples, groups still mix right and wrong
-        "max_tokens": 32,  # the answer is a number: room for a short working, not for rambling
-        "groups_per_batch": 8,  # one-turn rollouts are cheap, and more items steady the update
-        "max_minutes": 18,  # above a plateau stop's usual time on a CPU: the plateau rule decides
-    },
+    defaults=ONE_TURN_DEFAULTS,
     description="arithmetic (reasoning-gym), exact final number; partial credit in training",
 )

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rlvr.config import TrainConfig
 from rlvr.tasks.api import Task
+from scenarios.math import ONE_TURN_DEFAULTS
 from scenarios.reasoning_gym.generators import catalog
 
 if TYPE_CHECKING:
@@ -66,12 +67,7 @@ task = Task(
     options=Options,
     # The math task's defaults, for the same kind of episode: a generated item answered in one short
     # checked turn (the reason for each value: scenarios/math).
-    defaults={
-        "temperature": 0.8,
-        "max_tokens": 32,
-        "groups_per_batch": 8,
-        "max_minutes": 18,
-    },
+    defaults=ONE_TURN_DEFAULTS,
     description="reasoning-gym generators (dataset=NAME or a weighted mix), scored by their own "
     "score_answer",
     catalog=catalog,
