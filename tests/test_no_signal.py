@@ -76,17 +76,22 @@ def test_preflight_false_trains_on_anyway(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("trained", "preflight", "stops"),
+    ("trained", "scored", "preflight", "stops"),
     [
-        ([0, 0], True, True),
-        ([0, 1], True, False),  # one group with signal: there is something to learn
-        ([0, 0], False, False),
-        ([0], True, False),  # too early to say
-        ([0, 0, 0], True, False),  # only the first steps decide (a resumed run past them too)
+        ([0, 0], [2, 2], True, True),
+        ([0, 1], [2, 2], True, False),  # one group with signal: there is something to learn
+        ([0, 0], [2, 2], False, False),
+        ([0], [2], True, False),  # too early to say
+        ([0, 0, 0], [2, 2, 2], True, False),  # only the first steps decide (a resumed run too)
+        ([0, 0], [0, 2], True, False),  # step 1's groups all skipped (the judge failed)
+        ([0, 0], [0, 0], True, False),  # nothing scored: a judge fault, not the data's
     ],
 )
-def test_no_signal_stop_decides_on_the_first_steps(trained, preflight, stops):
-    rows = [{M.STEP: i + 1, M.REWARD_MEAN: 0.0, M.TRAINED_GROUPS: n} for i, n in enumerate(trained)]
+def test_no_signal_stop_decides_on_the_first_steps(trained, scored, preflight, stops):
+    rows = [
+        {M.STEP: i + 1, M.REWARD_MEAN: 0.0, M.GROUPS: g, M.TRAINED_GROUPS: n}
+        for i, (n, g) in enumerate(zip(trained, scored, strict=True))
+    ]
     cfg = TrainConfig(preflight=preflight)
     assert no_signal_stop(cfg, rows) is stops
 

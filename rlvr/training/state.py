@@ -164,13 +164,15 @@ NO_SIGNAL_STEPS = 2  # steps without any group with signal after which a run say
 
 
 def no_signal_stop(cfg: TrainConfig, rows: list[dict[str, Any]]) -> bool:
-    """The template's preflight as the run's first act: the first NO_SIGNAL_STEPS steps trained
-    on no group at all (every group all equal, refills included)."""
+    """The template's preflight as the run's first act: the first NO_SIGNAL_STEPS steps scored
+    groups and trained on none (every scored group all equal, refills included). A step whose
+    groups were all skipped (the judge failed) says nothing about the data: it never stops a run
+    for no signal."""
     steps = [r for r in rows if M.REWARD_MEAN in r]
     return (
         cfg.preflight
         and len(steps) == NO_SIGNAL_STEPS
-        and all(not r.get(M.TRAINED_GROUPS) for r in steps)
+        and all(r.get(M.GROUPS) and not r.get(M.TRAINED_GROUPS) for r in steps)
     )
 
 
