@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from rlvr.policy.attention import use_grouped_sdpa
 from rlvr.policy.common import THREADS_ENV, Phase, Precision
 from rlvr.policy.device import choose_autocast, choose_device, run_head_in_fp32
 
@@ -71,6 +72,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.to(chosen).eval()  # type: ignore[arg-type]  # transformers types `to` for its own use
+    use_grouped_sdpa(model)
     if train_dtype is not None or sample_dtype is not None:
         run_head_in_fp32(model)
     context = model.config.to_dict().get("max_position_embeddings") or DEFAULT_CONTEXT
