@@ -42,7 +42,13 @@ from art.utils.output_dirs import get_model_dir
 
 from rlvr.art_private import build_rl_train_configs
 from rlvr.policy import common as engine_names
-from rlvr.policy.common import EngineCounters, LoraSettings, OptimSettings, Precision
+from rlvr.policy.common import (
+    SHARED_PROMPT_TOKENS,
+    EngineCounters,
+    LoraSettings,
+    OptimSettings,
+    Precision,
+)
 from rlvr.policy.engine import Engine
 from rlvr.policy.models import resolve_model
 from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
@@ -51,7 +57,10 @@ from rlvr.runs import atomic
 
 logger = logging.getLogger(__name__)
 
-PACK_LENGTH = 512  # packed row length: short rows keep the attention cost low on CPU
+# Packed row lengths. Demonstrations share no prompt: short rows keep their masked attention cheap.
+# A GRPO row holds a group's prompt once and as many of its rollouts as fit (the trainer computes
+# it prompt first: rlvr.policy.trainer.SharedPrompt).
+PACK_LENGTH = 512
 PACK_ALIGN = 64
 TRAINER_TIME = "time/step_trainer_s"
 _PEFT_KEYS = ("r", "lora_alpha", "target_modules")
@@ -362,7 +371,7 @@ def pack_groups(
     longest = max(len(r.token_ids) for r in results)
     packed = packed_tensors_from_tokenized_results(
         results,
-        max(PACK_LENGTH, math.ceil(longest / PACK_ALIGN) * PACK_ALIGN),
+        max(SHARED_PROMPT_TOKENS, math.ceil(longest / PACK_ALIGN) * PACK_ALIGN),
         pad_token_id=tokenizer.eos_token_id,
         truncate_long_results=False,
         advantage_balance=advantage_balance,

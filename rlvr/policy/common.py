@@ -18,12 +18,13 @@ LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 # Packed rows at least this long recompute each layer in backward instead of keeping its
-# activations: under the group attention mask every layer keeps heads x S x S attention weights
-# (SmolLM2-135M: 30 layers x 9 heads, ~1 GB at S = 640 with the softmax's copies), which made a
-# 1,088-token email row peak near 5 GB. Recomputing costs one more forward: measured with
-# `rlvr bench train` (rows of ~430 tokens), 384 made a step 1.31x (fp32) / 1.43x (bf16) the bare
-# fwd+bwd+AdamW, so shorter rows keep their activations.
+# activations, since under the group attention mask every layer keeps heads x S x S attention
+# weights; recomputing costs one more forward, so shorter rows keep theirs (README, "Performance").
 CHECKPOINT_FROM_TOKENS = 640
+# A packed row holding a shared prompt and its rollouts is computed prompt first, its rollouts as a
+# batch (rlvr.policy.trainer.SharedPrompt), when it is at most this long: that path keeps every
+# activation (a cache cannot be recomputed), so longer rows go the masked way and recompute.
+SHARED_PROMPT_TOKENS = 1024
 # A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
 # attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
 # ~900-token email prompts at once peaked 1 GB above the rest of a step.

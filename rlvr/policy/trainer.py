@@ -1,5 +1,13 @@
 """Training: one GRPO update on ART's packed tensors with ART's loss, and supervised steps for the
-warm start; long rows recompute their activations (gradient checkpointing)."""
+warm start; long rows recompute their activations (gradient checkpointing).
+
+ART packs a group's rollouts behind one copy of their shared prompt: a packed row is [prompt |
+rollout 1 | rollout 2 | ...], each rollout seeing the prompt and itself (ART's group attention
+mask). Computed as one masked sequence, every rollout's tokens would still pay attention over the
+whole row. A row that holds a shared prompt is therefore computed in two passes with the same
+result: the prompt once, then its rollouts side by side as a batch continuing from the prompt's
+keys and values (`SharedPrompt`), so the prompt's work is done once per row, not once per rollout.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from art import dev
@@ -28,6 +36,7 @@ from rlvr.policy.common import (
     LOSS,
     NUM_SEQUENCES,
     NUM_TOKENS,
+    SHARED_PROMPT_TOKENS,
     EngineCounters,
     OptimSettings,
 )
@@ -43,6 +52,42 @@ def group_attention_mask(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> t
     same = group_ids[:, :, None] == group_ids[:, None, :]
     prompt = parent_ids[:, :, None] == group_ids[:, None, :]
     return (causal & (same | prompt))[:, None]
+
+
+class Segment(NamedTuple):
+    """One sequence's run of columns in a packed row: a prompt (its group id is its parent id) or
+    a rollout continuing the prompt whose group id is its `parent`."""
+
+    start: int
+    end: int
+    group: int
+    parent: int
+
+    @property
+    def is_prompt(self) -> bool:
+        return self.group == self.parent
+
+
+def row_segments(group_ids: torch.Tensor, parent_ids: torch.Tensor) -> list[Segment]:
+    """The runs of equal group id in one packed row ([S]); padding (group id -1) left out."""
+    groups, parents = group_ids.tolist(), parent_ids.tolist()
+    starts = [i for i in range(len(groups)) if i == 0 or groups[i] != groups[i - 1]]
+    return [
+        Segment(start, end, groups[start], parents[start])
+        for start, end in zip(starts, [*starts[1:], len(groups)], strict=True)
+        if groups[start] != -1
+    ]
+
+
+def shared_prompts(segments: list[Segment]) -> dict[Segment, list[Segment]]:
+    """Each prompt in the row with the rollouts that continue it (a prompt always comes before
+    them: ART packs a rollout without its prompt only behind that prompt)."""
+    prompts = {s.group: s for s in segments if s.is_prompt}
+    shared: dict[Segment, list[Segment]] = {prompt: [] for prompt in prompts.values()}
+    for segment in segments:
+        if not segment.is_prompt and segment.parent in prompts:
+            shared[prompts[segment.parent]].append(segment)
+    return {prompt: rollouts for prompt, rollouts in shared.items() if rollouts}
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -212,19 +257,33 @@ class Trainer:
         positions go through the LM head: full-vocabulary logits for every packed position
         were most of a step's memory (S x 49k floats, twice more in backward)."""
         positions = _trained_positions(inputs, 0).nonzero()[:, 0]
-        long_row = inputs["tokens"].shape[1] >= CHECKPOINT_FROM_TOKENS
-        with self.loaded.autocast("train"), self._recomputing(long_row and torch.is_grad_enabled()):
-            logits = self.loaded.model(
+        segments = row_segments(inputs["group_ids"][0], inputs["parent_ids"][0])
+        shared = shared_prompts(segments)
+        length = inputs["tokens"].shape[1]
+        with self.loaded.autocast("train"):
+            if shared and length <= SHARED_PROMPT_TOKENS:
+                logits = SharedPrompt(self.loaded.model, inputs, segments, shared).logits(positions)
+            else:
+                logits = self._masked_logits(inputs, positions, length >= CHECKPOINT_FROM_TOKENS)
+        targets = shift_tensor(inputs["tokens"], 0)[0, positions]
+        kept = token_logprobs(logits, targets)
+        full = torch.zeros(inputs["tokens"].shape, dtype=kept.dtype, device=kept.device)
+        return logits, full.index_put((torch.zeros_like(positions), positions), kept)
+
+    def _masked_logits(
+        self, inputs: dict[str, torch.Tensor], positions: torch.Tensor, long_row: bool
+    ) -> torch.Tensor:
+        """The row as one sequence under ART's group attention mask; a long row recomputes its
+        activations in backward."""
+        with self._recomputing(long_row and torch.is_grad_enabled()):
+            logits: torch.Tensor = self.loaded.model(
                 input_ids=inputs["tokens"],
                 attention_mask=group_attention_mask(inputs["group_ids"], inputs["parent_ids"]),
                 position_ids=inputs["input_pos"],
                 logits_to_keep=positions,
                 use_cache=False,  # training: no cache to fill (and none under checkpointing)
             ).logits[0]
-        targets = shift_tensor(inputs["tokens"], 0)[0, positions]
-        kept = token_logprobs(logits, targets)
-        full = torch.zeros(inputs["tokens"].shape, dtype=kept.dtype, device=kept.device)
-        return logits, full.index_put((torch.zeros_like(positions), positions), kept)
+        return logits
 
     @contextmanager
     def _recomputing(self, on: bool) -> Iterator[None]:
@@ -271,3 +330,84 @@ class Trainer:
                 "tokens": n_tokens,
                 "kl_ref": float(loss.kl_policy_ref or 0.0) * n_tokens,
             }
+
+
+class SharedPrompt:
+    """One packed row computed prompt first: each shared prompt once (its keys and values kept),
+    then its rollouts as a batch continuing from them; a rollout whose prompt is not in the row
+    as a batch of its own. The logits are those of the masked row (module docstring): each
+    rollout sees exactly its prompt and itself, at ART's positions."""
+
+    def __init__(
+        self,
+        model: Any,
+        inputs: dict[str, torch.Tensor],
+        segments: list[Segment],
+        shared: dict[Segment, list[Segment]],
+    ) -> None:
+        self.causal_lm = model.get_base_model()  # the LoRA layers are inside it
+        self.tokens, self.positions = inputs["tokens"][0], inputs["input_pos"][0]
+        continuing = {r for rollouts in shared.values() for r in rollouts}
+        alone = [s for s in segments if s not in continuing and s not in shared]
+        self.passes: list[tuple[Segment | None, list[Segment]]] = [
+            *shared.items(),
+            *([(None, alone)] if alone else []),
+        ]
+
+    def logits(self, trained: torch.Tensor) -> torch.Tensor:
+        """[K, V] logits of the row's `trained` positions (sorted column indices)."""
+        device = self.tokens.device
+        columns: list[torch.Tensor] = []
+        hidden: list[torch.Tensor] = []
+        for prompt, rollouts in self.passes:
+            cache = None
+            if prompt is not None:
+                prompt_hidden, cache = self._forward([prompt], None, keep_cache=True)
+                columns.append(torch.arange(prompt.start, prompt.end, device=device))
+                hidden.append(prompt_hidden[0, : prompt.end - prompt.start])
+            rollout_hidden, _ = self._forward(rollouts, cache, keep_cache=False)
+            for row, segment in enumerate(rollouts):
+                columns.append(torch.arange(segment.start, segment.end, device=device))
+                hidden.append(rollout_hidden[row, : segment.end - segment.start])
+        where = torch.full((len(self.tokens),), -1, dtype=torch.long, device=device)
+        where[torch.cat(columns)] = torch.arange(sum(len(c) for c in columns), device=device)
+        logits: torch.Tensor = self.causal_lm.get_output_embeddings()(
+            torch.cat(hidden)[where[trained]]
+        )
+        return logits
+
+    def _forward(
+        self, segments: list[Segment], prompt_cache: Any, keep_cache: bool
+    ) -> tuple[torch.Tensor, Any]:
+        """Hidden states [B, L, H] of `segments` side by side (right-padded), continuing from the
+        one-row `prompt_cache` when given, and the cache they fill when `keep_cache`."""
+        from transformers import DynamicCache
+
+        width = max(s.end - s.start for s in segments)
+        past = prompt_cache.get_seq_length() if prompt_cache is not None else 0
+        device = self.tokens.device
+
+        def padded(values: torch.Tensor, s: Segment) -> torch.Tensor:
+            piece = values[s.start : s.end]
+            return torch.nn.functional.pad(piece, (0, width - len(piece)))
+
+        mask = torch.zeros(len(segments), past + width, dtype=torch.long, device=device)
+        mask[:, :past] = 1
+        for row, s in enumerate(segments):
+            mask[row, past : past + s.end - s.start] = 1
+        cache = DynamicCache(config=self.causal_lm.config) if keep_cache else None
+        if prompt_cache is not None:  # the prompt's keys and values, seen by every row
+            rows = len(segments)
+            layers = [
+                (layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
+                for layer in prompt_cache.layers
+            ]
+            cache = DynamicCache(ddp_cache_data=layers, config=self.causal_lm.config)
+        out = self.causal_lm.model(
+            input_ids=torch.stack([padded(self.tokens, s) for s in segments]),
+            attention_mask=mask,
+            position_ids=torch.stack([padded(self.positions, s) for s in segments]),
+            past_key_values=cache,
+            use_cache=cache is not None,
+        )
+        return out.last_hidden_state, out.past_key_values
