@@ -85,3 +85,22 @@ async def test_the_eval_bench_times_all_three_ways_on_the_real_model() -> None:
         assert figures[key] > 0, key
     assert 0.0 <= figures["accuracy"] <= 1.0
     assert figures["eval_s_per_item"] == pytest.approx(1 / figures["concurrent_items_s"], rel=0.05)
+
+
+@pytest.mark.slow
+async def test_the_eval_bench_measures_a_finished_runs_trained_agent(tiny_run) -> None:
+    figures = await run_eval_bench(items=4, repeats=1, run_dir=tiny_run.run_dir)
+    assert figures["run"] == str(tiny_run.run_dir) and figures["task"] == "math"
+    assert figures["items"] == 4 and figures["concurrent_items_s"] > 0
+
+
+def test_the_eval_bench_refuses_a_directory_that_holds_no_finished_run(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "eval", "--run", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        f"error: --run {tmp_path}: no summary.json there; expected a finished run directory"
+    )

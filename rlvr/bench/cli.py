@@ -127,13 +127,23 @@ def bench_eval(
     items: Annotated[int, typer.Option(help="held-out items evaluated", min=1)] = 32,
     repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
     threads: ThreadsOption = None,
+    run: Annotated[
+        Path | None,
+        typer.Option(
+            help="a finished run directory: evaluate its best checkpoint (the trained agent) on "
+            "its own held-out items; TASK and overrides are then ignored"
+        ),
+    ] = None,
 ) -> None:
     """Evaluation items/s with every item in flight (as the loop validates) ÷ a bare batched
     greedy generate of the same first-turn prompts (ratio_vs_bare), and ÷ the same items one at a
     time (speedup_vs_one_at_a_time). Prints one JSON line last."""
     from rlvr.bench.eval import run_eval_bench
+    from rlvr.runs.store import SUMMARY
 
-    _print_figures(run_eval_bench(task, items, repeats, threads, **_overrides(overrides)))
+    if run is not None and not (run / SUMMARY).is_file():
+        _fail(f"--run {run}: no {SUMMARY} there; expected a finished run directory")
+    _print_figures(run_eval_bench(task, items, repeats, threads, run, **_overrides(overrides)))
 
 
 @bench_app.command("step")

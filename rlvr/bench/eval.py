@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 import time
-from collections.abc import Awaitable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +33,11 @@ from rlvr.agent import EpisodeMetric
 from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.policy.backend import TorchBackend
+from rlvr.runs import store
 from rlvr.tasks.plugins import task_config
-from rlvr.training.backends import Policy, open_policy
+from rlvr.training.backends import Policy
 from rlvr.training.evaluation import evaluate
-from rlvr.training.session import resolve
-from rlvr.training.split import split_items
+from rlvr.training.session import Session, open_finished, open_scratch
 from rlvr.types import Item, Sampling, Scenario
 
 
@@ -89,25 +88,36 @@ async def timed_eval(
     return time.perf_counter() - started, accuracy, groups
 
 
+@asynccontextmanager
+async def bench_session(
+    task: str, run_dir: Path | None, overrides: dict[str, Any]
+) -> AsyncIterator[tuple[Session, int | None]]:
+    """The session evaluated and the policy step sampled: a finished run's best checkpoint
+    (`run_dir`: the trained agent, as its validations saw it), else the task's fresh policy."""
+    if run_dir is not None:
+        best_step = int(store.read_summary(run_dir)["best_step"])
+        async with open_finished(run_dir, None) as run:
+            yield run, run.state.policy_steps.get(best_step, 0)
+        return
+    cfg = task_config(task, **{"judge": "none", **overrides})  # no judge: ground truth only
+    async with open_scratch(cfg) as run:
+        yield run, None
+
+
 async def run_eval_bench(
     task: str = "math",
     items: int = 32,
     repeats: int = 3,
     threads: int | None = None,
+    run_dir: Path | None = None,
     **overrides: Any,
 ) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
-    cfg = task_config(task, **{"judge": "none", **overrides})  # no judge: ground truth only
-    async with AsyncExitStack() as stack:
-        cfg, scenario, _, _ = await resolve(cfg, stack, None, None, resuming=True)
-        split = split_items(
-            scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
-        )
-        chosen = (split.val + split.test)[:items]
-        sampling = Sampling.from_config(cfg, "val")
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="rlvr-bench-eval-"))
-        policy = await stack.enter_async_context(open_policy(cfg, Path(tmp) / "bench"))
+    async with bench_session(task, run_dir, overrides) as (run, step):
+        cfg, scenario, policy = run.cfg, run.scenario, run.policy
+        chosen = (run.split.val + run.split.test)[:items]
+        sampling = Sampling.from_config(cfg, "val", step=step)
         if not isinstance(policy.backend, TorchBackend):
             raise ValueError(
                 f"rlvr bench eval measures rlvr's own engine (backend=local), not {cfg.backend}"
@@ -138,7 +148,8 @@ async def run_eval_bench(
     ours_s, bare_s = statistics.median(ours), statistics.median(bare)
     return {
         "bench": "eval",
-        "task": task,
+        "task": cfg.task,
+        "run": str(run_dir) if run_dir is not None else None,
         "items": n,
         **episode_figures(groups),
         "max_tokens": cfg.max_tokens,
