@@ -57,13 +57,11 @@ def choose_autocast(
     RLVR_PRECISION, else the faster one measured for that phase. fp32 and bf16 force every phase;
     mixed is bf16 training with fp32 sampling.
 
-    Measured on 2-core CPUs (`rlvr bench serve` / `rlvr bench train`, README "Precision"): on an
-    AVX2-only CPU bf16 autocast made a LoRA training step 8x slower, so such CPUs run fp32
-    throughout. On CPUs with bf16 units a training step is faster in bf16 (1.18x on an
-    AVX512-BF16 EPYC), but decoding — small matrix products, a token a row — is not: 2.1x slower
-    than fp32 on an AMX Xeon at 8 concurrent requests, as fast on the EPYC and 1.8x slower there
-    one request at a time; so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has
-    it. The sampler/trainer log-prob gap of each choice is measured in tests/test_precision.py.
+    On AVX2-only CPUs bf16 is emulated and much slower, so they run fp32 throughout. With bf16
+    units a training step is faster in bf16 but decoding (small matrix products, a token a row)
+    is not, so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has it. The figures:
+    README, "Precision, per phase"; the sampler/trainer log-prob gap of each choice is measured
+    in tests/test_precision.py.
     """
     forced = precision or os.environ.get(PRECISION_ENV, "").strip().lower()
     if forced not in ("", "fp32", "bf16", "mixed"):
@@ -82,9 +80,9 @@ def choose_autocast(
 def run_head_in_fp32(model: PreTrainedModel) -> None:
     """Make the LM head compute fp32 logits even under bf16 autocast, for the sampler and the
     trainer alike. bf16 logits keep ~3 significant digits (a step of 0.125 near a logit of 20),
-    and two forwards of different shapes round differently: measured here, sampler and trainer
-    log-probs of the same tokens differed by up to 0.17 (mean 0.03), an off-policy error in the
-    PPO ratio; with the head in fp32 the bf16 body alone leaves the gap in the README."""
+    and two forwards of different shapes round differently, so the sampler's and the trainer's
+    log-probs of the same tokens would differ: an off-policy error in the PPO ratio. With the
+    head in fp32 the bf16 body alone leaves the gap (README, "Precision, per phase")."""
     head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[no-untyped-call]
     forward = head.forward
 

@@ -1,8 +1,9 @@
 """The email agent task (ART·E style): search a generated inbox with tools and answer questions.
 
 Modules: `inbox` (seeded generator: emails, questions, exact answers), `store` (SQLite + FTS5,
-parameterised queries only), `actions` (tool schemas, the text-action fallback, observations),
-`scoring` (the ground-truth check), `scenario` (rollout, levels, `make_scenario`).
+parameterised queries only), `tools` (the search and read tools, and reading the final answer),
+`oracle` (scripted demonstrations for the warm start), `scoring` (the ground-truth check),
+`scenario` (rollout, levels, `make_scenario`).
 
 The generator, store and check import without ART; `make_scenario` loads the rest on first use.
 """
@@ -61,17 +62,12 @@ task = Task(
     name="email",
     make=make,
     options=Options,
-    # The default is the agent level (medium: search, read, answer; nothing in the prompt).
-    # Measured on 2 cores (2026-11-24): 6 warm-start steps on 48 oracle episodes (loss 2.14 ->
-    # 0.58) left validation at 0.00 (the policy searched and read but answered wrong); 12 steps
-    # on 96 (loss 2.25 -> 0.38, ~8 min) lift it to 0.23 with every episode searching and reading
-    # (rollout/turns 3, source_found 1.0), so RL starts from groups with signal. max_tokens 96:
-    # at 48, half the turns were cut. Training samples at 0.7 (at 1.0 the sampled answers were
-    # far worse than greedy). The check is the correct-answer share; the training reward adds
-    # partial credit (close answers, cited sources). The scorer is the ground-truth
-    # verifier: the local 135M judge cannot judge this task (RULER agreement +0.08; reference-
-    # guided RULER scored 0.75 where the truth gave 0.01, with no signal) — with a real judge,
-    # use scorer=ruler_ref.
+    # The agent level (medium: search, read, answer; nothing in the prompt) is the default. 12
+    # warm-start steps of 8 oracle episodes: after half as many the policy searched and read but
+    # still answered every validation question wrong. max_tokens 96: at 48 half the turns were
+    # cut. Training samples at 0.7: at 1.0 the sampled answers were far worse than greedy.
+    # The scorer is the ground-truth verifier, since the local 135M judge cannot judge this task;
+    # with a real judge, use scorer=ruler_ref. Figures: README, "Results".
     defaults={
         "sft_steps": 12,
         "sft_batch_size": 8,

@@ -8,11 +8,10 @@ answer_score is 1.0 for a normalised exact match, a short answer that contains t
 or (money, counts) a first or last number equal to the expected one; otherwise the token F1 against the
 expected answer. An answer that says the inbox does not have it scores 1.0 on ABSENT questions and
 0.0 elsewhere. The training reward credits an answer only when it is correct — partial F1 credit
-for a wrong answer taught the policy to write near misses (measured: training reward 0.59 while
-no answer was correct) — and adds source_f1, the F1 between cited ids and supporting ids, for
-having found the right emails. ABSENT questions have no supporting emails, so citations neither
-earn nor cost anything there (else an empty citation would earn credit for any answer). No
-answer: 0.0.
+for a wrong answer taught the policy to write near misses, its reward rising while no answer was
+correct — and adds source_f1, the F1 between cited ids and supporting ids, for having found the
+right emails. ABSENT questions have no supporting emails, so citations neither earn nor cost
+anything there (else an empty citation would earn credit for any answer). No answer: 0.0.
 """
 
 from __future__ import annotations

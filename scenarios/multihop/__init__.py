@@ -12,22 +12,16 @@ So questions come with their evidence from a seeded world of people, companies a
 every answer is derivable from its supporting passages hop by hop, the supporting ids are exact,
 and invented city names keep the model from answering from memory.
 
-Modules: `corpus` (generator), `index` (SQLite FTS5 BM25, bound parameters only), `actions`
-(text protocol and OpenAI tools, observations), `scoring` (EM/F1, gated reward, retrieval
-recall/precision), `oracle` (scripted demonstrations for warm starts), `scenario` (levels,
-rollout, `make_scenario`, loaded on first use).
+Modules: `corpus` (generator), `index` (SQLite FTS5 BM25, bound parameters only), `tools`
+(the search and read tools, and reading the final answer), `scoring` (EM/F1, gated reward,
+retrieval recall/precision), `oracle` (scripted demonstrations for warm starts), `scenario`
+(levels, rollout, `make_scenario`, loaded on first use).
 
 What SmolLM2-135M does with it (T=0.7): at the easy level it answers from the shown passages,
 often with the bridge entity (the birth city when asked for the country), so F1 groups are mixed;
 at medium and hard it answers from imagination at once instead of searching (reward 0) until a
-warm start on the oracle's demonstrations teaches it the protocol. Measured on 2 cores:
-- medium (the default: search, read, search, read, answer), 12 warm-start steps on 96
-  demonstrations (loss 1.84 -> 0.07, 235 s): test exact match 0.000 -> 0.700 on 30 paired items
-  (+0.700 [+0.533, +0.867]), validation 0.81, every episode 5 turns; RL then found no signal
-  (most groups all-1) and plateaued after 6 steps, 822 s (2026-11-25). With 3 warm-start steps
-  (24 demonstrations) medium stayed at 0.000 with every group all-0 (2026-11-23).
-- easy (passages in the prompt), 3 warm-start steps: 0.06 -> 0.56 on 16 validation questions,
-  RL 0.62 (test 0.73), plateau after 12 steps, 490 s (2026-11-23).
+warm start on the oracle's demonstrations teaches it the protocol (what each level reached:
+README, "Results").
 """
 
 from __future__ import annotations
@@ -92,16 +86,12 @@ task = Task(
     name="multihop",
     make=make,
     options=Options,
-    # No judge (scorer=verifier). Preflight on 2 shared cores: 32 easy episodes roll out in about
-    # 220 s, so a step (2 groups of 8, then the update) takes about 2 min and 18 min hold ~6 steps,
-    # 3 validations of 16 items and the test split. At T=1 SmolLM2-135M rambles on the ~330-token
-    # prompt (28 of 32 rewards 0, 2 of 4 groups without signal); at 0.7 it answers, often with the
-    # bridge entity instead of the last hop, and every group is mixed.
-    # Exact match was 0 on every preflight episode (the model answers with the bridge entity or a
-    # sentence), so validation had nothing to rise from: a warm start on the oracle's
-    # demonstrations comes first, and RL's gain is measured from the validation after it. At the
-    # default (medium) level 24 demonstrations taught nothing (all groups all-0) and 96 taught
-    # the whole protocol (test 0.00 -> 0.70; module docstring), hence 12 steps of 8.
+    # No judge (scorer=verifier). 18 minutes on 2 cores hold about 6 steps of 2 groups of 8, 3
+    # validations of 16 items and the test split. Training samples at 0.7: at 1.0 the 135M policy
+    # rambles on the long prompt and groups lose their signal. The untrained model never answers
+    # exactly (it gives the bridge entity or a sentence), so a warm start on the oracle's
+    # demonstrations comes first: 12 steps of 8, since 24 demonstrations taught nothing and 96
+    # the whole protocol. Figures: README, "Results".
     defaults={
         "sft_steps": 12,
         "sft_batch_size": 8,
