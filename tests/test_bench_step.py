@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 def test_bench_step_reports_the_split_and_its_bare_figures() -> None:
     figures = asyncio.run(
         run_step_bench(
-            "math", steps=1, groups_per_batch=2, group_size=2, max_tokens=8, num_items=40
+            "math", steps=1, groups_per_batch=2, group_size=4, max_tokens=16, num_items=40
         )
     )
     for key in ("step_s", "rollout_s", "update_s", "decoded_tokens", "bare_generate_s"):
