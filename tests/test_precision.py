@@ -24,7 +24,7 @@ import torch
 
 from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import PRECISION_ENV
-from rlvr.policy.device import choose_autocast, run_head_in_fp32
+from rlvr.policy.device import choose_autocast, native_bf16, run_head_in_fp32
 from rlvr.policy.models import DEFAULT_MODEL
 from rlvr.policy.trainer import (
     _trained_positions,
@@ -78,6 +78,22 @@ def test_a_cpu_samples_in_fp32_and_trains_in_bf16_only_with_bf16_units(
     monkeypatch.setattr(device, "_cpu_has_native_bf16", lambda: bf16_units)
     assert choose_autocast(torch.device("cpu"), None, "sample") is None
     assert choose_autocast(torch.device("cpu"), None, "train") == train
+
+
+@pytest.mark.parametrize(
+    ("flags", "kernels", "native"),
+    [
+        ("fpu avx2 avx512f avx512_bf16", "AVX512", True),  # AVX512-BF16 (an EPYC)
+        ("fpu avx2 avx512f amx_bf16 amx_tile", "AVX512", True),  # AMX (a Xeon)
+        ("fpu avx2 avx512f avx512_bf16", "AVX2", False),  # torch held to AVX2 kernels
+        ("fpu avx2 avx512f", "AVX512", False),  # AVX-512 without bf16 units
+        ("fpu avx2 fma", "AVX2", False),  # AVX2 only
+    ],
+)
+def test_bf16_is_native_only_with_bf16_units_and_kernels_that_use_them(
+    flags, kernels, native
+) -> None:
+    assert native_bf16(flags, kernels) is native
 
 
 def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:

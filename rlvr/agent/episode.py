@@ -309,6 +309,30 @@ def check_settings(
         raise ValueError("tool_episode needs a model to sample from or a script to play")
 
 
+def opening(
+    item: Item,
+    messages: list[dict[str, Any]],
+    by_name: dict[str, Tool],
+    protocol: Protocol,
+    instructions: bool,
+    metadata: Mapping[str, str | int | float | bool | None] | None,
+) -> art.Trajectory:
+    """An episode's trajectory before its first turn: the messages (the text protocol's
+    instructions added unless `instructions` is False), the tools' schemas where the protocol
+    offers them, and the metadata."""
+    schemas = [t.schema() for t in by_name.values()]
+    shown = list(messages)
+    if instructions and protocol != "tools" and by_name:
+        shown = with_instructions(shown, text_instructions(by_name))
+    return art.Trajectory(
+        # rlvr's messages and schemas are plain dicts of the shapes ART's TypedDicts name.
+        messages_and_choices=cast("MessagesAndChoices", shown),
+        tools=cast("Tools", schemas) if protocol != "text" and schemas else None,
+        metadata={**(metadata or {}), "item_id": item.id, "protocol": protocol},
+        reward=0.0,
+    )
+
+
 async def tool_episode(
     model: art.Model[Any, Any] | None,
     item: Item,
@@ -338,18 +362,7 @@ async def tool_episode(
     prompt shows them) while the schemas are offered, as a model sees it."""
     check_settings(protocol, max_turns, observation_tokens, model is not None or script is not None)
     by_name = as_tools(tools)
-    schemas = [t.schema() for t in by_name.values()]
-    shown = list(messages)
-    if instructions and protocol != "tools" and by_name:
-        shown = with_instructions(shown, text_instructions(by_name))
-    trajectory = art.Trajectory(
-        # rlvr's messages and schemas are plain dicts of the shapes ART's TypedDicts name.
-        messages_and_choices=cast("MessagesAndChoices", shown),
-        tools=cast("Tools", schemas) if protocol != "text" and schemas else None,
-        metadata={**(metadata or {}), "item_id": item.id, "protocol": protocol},
-        reward=0.0,
-    )
-
+    trajectory = opening(item, messages, by_name, protocol, instructions, metadata)
     policy = _Policy(model, script, by_name, protocol, sampling, trajectory.tools)
     counts = _Counts(by_name)
     end = EpisodeEnd.TURN_LIMIT

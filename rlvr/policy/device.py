@@ -42,12 +42,20 @@ def choose_device(device: str | None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def native_bf16(cpu_flags: str, kernels: str) -> bool:
+    """Whether bf16 runs natively: the CPU has bf16 units (`cpu_flags`, /proc/cpuinfo) and torch's
+    kernels use them (`kernels`, torch's CPU capability). Torch held to AVX2 kernels
+    (`ATEN_CPU_CAPABILITY=avx2`, as on an AVX2-only CPU) emulates bf16."""
+    units = "avx512_bf16" in cpu_flags or "amx_bf16" in cpu_flags
+    return units and kernels == "AVX512"
+
+
 def _cpu_has_native_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return native_bf16(flags, torch.backends.cpu.get_cpu_capability())
 
 
 def choose_autocast(
