@@ -211,6 +211,12 @@ def checkpoint_from_tokens(groups: tuple[str, ...]) -> None:
     assert number(groups[0]) == CHECKPOINT_FROM_TOKENS
 
 
+def shared_prompt_tokens(groups: tuple[str, ...]) -> None:
+    from rlvr.policy.common import SHARED_PROMPT_TOKENS
+
+    assert number(groups[0]) == SHARED_PROMPT_TOKENS
+
+
 def hack_bench(groups: tuple[str, ...]) -> None:
     from rlvr.bench.loop import HACK_DEFAULTS
 
@@ -277,7 +283,8 @@ FACTS = [
     (HOW, r"one plain line per step .*? \(`(warm start: SFT: [^`]+)`\)", progress_line),
     (HOW, r"prefilled in slices of ~(\d+)k tokens", prefill_slices),
     (HOW, r"\(`rlvr/policy/prefix\.py`, `(\w+)`, default (\d+), 0 = off\)", prefix_cache_budget),
-    (HOW, r"recomputes activations for packed rows of (\d+)\+ tokens", checkpoint_from_tokens),
+    (HOW, r"recomputes\s+activations from (\d+) tokens on", checkpoint_from_tokens),
+    (HOW, r"`SHARED_PROMPT_TOKENS` \((\d+)\)", shared_prompt_tokens),
     (HOW, r"`rlvr bench hack` trains (\w+) on `scorer=(\w+)`", hack_bench),
     (CONFIG, r"`judge\.timeout_s` \((\d+) s; (\d+) s for the local engine", judge_timeouts),
     (CONFIG, r"`loss_fn` \((\w+)/(\w+)\)", choices_of(TrainConfig, "loss_fn")),
