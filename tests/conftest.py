@@ -8,6 +8,11 @@ every test that only reads a run directory (rlvr.inspection, `rlvr inspect`, the
 
 It takes one to a few minutes on 2 shared cores and is started only when a selected test asks
 for it. Treat its run directory as read-only: write nothing into it, resume nothing from it.
+
+`agent_run` (session scope, for slow tests): ONE `rlvr train` of a user's tool agent from its own
+file (tests/test_agent.py's USER_AGENT, text protocol), output piped to a file: a 3-step warm start
+on 6 demonstrations, then 2 RL steps. tests/test_agent.py reads its metrics, tests/test_progress.py
+its piped output. Read-only too.
 """
 
 from __future__ import annotations
@@ -54,15 +59,50 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     return TinyRun(run_dir=run_dir, result=result)
 
 
+class AgentRun(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    run_dir: Path
+    stdout: str  # what `rlvr train` printed, piped to a file
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
+    from tests import warm
+    from tests.test_agent import USER_AGENT
+    from tests.test_custom_task import TINY
+
+    folder = tmp_path_factory.mktemp("agent")
+    agent = folder / "elsewhere" / "capitals_agent.py"
+    agent.parent.mkdir()
+    agent.write_text(USER_AGENT.replace("PROTOCOL", "text"))
+    settings = {**TINY, "max_tokens": 16, "sft_steps": 3, "sft_batch_size": 2}
+    done = warm.rlvr(
+        "train",
+        f"{agent}:make",
+        *(f"{k}={v}" for k, v in settings.items()),
+        f"runs_root={folder / 'runs'}",
+        timeout_s=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    [run_dir] = [p.parent for p in (folder / "runs").glob("*/summary.json")]
+    return AgentRun(run_dir=run_dir, stdout=done.stdout, stderr=done.stderr)
+
+
+# Session-scoped real runs: every test that reads one joins its group (one worker trains it once).
+SHARED_RUNS = ("tiny_run", "agent_run")
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), a module's tests stay on
     one worker (its module-scoped model, backend or server is built once), and every test that
-    reads the shared `tiny_run` joins one group, so that real run is trained once."""
+    reads a shared run (`tiny_run`, `agent_run`) joins that run's group, so it is trained once."""
     for item in items:
-        group = (
-            "tiny_run" if "tiny_run" in getattr(item, "fixturenames", ()) else item.module.__name__
-        )
+        used = getattr(item, "fixturenames", ())
+        shared = [name for name in SHARED_RUNS if name in used]
+        group = shared[0] if shared else item.module.__name__
         item.add_marker(pytest.mark.xdist_group(group))
 
 

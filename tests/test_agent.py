@@ -2,15 +2,15 @@
 
 Fast tests drive `tool_episode` with a scripted stand-in for the policy endpoint (fault
 injection: tools that raise, unknown tools, bad arguments, truncated and refused turns) and with
-a scripted policy (demonstrations). The slow test writes a tool agent in a folder outside the
-repository and trains it 2 real steps with `rlvr train file.py:make`.
+a scripted policy (demonstrations). The slow test reads the session's `agent_run`
+(tests/conftest.py): the tool agent below, written in a folder outside the repository and trained
+2 real steps after a warm start with `rlvr train file.py:make`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import art
@@ -637,24 +637,12 @@ def make():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("protocol", ["text"])
-def test_a_users_tool_agent_trains_from_its_file(tmp_path: Path, protocol: str) -> None:
+def test_a_users_tool_agent_trains_from_its_file(agent_run) -> None:
+    """`rlvr train` of USER_AGENT (text protocol) from its own file: the session's shared run
+    (tests/conftest.py), a 3-step warm start on 6 demonstrations, then 2 RL steps."""
     from rlvr.runs import store
-    from tests.test_custom_task import TINY, fresh_cli, only_run
 
-    agent = tmp_path / "elsewhere" / "capitals_agent.py"
-    agent.parent.mkdir()
-    agent.write_text(USER_AGENT.replace("PROTOCOL", protocol))
-    runs = tmp_path / "runs"
-    settings = {**TINY, "max_tokens": 16, "sft_steps": 1, "sft_batch_size": 4}
-    fresh_cli(
-        "train",
-        f"{agent}:make",
-        *(f"{k}={v}" for k, v in settings.items()),
-        f"runs_root={runs}",
-    )
-    run_dir = only_run(runs)
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in store.read_metrics(agent_run.run_dir) if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in rows] == [1, 2]
     for row in rows:
         for key in (
@@ -666,5 +654,5 @@ def test_a_users_tool_agent_trains_from_its_file(tmp_path: Path, protocol: str) 
         ):
             assert isinstance(row[key], float), key
         assert 1.0 <= row["rollout/turns"] <= 2.0
-    warm = next(r for r in store.read_metrics(run_dir) if "warm/demonstrations" in r)
-    assert warm["warm/demonstrations"] == 4 and warm["warm/rejected"] == 0
+    warm = next(r for r in store.read_metrics(agent_run.run_dir) if "warm/demonstrations" in r)
+    assert warm["warm/demonstrations"] == 6 and warm["warm/rejected"] == 0  # 3 steps x 2

@@ -235,14 +235,14 @@ def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str)
     """As ART's examples are written (the client asks for logprobs for them), and with logprobs
     explicitly refused: the turns are then trained with recomputed logprobs, not skipped."""
     from rlvr.runs import store
-    from tests.test_custom_task import TINY, fresh_cli, only_run
+    from tests.test_custom_task import TINY, cli, only_run
 
     task = tmp_path / "elsewhere" / "art_style.py"
     task.parent.mkdir()
     task.write_text(ART_STYLE_TASK.replace("EXTRA", logprobs))
     runs = tmp_path / "runs"
     settings = {**TINY, "temperature": 1.0, "max_tokens": 64}
-    out = fresh_cli(
+    out = cli(
         "train", f"{task}:make", *(f"{k}={v}" for k, v in settings.items()), f"runs_root={runs}"
     )
     assert "no sampled logprobs" not in out.stderr + out.stdout

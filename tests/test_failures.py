@@ -4,7 +4,6 @@ a step or evaluation in which every rollout raised stops the run (exit 1)."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,8 +14,7 @@ import pytest
 from rlvr.training.evaluation import evaluate
 from rlvr.training.failures import Failure, FailureLog, RunFailed, failures_of, user_frame
 from rlvr.types import Item, Sampling
-
-RLVR = str(Path(sys.executable).parent / "rlvr")
+from tests import warm
 
 
 def traceback_of(*frames: tuple[str, int]) -> str:
@@ -134,11 +132,8 @@ def test_a_rollout_raising_every_time_stops_train_at_the_first_evaluation(tmp_pa
     task.parent.mkdir()
     task.write_text(BROKEN.format())
     line = BROKEN.format().splitlines().index("    text = item.promt  # the typo") + 1
-    done = subprocess.run(
-        [RLVR, "train", f"{task}:task", "max_steps=2", "judge=none", f"runs_root={tmp_path}"],
-        capture_output=True,
-        text=True,
-        timeout=600,
+    done = warm.rlvr(  # `rlvr train` in a process of its own, forked warm (tests/warm.py)
+        "train", f"{task}:task", "max_steps=2", "judge=none", f"runs_root={tmp_path}"
     )
     output = done.stdout + done.stderr
     assert done.returncode == 1, output[-3000:]

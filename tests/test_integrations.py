@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 import warnings
@@ -16,6 +15,7 @@ import pytest
 from rlvr import integrations as ig
 from rlvr.config import TrainConfig
 from rlvr.runs import store
+from tests import warm
 
 CLOSED_PORT_URL = (
     "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused
@@ -80,9 +80,9 @@ loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("wandb", "weave"))
 assert not loaded, loaded
 print("clean")
 """
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
-    )
+    # A process of its own, forked warm (tests/warm.py): its modules are a superset of a cold
+    # interpreter's (the training stack preloaded), so neither library in them means neither in one.
+    result = warm.run_code(code, timeout_s=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "clean"
 

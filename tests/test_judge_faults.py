@@ -64,7 +64,7 @@ def make_group(n: int = 4) -> art.TrajectoryGroup:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[FaultServer]:
-    with FaultServer(hang_s=6.0) as running:
+    with FaultServer(hang_s=3.0) as running:
         yield running
 
 
@@ -80,7 +80,9 @@ def config(server: FaultServer, **overrides: object) -> TrainConfig:
     values: dict = {
         "judge": "openai/gpt-4o-mini",  # litellm knows its price: cost and the cap are real
         "judge.base_url": server.base_url,
-        "judge.timeout_s": 2.0,  # the server's hang is 6 s; a good reply takes milliseconds
+        # The server's hang is 3 s; a good reply takes milliseconds. Every timeout is waited out
+        # (a call failing after its retries waits 9 of them: 4 calls, one at a time, in turn).
+        "judge.timeout_s": 1.0,
         "judge.backoff_s": 0.01,
         "judge.max_retries": 3,
     }

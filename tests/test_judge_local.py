@@ -29,6 +29,7 @@ from judges.rubric import RubricScorer
 from judges.ruler import RulerScorer
 from rlvr.config import TrainConfig
 from rlvr.types import Item
+from tests import warm
 
 pytestmark = pytest.mark.slow
 
@@ -241,7 +242,9 @@ async def ask_tiny(judge, question: str):
     )
 
 
-async def test_engine_starts_on_first_use_and_stops_on_exit() -> None:
+async def test_engine_starts_on_first_use_restarts_when_dead_and_stops_on_exit() -> None:
+    """Lazily started by the first request; a killed engine is started again by the next one;
+    the engine running at exit stops with the judge."""
     before = set(engine_children())
     async with open_judge(TrainConfig(judge="local")) as judge:
         assert set(engine_children()) == before  # nothing started yet
@@ -250,7 +253,13 @@ async def test_engine_starts_on_first_use_and_stops_on_exit() -> None:
         (started,) = set(engine_children()) - before
         base = await judge.api_base()
         assert base is not None and base.startswith("http://127.0.0.1:")
-    assert wait_gone(started)
+        os.kill(started, signal.SIGKILL)
+        assert wait_gone(started)
+        reply = await ask_tiny(judge, "Is the sky blue? Answer in JSON.")
+        assert isinstance(reply.value, bool)
+        (again,) = set(engine_children()) - before
+        assert again != started
+    assert wait_gone(again)
 
 
 async def test_engine_never_starts_when_the_judge_is_not_used() -> None:
@@ -306,18 +315,15 @@ def child_engine_pid(owner: int) -> int:
     ids=["ctrl-c", "sigterm"],
 )
 def test_engine_never_outlives_its_owner(sig: signal.Signals) -> None:
-    owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER], cwd=ROOT, stdout=subprocess.PIPE, text=True
-    )
+    owner = warm.start("-c", OWNER)  # a process of its own, forked warm (tests/warm.py)
     try:
-        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready"
+        assert owner.readline().strip() == "ready", owner.read_stderr()[-2000:]
         engine_pid = child_engine_pid(owner.pid)
         owner.send_signal(sig)
         owner.wait(timeout=60)
         assert wait_gone(engine_pid), f"engine {engine_pid} outlived its owner after {sig.name}"
     finally:
-        if owner.poll() is None:
-            owner.kill()
+        owner.close()
 
 
 def test_judge_serve_command_answers_and_stops() -> None:
@@ -344,20 +350,6 @@ def test_judge_serve_command_answers_and_stops() -> None:
     finally:
         if serve.poll() is None:
             serve.kill()
-
-
-async def test_a_dead_engine_is_started_again_by_the_next_request() -> None:
-    before = set(engine_children())
-    async with open_judge(TrainConfig(judge="local")) as judge:
-        assert await judge.api_base() is not None
-        (pid,) = set(engine_children()) - before
-        os.kill(pid, signal.SIGKILL)
-        assert wait_gone(pid)
-        reply = await ask_tiny(judge, "Is the sky blue? Answer in JSON.")
-        assert isinstance(reply.value, bool)
-        (again,) = set(engine_children()) - before
-        assert again != pid
-    assert wait_gone(again)
 
 
 async def test_an_engine_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:

@@ -61,8 +61,9 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
         "task": "math",
         "judge": "openai/gpt-4o-mini",  # priced by litellm: cost and the cap are real
         "judge.base_url": server.base_url,
-        # Generous: the policy trains on CPU in this process while the server thread answers.
-        "judge.timeout_s": 5.0,
+        # Generous: the policy trains on CPU in this process while the server thread answers
+        # (a good reply takes milliseconds; each run waits out one hang, so no more than this).
+        "judge.timeout_s": 3.0,
         "judge.backoff_s": 0.01,
         "judge.max_retries": 8,  # more than the faults scheduled: no call may run out
         "group_size": 2,

@@ -251,16 +251,16 @@ def test_the_server_dies_with_a_run_killed_without_cleanup(server: Path, tmp_pat
         "print('ready', flush=True)\n"
         "time.sleep(600)\n"
     )
-    run = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    run = warm.start("-c", script)  # a process of its own, forked warm (tests/warm.py)
     try:
-        assert run.stdout is not None and run.stdout.readline().strip() == "ready"
+        assert run.readline().strip() == "ready", run.read_stderr()[-2000:]
         pid = int(pid_file.read_text())
         assert alive(pid)
         run.send_signal(signal.SIGKILL)
         run.wait(30)
         assert gone_within(pid, 15)  # PR_SET_PDEATHSIG: Linux killed it with its parent
     finally:
-        run.kill()
+        run.close()
 
 
 def free_port() -> int:

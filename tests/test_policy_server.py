@@ -6,6 +6,7 @@ with no model registered yet; requests that need a model are in test_policy_back
 
 import httpx
 import pytest
+import pytest_asyncio
 import torch
 
 from rlvr.policy.backend import TorchBackend
@@ -17,9 +18,10 @@ GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
 
 
-@pytest.fixture
-async def served(tmp_path):
-    backend = TorchBackend(path=str(tmp_path))
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def served(tmp_path_factory):
+    """One real endpoint for the module (its server thread answers every test's requests)."""
+    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")))
     url = await backend.serve()
     yield url, {"Authorization": f"Bearer {backend.api_key}"}
     await backend.close()

@@ -1,11 +1,11 @@
 """Every phase longer than a few seconds shows progress: a live bar in a terminal, one plain line
-per step when the output goes to a file. The slow test pipes a real warm start to a file."""
+per step when the output goes to a file. The slow test reads a real warm start piped to a file
+(the session's `agent_run`, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -87,30 +87,15 @@ def test_a_one_piece_phase_says_its_time(terminal: bool) -> None:
 
 
 @pytest.mark.slow
-def test_a_warm_start_piped_to_a_file_prints_each_step(tmp_path: Path) -> None:
-    """`rlvr train` of a tool agent with a warm start, its output piped: the demonstrations, then
-    one line per SFT step with its loss, then the warm start's summary."""
-    from tests import warm
-    from tests.test_agent import USER_AGENT
-    from tests.test_custom_task import TINY
-
-    agent = tmp_path / "elsewhere" / "capitals_agent.py"
-    agent.parent.mkdir()
-    agent.write_text(USER_AGENT.replace("PROTOCOL", "text"))
-    settings = {**TINY, "max_tokens": 16, "sft_steps": 3, "sft_batch_size": 2, "max_steps": 1}
-    done = warm.rlvr(
-        "train",
-        f"{agent}:make",
-        *(f"{k}={v}" for k, v in settings.items()),
-        f"runs_root={tmp_path / 'runs'}",
-        timeout_s=900,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+def test_a_warm_start_piped_to_a_file_prints_each_step(agent_run) -> None:
+    """`rlvr train` of a tool agent with a warm start (3 SFT steps of 2 demonstrations), its
+    output piped: the demonstrations, then one line per SFT step with its loss, then the warm
+    start's summary."""
+    lines = agent_run.stdout.splitlines()
     steps = [x for x in lines if x.startswith("warm start: SFT: ")]
     assert [x.split(":")[2].split("/")[0].strip() for x in steps] == ["1", "2", "3", "3"]
     assert all(re.search(r"steps, loss \d+\.\d{3}", x) for x in steps)
     assert steps[-1].endswith("s") and " in " in steps[-1]
     assert any(x.startswith("warm start: demonstrations: 6/6 demonstrations") for x in lines)
     assert any(x.startswith("warm start: 6 demonstrations in 3 steps") for x in lines)
-    assert "\r" not in done.stdout
+    assert "\r" not in agent_run.stdout

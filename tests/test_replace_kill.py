@@ -4,15 +4,13 @@ checkpoint or the new one, complete, and no leftovers."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rlvr import faults
 from rlvr.runs import store
+from tests import warm
 
 WRITER = """
 import sys
@@ -38,13 +36,14 @@ def test_a_kill_while_replacing_a_checkpoint_leaves_old_or_new(
 ) -> None:
     run_dir = tmp_path / "run"
     store.save_checkpoint(run_dir, adapter(tmp_path / "old", "old"), "best")
-    env = dict(os.environ)
-    if point is not None:
-        env[faults.FAULT_ENV] = f"{point}:best"
-    done = subprocess.run(
-        [sys.executable, "-c", WRITER, str(run_dir), str(adapter(tmp_path / "new", "new"))],
+    env = {faults.FAULT_ENV: f"{point}:best"} if point is not None else {}
+    done = warm.run_code(  # a real process of its own, forked warm (tests/warm.py)
+        WRITER,
+        str(run_dir),
+        str(adapter(tmp_path / "new", "new")),
         env=env,
-        timeout=120,
+        unset=[faults.FAULT_ENV],
+        timeout_s=120,
     )
     assert done.returncode == (-9 if point is not None else 0)
     store.recover(run_dir)  # what `rlvr train --resume` does first

@@ -1,6 +1,6 @@
 """One writer per run directory: the lock, unique run names, and fresh runs that refuse a
 directory holding a run. The writers are real processes (`rlvr` commands against a directory
-another process holds)."""
+another process holds, forked warm: tests/warm.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 
 from rlvr.config import TrainConfig
 from rlvr.runs import runlock
+from tests import warm
 
-RLVR = str(Path(sys.executable).parent / "rlvr")
 HOLDER = """
 import sys, time
 from pathlib import Path
@@ -80,8 +80,8 @@ def finished_run(run_dir: Path, task: str = "math") -> Path:
     return run_dir
 
 
-def rlvr(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([RLVR, *args], capture_output=True, text=True, timeout=300)
+def rlvr(*args: str) -> warm.Finished:
+    return warm.rlvr(*args, timeout_s=300)
 
 
 @pytest.mark.slow

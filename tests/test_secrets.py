@@ -412,9 +412,9 @@ def test_every_command_prints_a_task_error_without_the_key(
     planted: None, tmp_path: Path, command: str
 ) -> None:
     """A task whose code raises with the key in its message: `rlvr preflight` and `rlvr eval`
-    (not only `train`) print the error redacted and exit non-zero."""
-    import os
-    import subprocess
+    (not only `train`) print the error redacted and exit non-zero (each command in a process of
+    its own with this environment, forked warm: tests/warm.py)."""
+    from tests import warm
 
     (tmp_path / "leaky.py").write_text(LEAKY_TASK)
     reference = f"{tmp_path / 'leaky.py'}:task"
@@ -428,10 +428,7 @@ def test_every_command_prints_a_task_error_without_the_key(
         (run_dir / "summary.json").write_text(json.dumps({"best_step": 0}))
         (run_dir / "metrics.jsonl").write_text("")
         args = ["eval", str(run_dir)]
-    rlvr_bin = str(Path(sys.executable).parent / "rlvr")
-    done = subprocess.run(
-        [rlvr_bin, *args], capture_output=True, text=True, env=os.environ, timeout=300
-    )
+    done = warm.rlvr(*args, timeout_s=300)
     assert done.returncode != 0
     assert "Incorrect API key provided: [redacted]" in done.stderr, done.stderr[-2000:]
     assert_clean(done.stdout + done.stderr, f"rlvr {command} output")
