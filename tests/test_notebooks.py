@@ -1,73 +1,28 @@
 """The notebooks, executed headless with nbclient (a failing cell fails the test): the inspection
 notebook on the shared tiny run, the quickstart and the tool agent with their own tiny training
-runs.
-
-Each notebook runs in a fresh ipykernel process of its own, as Jupyter's would be; the process is
-forked warm (tests/warm.py: torch, transformers, ART and rlvr's training modules already imported,
-~10 s of a busy core per kernel), not started cold.
-"""
+runs."""
 
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
-from typing import Any
 
 import nbformat
 import pytest
-from jupyter_client.connect import KernelConnectionInfo
-from jupyter_client.manager import AsyncKernelManager
-from jupyter_client.provisioning import LocalProvisioner
 from nbclient import NotebookClient
 
 from rlvr import inspection as ri
-from tests import warm
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores
 
 
-class WarmProvisioner(LocalProvisioner):  # type: ignore[misc]
-    """The kernel spec's own command (`python -m ipykernel_launcher -f CONNECTION_FILE`), run in a
-    process forked warm instead of a cold interpreter; everything else is LocalProvisioner's
-    (signals to the kernel's process group, wait, kill)."""
-
-    started: warm.Started | None = None
-
-    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
-        _python, flag, module, *args = cmd
-        assert (flag, module) == ("-m", "ipykernel_launcher"), cmd
-        self.started = warm.start(
-            module, *args, env=kwargs.get("env"), cwd=kwargs.get("cwd") or Path.cwd()
-        )
-        self.process = self.started
-        self.pid = self.pgid = self.started.pid  # the child leads a session of its own
-        self.cwd = kwargs.get("cwd", Path.cwd())
-        return self.connection_info
-
-    async def cleanup(self, restart: bool = False) -> None:
-        await super().cleanup(restart)
-        if self.started is not None:
-            self.started.close()
-
-
-def warm_kernel() -> AsyncKernelManager:
-    manager = AsyncKernelManager(kernel_name="python3")
-    manager.kernel_id = str(uuid.uuid4())
-    manager.provisioner = WarmProvisioner(
-        kernel_id=manager.kernel_id, kernel_spec=manager.kernel_spec, parent=manager
-    )
-    return manager
-
-
 def execute(name: str) -> nbformat.NotebookNode:
-    """Run every cell in a fresh kernel, from the notebooks folder (as Jupyter would); raises
-    CellExecutionError naming the failing cell."""
+    """Run every cell in a fresh kernel of this interpreter, from the notebooks folder (as
+    Jupyter would); raises CellExecutionError naming the failing cell."""
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     NotebookClient(
         notebook,
-        km=warm_kernel(),
         timeout=CELL_TIMEOUT_S,
         kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOKS)}},
