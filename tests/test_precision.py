@@ -36,8 +36,9 @@ from rlvr.policy.trainer import (
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured.
 KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 2e-3}
 # The same log-probabilities from a row computed prompt first (other matrix shapes than the masked
-# row: bf16 rounds them differently).
-SHARED_GAP = {"fp32": 1e-4, "bf16": 0.25, "mixed": 0.25}
+# row: bf16 rounds them differently): bounds on the mean and the largest gap over a row's tokens
+# (the largest is the tail of bf16 rounding over a few dozen sampled tokens, so it varies by draw).
+SHARED_GAP = {"fp32": (1e-5, 1e-4), "bf16": (0.05, 0.5), "mixed": (0.05, 0.5)}
 
 
 @pytest.mark.parametrize(
@@ -194,6 +195,10 @@ async def test_trained_positions_equal_the_full_vocabulary_forward(trained) -> N
     )[..., 0]
     assert positions.sum() > 0
     assert torch.allclose(masked, full[0, positions], atol=1e-4)
-    gap = float((shared[0, positions] - full[0, positions]).abs().max())
-    print(f"{precision}: prompt first vs masked row, largest log-prob gap {gap:.1e}")
-    assert gap < SHARED_GAP[precision]
+    gaps = (shared[0, positions] - full[0, positions]).abs()
+    mean, largest = float(gaps.mean()), float(gaps.max())
+    print(
+        f"{precision}: prompt first vs masked row, log-prob gap mean {mean:.1e} max {largest:.1e}"
+    )
+    mean_bound, largest_bound = SHARED_GAP[precision]
+    assert mean < mean_bound and largest < largest_bound
