@@ -80,6 +80,12 @@ class StoppingConfig(BaseModel):
     divergence_val_drop: float = Field(
         0.05, ge=0, description="validation fall that counts as falling"
     )
+    divergence_z: float = Field(
+        2.0,
+        ge=1,
+        description="standard errors of a validation fall that stop the run as reward hacking at "
+        "once (a fall of 1 to this many warns, and stops it when repeated at the next evaluation)",
+    )
     judge_gap: float = Field(
         0.3,
         ge=0,

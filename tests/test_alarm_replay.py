@@ -2,8 +2,11 @@
 
 `tests/data/hack_run.json` was recorded by `rlvr bench hack --record` on the real CPU policy: math
 trained on `scorer=length` (reward grows with reply length) while validation checks the answer.
-`tests/data/math_run.json` is a real default `make train TASK=math` run (verifier reward). The
-real runs are too slow for CI; their evaluation histories are not, and the rules are pure.
+`tests/data/math_run.json` is a real default `make train TASK=math` run (verifier reward).
+`tests/data/game2048_run.json` is a real default `rlvr train 2048 sampling=uniform` run that the
+independent-noise rule stopped as reward hacking on one validation dip, with per-item scores and
+the test split's verdict on its last checkpoint. The real runs are too slow for CI; their
+evaluation histories are not, and the rules are pure.
 """
 
 import json
@@ -18,12 +21,14 @@ DATA = Path(__file__).parent / "data"
 
 def replay(record: dict) -> list[tuple[int, AlarmName]]:
     """Alarms the rules raise evaluation by evaluation, as the loop would, with the run's config."""
-    cfg = record["config"]
+    config = record["config"]
+    cfg = config.get("stopping", config)  # nested since the stopping group, flat before
     thresholds = Thresholds(
         window=cfg["divergence_window"],
         reward_rise=cfg["divergence_reward_rise"],
         val_drop=cfg["divergence_val_drop"],
         val_flat=cfg["min_delta"],
+        val_z=cfg.get("divergence_z", 2.0),
     )
     points = [EvalPoint(**point) for point in record["history"]]
     fired = [divergence(points[: i + 1], thresholds) for i in range(len(points))]
@@ -41,6 +46,8 @@ def test_the_recorded_hack_fires_the_alarm_where_the_real_run_did():
     assert hacking, fired
     assert record["stop_reason"] == "reward_hacking"
     assert hacking[0] == record["steps"]  # the real run stopped at the first alarm
+    # validation's first fall within 2 standard errors warned; still down at the next, it stops
+    assert fired[0] == (hacking[0] - 1, AlarmName.VAL_FALLING)
     history = record["history"]
     assert history[-1]["val"] < history[0]["val"]  # validation really fell ...
     assert history[-1]["reward"] > history[1]["reward"]  # ... while the length reward rose
@@ -51,3 +58,16 @@ def test_a_recorded_clean_run_raises_no_hacking_alarm(name):
     record = load(name)
     assert all(alarm != AlarmName.REWARD_HACKING for _, alarm in replay(record))
     assert record["best_val"] - record["baseline_val"] >= 0.10
+
+
+def test_a_game_s_validation_dip_within_its_paired_noise_only_warns():
+    """2048 on 40 boards: validation 0.325, 0.35, 0.2 while the shaped reward rose. The run that
+    treated the dip as gaming stopped at step 4; its last checkpoint then gained on the 80 test
+    boards, so the dip was noise. Paired over the same boards it is 1.4 standard errors: a
+    warning, and the run goes on."""
+    record = load("game2048_run.json")
+    assert record["stop_reason"] == "reward_hacking" and record["steps"] == 4
+    assert record["test"]["rl_gain_last_ci95"][0] > 0  # the test boards say RL helped
+    assert replay(record) == [(4, AlarmName.VAL_FALLING)]
+    points = [EvalPoint(**point) for point in record["history"]]
+    assert all(p.scores is not None and len(p.scores) == p.val_items for p in points)

@@ -163,6 +163,10 @@ def fall_noise(groups: tuple[str, ...]) -> None:
     assert round(val_noise([EvalPoint(step=0, val=0.5, val_items=items)]), 2) == stated
 
 
+def stopping_default(groups: tuple[str, ...]) -> None:
+    assert StoppingConfig.model_fields[groups[0]].default == number(groups[1])
+
+
 def warm_share(groups: tuple[str, ...]) -> None:
     assert number(groups[0]) == TrainConfig.model_fields[groups[1]].default * 100
 
@@ -274,6 +278,7 @@ FACTS = [
     (HOW, r"the default `stopping\.rule=(\w+)`", plateau_rule),
     (HOW, r"`gain_threshold`: ([\d.]+) on (\d+) items at (\d+) %", counted_gain),
     (HOW, r"accuracy on that many items \(±([\d.]+) on (\d+) items\)", fall_noise),
+    (HOW, r"more than `stopping\.(divergence_z)` \((\d+)\) standard errors", stopping_default),
     (HOW, r"takes at most (\d+) % of it \(`(\w+)`", warm_share),
     (
         HOW,

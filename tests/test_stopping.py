@@ -4,13 +4,16 @@ from rlvr.config import TrainConfig
 from rlvr.tasks.api import scenario
 from rlvr.tasks.scorer_spec import compared_with_truth
 from rlvr.training.stopping import (
+    Alarm,
     AlarmName,
     EvalPoint,
     StepPoint,
     Thresholds,
+    best_eval,
     best_index,
     divergence,
     gain_threshold,
+    is_new,
     judge_disagrees,
     out_of_time,
     plateau,
@@ -252,3 +255,147 @@ def test_the_math_rise_stops_under_the_old_rule_where_it_was_measured() -> None:
     stops = [plateau(points[: k + 1], 3, 0.02, "best", 6, 1.0) for k in range(len(points))]
     assert stops.index(True) == len(points) - 1
     assert not any(plateau(points[: k + 1], 3, 0.02, "trend", 6, 1.0) for k in range(len(points)))
+
+
+# --- paired noise: the same validation items at every evaluation ---------------------------------
+
+
+def scored(
+    columns: list[list[float]], rewards: list[float | None] | None = None
+) -> list[EvalPoint]:
+    """Evaluations from per-item score columns (item i's scores over time are columns[i])."""
+    steps = len(columns[0])
+    rewards = rewards or [None] * steps
+    return [
+        EvalPoint(
+            step=2 * t,
+            val=sum(c[t] for c in columns) / len(columns),
+            reward=rewards[t],
+            val_items=len(columns),
+            scores={str(i): c[t] for i, c in enumerate(columns)},
+        )
+        for t in range(steps)
+    ]
+
+
+def shared_rise(items: int, per_eval: float, evals_n: int, start: int) -> list[list[float]]:
+    """`start` items solved at first, `per_eval` more at each evaluation (rounded down), none
+    lost: a rise every item that moves shares."""
+    return [[float(i < start + int(per_eval * t)) for t in range(evals_n)] for i in range(items)]
+
+
+def scattered(items: int, evals_n: int, seed: int) -> list[list[float]]:
+    """Outcomes redrawn at every evaluation (a game's boards once the policy moves), 35 % solved."""
+    import random
+
+    rng = random.Random(seed)
+    return [[float(rng.random() < 0.35) for _ in range(evals_n)] for _ in range(items)]
+
+
+def without_scores(points: list[EvalPoint]) -> list[EvalPoint]:
+    return [p.model_copy(update={"scores": None}) for p in points]
+
+
+def test_a_rise_every_item_shares_counts_paired_but_not_as_independent() -> None:
+    # 40 items, one more solved every other evaluation: +0.0125 an evaluation, under the 0.018
+    # s.e. of independent accuracies but over its paired s.e.
+    points = scored(shared_rise(40, 0.5, 6, 12))
+    assert val_trend(points, 6).rising(1.0)
+    assert not val_trend(without_scores(points), 6).rising(1.0)
+    assert not plateau(points, 3, 0.02, "trend", 6, 1.0)
+    assert plateau(without_scores(points), 3, 0.02, "trend", 6, 1.0)
+
+
+def test_scattered_outcomes_are_as_noisy_paired_as_independent() -> None:
+    points = scored(scattered(40, 6, seed=3))
+    paired, independent = val_trend(points, 6), val_trend(without_scores(points), 6)
+    assert paired.se == pytest.approx(independent.se, rel=0.5)
+    assert paired.se > 0.01
+
+
+@pytest.mark.parametrize(
+    ("items", "per_eval", "best"),
+    [
+        (80, 2, 3),  # +0.025 an evaluation on every moving item: each gain counts paired
+        (16, 1, 2),  # one item of 16 (+0.0625) is within its own s.e. (0.0625); two are not
+    ],
+)
+def test_the_best_evaluation_counts_paired_gains(items: int, per_eval: int, best: int) -> None:
+    points = scored(shared_rise(items, per_eval, 4, items // 4))
+    assert best_eval(points, 0.02) == best
+
+
+def test_the_best_evaluation_without_scores_is_the_independent_rule() -> None:
+    vals = [0.5, 0.62, 0.56, 0.62]
+    points = evals(vals, 1600)
+    assert best_eval(points, 0.01) == best_index(vals, gain_threshold(points, 0.01))
+
+
+def falls(columns: list[list[float]], rewards: list[float | None]) -> list[EvalPoint]:
+    return scored(columns, rewards)
+
+
+def dropping(items: int, losses: list[int], start: int) -> list[list[float]]:
+    """`start` items solved, then `losses[t]` more of them lost by evaluation t (cumulative)."""
+    return [[float(i < start - losses[t]) for t in range(len(losses))] for i in range(items)]
+
+
+RISING = [None, 0.3, 0.5, 0.7, 0.9]
+
+
+@pytest.mark.parametrize(
+    ("losses", "expected"),
+    [
+        # 40 items, reward rising: validation losing items it had solved
+        ([0, 0, 2, 0, 0], AlarmName.VAL_FALLING),  # -0.05 once, then recovered: a warning
+        ([0, 0, 3, 3, 3], AlarmName.REWARD_HACKING),  # within 2 s.e., not recovered at the next
+        ([0, 0, 12, 12, 12], AlarmName.REWARD_HACKING),  # -0.30 at once: far beyond 2 s.e.
+        ([0, 0, 0, 0, 0], AlarmName.CONVERGED),  # flat while the reward rises
+    ],
+)
+def test_the_divergence_alarm_on_paired_falls(losses: list[int], expected: AlarmName) -> None:
+    points = falls(dropping(40, losses, 20), RISING)
+    fired = [divergence(points[: k + 1], T) for k in range(len(points))]
+    names = [a.name for a in fired if a is not None]
+    assert expected in names
+    if expected == AlarmName.VAL_FALLING:
+        assert AlarmName.REWARD_HACKING not in names
+
+
+def test_the_hacking_alarm_waits_for_a_second_fall_within_two_standard_errors() -> None:
+    points = falls(dropping(40, [0, 0, 3, 3, 3], 20), RISING)
+    first = divergence(points[:3], T)  # -0.075, 1.8 s.e.
+    second = divergence(points[:4], T)
+    assert first is not None and first.name == AlarmName.VAL_FALLING
+    assert "s.e." in first.message and "second fall" in first.message
+    assert second is not None and second.name == AlarmName.REWARD_HACKING
+
+
+def test_a_stricter_val_z_turns_a_stop_into_a_warning() -> None:
+    points = falls(dropping(40, [0, 0, 6, 6, 6], 20), RISING)[:3]
+    assert divergence(points, T).name == AlarmName.REWARD_HACKING
+    strict = T.model_copy(update={"val_z": 10.0})
+    assert divergence(points, strict).name == AlarmName.VAL_FALLING
+
+
+@pytest.mark.parametrize("common", [0, 7])
+def test_too_few_common_items_fall_back_to_the_independent_noise(common: int) -> None:
+    points = scored(shared_rise(40, 1, 4, 12))
+    renamed = [
+        p.model_copy(
+            update={
+                "scores": {f"{k}-{t}" if int(k) >= common else k: v for k, v in p.scores.items()}
+            }
+        )
+        for t, p in enumerate(points)
+    ]
+    assert val_trend(renamed, 6).se == pytest.approx(val_trend(without_scores(points), 6).se)
+
+
+def test_an_alarm_at_a_step_with_another_alarm_is_still_raised() -> None:
+    """A judge-disagreement alarm at step 5 once hid the divergence alarm of the same step."""
+    judge = Alarm(name=AlarmName.JUDGE_DISAGREES, step=5, message="judge")
+    hacking = Alarm(name=AlarmName.REWARD_HACKING, step=5, message="hacking")
+    assert is_new(hacking, [judge])
+    assert not is_new(hacking, [judge, hacking])  # a resumed run's re-evaluation: one alarm
+    assert is_new(hacking.model_copy(update={"step": 6}), [hacking])

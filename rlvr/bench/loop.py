@@ -38,6 +38,7 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
             "val": r[M.VAL_ACCURACY],
             "reward": r.get(M.VAL_TRAIN_REWARD),
             "val_items": r.get(M.VAL_ITEMS),
+            "scores": r.get(M.VAL_SCORES),
         }
         for r in store.read_metrics(run_dir)
         if M.VAL_ACCURACY in r

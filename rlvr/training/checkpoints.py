@@ -12,7 +12,7 @@ from rlvr.runs import layout, store
 from rlvr.training.backends import Policy
 from rlvr.training.progress import phase
 from rlvr.training.state import RunState, warm_policy_step
-from rlvr.training.stopping import best_index, gain_threshold
+from rlvr.training.stopping import best_eval
 
 
 def checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
@@ -36,11 +36,7 @@ async def keep_checkpoints(
     if source is not None and step % cfg.save_every == 0:
         with phase(f"saving checkpoint {layout.step_name(step)}"):
             store.save_checkpoint(run_dir, source, layout.step_name(step))
-    best = state.evals[
-        best_index(
-            [p.val for p in state.evals], gain_threshold(state.evals, cfg.stopping.min_delta)
-        )
-    ]
+    best = state.evals[best_eval(state.evals, cfg.stopping.min_delta)]
     # The start and the warm start stay too: the test split is evaluated for them at the end.
     warm = warm_policy_step(rows)
     keep = sorted(

@@ -54,8 +54,7 @@ from rlvr.training.stopping import (
     AlarmName,
     EvalPoint,
     StepPoint,
-    best_index,
-    gain_threshold,
+    best_eval,
     judge_disagrees,
 )
 from rlvr.training.warmstart import WarmMetric, warm_start
@@ -83,9 +82,7 @@ async def run_training(
     async with open_session(cfg, scenario, scorer, resume) as run:
         stop = await train_until_stop(run)
         evals = run.state.evals
-        best = evals[
-            best_index([p.val for p in evals], gain_threshold(evals, cfg.stopping.min_delta))
-        ]
+        best = evals[best_eval(evals, cfg.stopping.min_delta)]
         save_best(run.policy, run.state.policy_steps.get(best.step, 0), run.run_dir)
         untested = stop in (StopReason.JUDGE_BUDGET, StopReason.NO_SIGNAL)
         results = (None, None) if untested else await evaluate_tests(run, best, evals[-1])

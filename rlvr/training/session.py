@@ -41,7 +41,7 @@ from rlvr.training.output import print_alarm, print_validation
 from rlvr.training.progress import console
 from rlvr.training.split import Split, split_items
 from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
-from rlvr.training.stopping import EvalPoint, Thresholds, divergence, val_trend
+from rlvr.training.stopping import EvalPoint, Thresholds, divergence, is_new, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.types import Item, Judge, Sampling, Scenario, Scorer
 
@@ -114,6 +114,7 @@ class Session:
             reward_rise=cfg.stopping.divergence_reward_rise,
             val_drop=cfg.stopping.divergence_val_drop,
             val_flat=cfg.stopping.min_delta,
+            val_z=cfg.stopping.divergence_z,
         )
 
     def wall_s(self) -> float:
@@ -162,6 +163,7 @@ class Session:
             val_items=len(done),
             # The spread matters only for a check that is not an accuracy (rlvr.training.stopping).
             val_std=statistics.pstdev(values) if any(not 0 <= v <= 1 for v in values) else None,
+            scores={str(i): v for i, v in zip(ids, values, strict=True)},
         )
         self.state.evals.append(point)
         self.state.policy_steps[step] = policy_step
@@ -173,6 +175,7 @@ class Session:
             M.VAL_TRAIN_REWARD: point.reward,
             M.VAL_ITEMS: len(done),
             M.VAL_STD: point.val_std,
+            M.VAL_SCORES: point.scores,
             M.VAL_ERRORS: len(self.val_items) - len(done),
             M.EVAL_SECONDS: time.monotonic() - t0,
             M.EVAL_ITEM_SECONDS: (time.monotonic() - t0) / max(1, len(self.val_items)),
@@ -180,7 +183,7 @@ class Session:
             M.VAL_TREND_SE: trend.se if trend.points >= 2 and trend.se < float("inf") else None,
         }
         alarm = divergence(self.state.evals, self.thresholds)
-        if alarm is not None and all(a.step != alarm.step for a in self.state.alarms):
+        if alarm is not None and is_new(alarm, self.state.alarms):
             self.state.alarms.append(alarm)
             row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
             print_alarm(alarm)

@@ -75,6 +75,7 @@ def restore_state(rows: list[dict[str, Any]]) -> RunState:
                     reward=row.get(M.VAL_TRAIN_REWARD),
                     val_items=row.get(M.VAL_ITEMS),
                     val_std=row.get(M.VAL_STD),
+                    scores=row.get(M.VAL_SCORES),
                 )
             )
             state.policy_steps[step] = int(row.get(M.POLICY_STEP, 0))

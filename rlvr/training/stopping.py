@@ -6,14 +6,18 @@ The hybrid approach trains on the scorer's reward and trusts only held-out valid
   `trend_window` evals does not rise by more than `trend_z` standard errors, so a slow steady rise
   that no single evaluation resolves keeps the run going while a flat or falling one stops it;
 - reward hacking: the training reward trends up while validation trends down by more than
-  `val_drop` and more than the noise of an accuracy on that many validation items;
+  `val_drop` and more than `val_z` standard errors of that change, or by more than one standard
+  error at two evaluations in a row; one such fall alone is a warning (`val_falling`);
 - converged: the training reward trends up while validation stays flat;
 - judge disagrees: over the last `window` training steps the scorer's reward and the ground truth
   of the very same rollouts differ by more than `gap` and more than their sampling noise (a judge
   that rewards wrong answers, or a reward that does not measure the task);
 - time budget: the next evaluation period and the test evaluation would not fit.
 Trends are least-squares slopes over the last `window` evaluations, times the span, so one noisy
-evaluation cannot fire an alarm on its own.
+evaluation cannot fire an alarm on its own. Where the evaluations carry per-item scores on the
+same items (every run of rlvr's), their noise is paired: the spread of the items' own slopes and
+differences, so a rise every item shares counts, and outcomes that scatter when the policy moves
+(a game's boards) count as noisy as they are.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 class AlarmName(StrEnum):
     REWARD_HACKING = "reward_hacking"  # reward up, validation down: stop and read the rollouts
+    VAL_FALLING = "val_falling"  # reward up, validation down once by 1-`val_z` s.e.: a warning
     CONVERGED = "converged"  # reward up, validation flat: more steps buy nothing
     JUDGE_DISAGREES = "judge_disagrees"  # training reward far from ground truth, same rollouts
 
@@ -41,6 +46,7 @@ class EvalPoint(BaseModel):
     reward: float | None = None
     val_items: int | None = None  # how many items the accuracy is measured on (its noise)
     val_std: float | None = None  # std of the per-item scores (checks outside [0, 1])
+    scores: dict[str, float] | None = None  # item id -> its score: the paired noise
 
 
 class Alarm(BaseModel):
@@ -58,6 +64,7 @@ class Thresholds(BaseModel):
     reward_rise: float = 0.1
     val_drop: float = 0.05
     val_flat: float = 0.02
+    val_z: float = 2.0  # standard errors of a validation fall that stop a run at once
 
 
 def best_index(vals: list[float], min_delta: float = 0.0) -> int:
@@ -75,6 +82,49 @@ def plateaued(vals: list[float], patience: int, min_delta: float) -> bool:
     return bool(vals) and len(vals) - 1 - best_index(vals, min_delta) >= patience
 
 
+MIN_PAIRED_ITEMS = 8  # fewer items in common: the noise is estimated as if independent
+
+
+def common_scores(points: list[EvalPoint]) -> list[list[float]] | None:
+    """Per item scored in every one of `points`: its scores in order; None where an evaluation
+    carries no per-item scores or fewer than MIN_PAIRED_ITEMS items are common."""
+    if not points or any(p.scores is None for p in points):
+        return None
+    scored = [p.scores for p in points if p.scores is not None]
+    common = sorted(set.intersection(*(set(s) for s in scored)))
+    if len(common) < MIN_PAIRED_ITEMS:
+        return None
+    return [[s[item] for s in scored] for item in common]
+
+
+def mean_and_se(values: list[float]) -> tuple[float, float]:
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else math.inf
+    return mean, math.sqrt(var / n)
+
+
+def paired_gain(points: list[EvalPoint], a: int, b: int) -> tuple[float, float]:
+    """Evaluation `b`'s gain over evaluation `a` and its standard error: paired over their common
+    items where both carry per-item scores, else as two independent accuracies."""
+    rows = common_scores([points[a], points[b]])
+    if rows is None:
+        return points[b].val - points[a].val, val_noise(points)
+    return mean_and_se([later - earlier for earlier, later in rows])
+
+
+def best_eval(points: list[EvalPoint], min_delta: float) -> int:
+    """Index of the best evaluation: a later one displaces the best so far only with a gain above
+    `min_delta` and above one standard error of that gain (so noise does not move the restored
+    checkpoint)."""
+    best = 0
+    for i in range(1, len(points)):
+        gain, se = paired_gain(points, best, i)
+        if gain > max(min_delta, se):
+            best = i
+    return best
+
+
 class Trend(BaseModel):
     """The least-squares slope of validation per evaluation over a window, and its standard error
     from the per-item sampling noise of each evaluation."""
@@ -90,20 +140,25 @@ class Trend(BaseModel):
 
 
 def val_trend(points: list[EvalPoint], window: int) -> Trend:
-    """Validation's trend over the last `window` evaluations. Each evaluation's noise is that of
-    an accuracy on its items (binomial at the window's mean), or the measured spread of a check
-    that is not an accuracy; evaluations are treated as independent, which overstates the noise of
-    repeated evaluations on the same items, so a rise that counts here is a real one."""
+    """Validation's trend over the last `window` evaluations. Paired where the evaluations carry
+    per-item scores: the mean and standard error of the items' own slopes. Otherwise each
+    evaluation's noise is that of an accuracy on its items (binomial at the window's mean), or the
+    measured spread of a check that is not an accuracy, as if the evaluations were independent."""
     recent = points[-window:]
     n = len(recent)
     if n < 2:
         return Trend(slope=0.0, se=math.inf, points=n)
-    xs = range(n)
-    mean_x, mean_y = (n - 1) / 2, sum(p.val for p in recent) / n
-    sxx = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (p.val - mean_y) for x, p in zip(xs, recent, strict=True)) / sxx
+    rows = common_scores(recent)
+    if rows is not None:
+        slope, se = mean_and_se([slope_of(row) for row in rows])
+        return Trend(slope=slope, se=se, points=n)
+    sxx = sum((x - (n - 1) / 2) ** 2 for x in range(n))
     noise = item_noise(recent)
-    return Trend(slope=slope, se=noise / math.sqrt(sxx) if noise else math.inf, points=n)
+    return Trend(
+        slope=slope_of([p.val for p in recent]),
+        se=noise / math.sqrt(sxx) if noise else math.inf,
+        points=n,
+    )
 
 
 def item_noise(points: list[EvalPoint]) -> float:
@@ -123,21 +178,47 @@ def plateau(
 ) -> bool:
     """The plateau stop: no counted gain for `patience` evaluations and, under the `trend` rule,
     no rising validation trend over the last `window` evaluations."""
-    vals = [p.val for p in points]
-    if not plateaued(vals, patience, gain_threshold(points, min_delta)):
+    if not points or len(points) - 1 - best_eval(points, min_delta) < patience:
         return False
     return rule == "best" or not val_trend(points, window).rising(z)
 
 
-def trend(values: list[float]) -> float:
-    """Change along the least-squares line through `values` from first to last point."""
+def slope_of(values: list[float]) -> float:
+    """The least-squares slope of `values` per step (0 for fewer than two)."""
     n = len(values)
     if n < 2:
         return 0.0
     mean_x, mean_y = (n - 1) / 2, sum(values) / n
     var_x = sum((x - mean_x) ** 2 for x in range(n))
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(range(n), values, strict=True)) / var_x
-    return slope * (n - 1)
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(range(n), values, strict=True)) / var_x
+
+
+def trend(values: list[float]) -> float:
+    """Change along the least-squares line through `values` from first to last point."""
+    return slope_of(values) * (len(values) - 1)
+
+
+def val_change(points: list[EvalPoint]) -> tuple[float, float]:
+    """Validation's change along its trend over `points` and that change's standard error
+    (paired over per-item scores where the evaluations carry them)."""
+    rows = common_scores(points)
+    if rows is None:
+        return trend([p.val for p in points]), val_noise(points)
+    change, se = mean_and_se([trend(row) for row in rows])
+    return change, se
+
+
+def val_falls(points: list[EvalPoint], thresholds: Thresholds, z: float) -> bool:
+    """Training reward rose over the window while validation fell by more than `val_drop` and
+    more than `z` standard errors of its change."""
+    recent = points[-thresholds.window :]
+    rewards = [p.reward for p in recent if p.reward is not None]
+    if len(recent) < thresholds.window or len(rewards) < 2:
+        return False
+    if trend(rewards) < thresholds.reward_rise:
+        return False
+    change, se = val_change(recent)
+    return change <= -max(thresholds.val_drop, z * se)
 
 
 def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
@@ -149,30 +230,47 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
     if len(recent) < thresholds.window or len(rewards) < 2:
         return None
     reward_change = trend(rewards)
-    val_change = trend([p.val for p in recent])
     if reward_change < thresholds.reward_rise:
         return None
     span = f"steps {recent[0].step}-{recent[-1].step}"
-    if val_change <= -max(thresholds.val_drop, val_noise(recent)):
+    change, se = val_change(recent)
+    if val_falls(points, thresholds, 1.0):
+        confident = val_falls(points, thresholds, thresholds.val_z)
+        if confident or val_falls(points[:-1], thresholds, 1.0):
+            return Alarm(
+                name=AlarmName.REWARD_HACKING,
+                step=recent[-1].step,
+                message=(
+                    f"training reward rose {reward_change:+.2f} while validation fell "
+                    f"{change:+.2f} (s.e. {se:.2f}) over {span}: the reward is being gamed; read "
+                    "the rollouts (rlvr inspect --suspicious) and fix the reward before training on"
+                ),
+            )
         return Alarm(
-            name=AlarmName.REWARD_HACKING,
+            name=AlarmName.VAL_FALLING,
             step=recent[-1].step,
             message=(
-                f"training reward rose {reward_change:+.2f} while validation fell "
-                f"{val_change:+.2f} over {span}: the reward is being gamed; read the rollouts "
-                "(rlvr inspect --suspicious) and fix the reward before training on"
+                f"training reward rose {reward_change:+.2f} while validation fell {change:+.2f} "
+                f"(s.e. {se:.2f}) over {span}: within {thresholds.val_z:g} standard errors, so "
+                "the run goes on; a second fall in a row stops it as reward hacking"
             ),
         )
-    if abs(val_change) < thresholds.val_flat:
+    if abs(change) < thresholds.val_flat:
         return Alarm(
             name=AlarmName.CONVERGED,
             step=recent[-1].step,
             message=(
                 f"training reward rose {reward_change:+.2f} but validation stayed flat "
-                f"({val_change:+.2f}) over {span}: converged; stop soon"
+                f"({change:+.2f}) over {span}: converged; stop soon"
             ),
         )
     return None
+
+
+def is_new(alarm: Alarm, alarms: list[Alarm]) -> bool:
+    """Whether `alarm` is not already raised: the same alarm at the same step (a resumed run
+    evaluating again) is one alarm, while another alarm at that step never hides it."""
+    return all((a.name, a.step) != (alarm.name, alarm.step) for a in alarms)
 
 
 class StepPoint(BaseModel):
