@@ -69,14 +69,12 @@ lint: $(STAMP)
 
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
-# cores); the model conversion is done once before the workers start. The test groups are
-# collected longest first (tests/durations.json, tests/conftest.py) and kept in that order.
+# cores); the model conversion is done once before the workers start.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')"
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup \
-	  --no-loadscope-reorder --durations=25
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup --durations=25
 
 # The fast tier for development.
 test-fast: $(STAMP)

@@ -18,10 +18,7 @@ its piped output. Read-only too.
 from __future__ import annotations
 
 import asyncio
-import gc
-import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -93,72 +90,20 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
     return AgentRun(run_dir=run_dir, stdout=done.stdout, stderr=done.stderr)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def return_memory_after_each_module() -> Iterator[None]:
-    """A module's models, engines and runs are garbage once it ends, but glibc keeps their pages
-    unless asked: a worker that ran many modules would hold the sum of them."""
-    yield
-    from rlvr.policy.device import release_memory
-
-    gc.collect()
-    release_memory()
-
-
 # Session-scoped real runs: every test that reads one joins its group (one worker trains it once).
 SHARED_RUNS = ("tiny_run", "agent_run")
-
-
-# Seconds each group took in a recorded `make test` (RLVR_RECORD_DURATIONS=tests/durations.json).
-DURATIONS = Path(__file__).with_name("durations.json")
-
-
-def group_of(item: pytest.Item) -> str:
-    used = getattr(item, "fixturenames", ())
-    shared = [name for name in SHARED_RUNS if name in used]
-    return shared[0] if shared else item.module.__name__
-
-
-def heaviest_first(groups: list[str], seconds: dict[str, float]) -> list[str]:
-    """Groups in the order the workers should take them: the longest recorded first (a group not
-    recorded yet counts as the longest), so the last minutes are many short groups spread over
-    the workers instead of one long group on one of them while the other waits."""
-    longest = max(seconds.values(), default=0.0)
-    return sorted(groups, key=lambda group: -seconds.get(group, longest + 1.0))
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), a module's tests stay on
     one worker (its module-scoped model, backend or server is built once), and every test that
-    reads a shared run (`tiny_run`, `agent_run`) joins that run's group, so it is trained once.
-    The groups are collected heaviest first (`make test` keeps that order: --no-loadscope-reorder,
-    where xdist would order them by their number of tests)."""
-    groups = {id(item): group_of(item) for item in items}
+    reads a shared run (`tiny_run`, `agent_run`) joins that run's group, so it is trained once."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
-    seconds = json.loads(DURATIONS.read_text()) if DURATIONS.is_file() else {}
-    order = heaviest_first(list(dict.fromkeys(groups.values())), seconds)
-    rank = {group: i for i, group in enumerate(order)}
-    items.sort(key=lambda item: rank[groups[id(item)]])
-
-
-RECORDED: dict[str, float] = {}
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Sum each group's seconds (setup, call and teardown) where the reports arrive."""
-    nodeid = report.nodeid
-    # xdist's own rule: the group follows the last "@" when it comes after any parameters
-    if os.environ.get("RLVR_RECORD_DURATIONS") and nodeid.rfind("@") > nodeid.rfind("]"):
-        group = nodeid.rsplit("@", 1)[-1]
-        RECORDED[group] = RECORDED.get(group, 0.0) + report.duration
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    target = os.environ.get("RLVR_RECORD_DURATIONS")
-    if target and RECORDED and not os.environ.get("PYTEST_XDIST_WORKER"):
-        rounded = {group: round(s, 1) for group, s in sorted(RECORDED.items())}
-        Path(target).write_text(json.dumps(rounded, indent=1) + "\n")
+        used = getattr(item, "fixturenames", ())
+        shared = [name for name in SHARED_RUNS if name in used]
+        group = shared[0] if shared else item.module.__name__
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook, run where the workers report
