@@ -234,27 +234,25 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
         return None
     span = f"steps {recent[0].step}-{recent[-1].step}"
     change, se = val_change(recent)
+    falling = f"training reward rose {reward_change:+.2f} while validation fell {change:+.2f} "
     if val_falls(points, thresholds, 1.0):
         confident = val_falls(points, thresholds, thresholds.val_z)
-        if confident or val_falls(points[:-1], thresholds, 1.0):
-            return Alarm(
-                name=AlarmName.REWARD_HACKING,
-                step=recent[-1].step,
-                message=(
-                    f"training reward rose {reward_change:+.2f} while validation fell "
-                    f"{change:+.2f} (s.e. {se:.2f}) over {span}: the reward is being gamed; read "
-                    "the rollouts (rlvr inspect --suspicious) and fix the reward before training on"
-                ),
+        hacking = confident or val_falls(points[:-1], thresholds, 1.0)
+        name, advice = (
+            (
+                AlarmName.REWARD_HACKING,
+                "the reward is being gamed; read the rollouts (rlvr inspect --suspicious) and "
+                "fix the reward before training on",
             )
-        return Alarm(
-            name=AlarmName.VAL_FALLING,
-            step=recent[-1].step,
-            message=(
-                f"training reward rose {reward_change:+.2f} while validation fell {change:+.2f} "
-                f"(s.e. {se:.2f}) over {span}: within {thresholds.val_z:g} standard errors, so "
-                "the run goes on; a second fall in a row stops it as reward hacking"
-            ),
+            if hacking
+            else (
+                AlarmName.VAL_FALLING,
+                f"within {thresholds.val_z:g} standard errors, so the run goes on; a second fall "
+                "in a row stops it as reward hacking",
+            )
         )
+        message = f"{falling}(s.e. {se:.2f}) over {span}: {advice}"
+        return Alarm(name=name, step=recent[-1].step, message=message)
     if abs(change) < thresholds.val_flat:
         return Alarm(
             name=AlarmName.CONVERGED,
