@@ -68,6 +68,9 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
         "judge.max_retries": 8,  # more than the faults scheduled: no call may run out
         "group_size": 2,
         "groups_per_batch": 1,
+        # the tests count one scored group a step: a group of two identical 8-token replies
+        # (equal scores, no signal) would otherwise be refilled with another item
+        "sampling.max_refill": 0,
         "max_steps": 3,
         "max_tokens": 8,
         "eval_every": 3,
