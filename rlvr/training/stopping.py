@@ -67,21 +67,6 @@ class Thresholds(BaseModel):
     val_z: float = 2.0  # standard errors of a validation fall that stop a run at once
 
 
-def best_index(vals: list[float], min_delta: float = 0.0) -> int:
-    """Index of the best evaluation, where only a gain above `min_delta` displaces the earlier
-    best (so noise does not move the restored checkpoint)."""
-    best = 0
-    for i, value in enumerate(vals):
-        if value > vals[best] + min_delta:
-            best = i
-    return best
-
-
-def plateaued(vals: list[float], patience: int, min_delta: float) -> bool:
-    """True when the last `patience` evaluations brought no gain above `min_delta`."""
-    return bool(vals) and len(vals) - 1 - best_index(vals, min_delta) >= patience
-
-
 MIN_PAIRED_ITEMS = 8  # fewer items in common: the noise is estimated as if independent
 
 
@@ -104,23 +89,24 @@ def mean_and_se(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def paired_gain(points: list[EvalPoint], a: int, b: int) -> tuple[float, float]:
-    """Evaluation `b`'s gain over evaluation `a` and its standard error: paired over their common
-    items where both carry per-item scores, else as two independent accuracies."""
+def counted_gain(points: list[EvalPoint], a: int, b: int, min_delta: float) -> tuple[float, float]:
+    """Evaluation `b`'s gain over evaluation `a` and the gain that counts: above `min_delta` and
+    one standard error, paired over their common items where both carry per-item scores, else
+    that of two independent accuracies (`gain_threshold`)."""
     rows = common_scores([points[a], points[b]])
     if rows is None:
-        return points[b].val - points[a].val, val_noise(points)
-    return mean_and_se([later - earlier for earlier, later in rows])
+        return points[b].val - points[a].val, gain_threshold(points, min_delta)
+    gain, se = mean_and_se([later - earlier for earlier, later in rows])
+    return gain, max(min_delta, se)
 
 
 def best_eval(points: list[EvalPoint], min_delta: float) -> int:
-    """Index of the best evaluation: a later one displaces the best so far only with a gain above
-    `min_delta` and above one standard error of that gain (so noise does not move the restored
-    checkpoint)."""
+    """Index of the best evaluation: a later one displaces the best so far only with a gain that
+    counts (so noise does not move the restored checkpoint)."""
     best = 0
     for i in range(1, len(points)):
-        gain, se = paired_gain(points, best, i)
-        if gain > max(min_delta, se):
+        gain, threshold = counted_gain(points, best, i, min_delta)
+        if gain > threshold:
             best = i
     return best
 
@@ -235,8 +221,9 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
     span = f"steps {recent[0].step}-{recent[-1].step}"
     change, se = val_change(recent)
     falling = f"training reward rose {reward_change:+.2f} while validation fell {change:+.2f} "
-    if val_falls(points, thresholds, 1.0):
-        confident = val_falls(points, thresholds, thresholds.val_z)
+    if change <= -max(thresholds.val_drop, se):
+        confident = change <= -max(thresholds.val_drop, thresholds.val_z * se)
+        # the previous window fell too (reward rising there as well): a fall that persists
         hacking = confident or val_falls(points[:-1], thresholds, 1.0)
         name, advice = (
             (
