@@ -44,6 +44,7 @@ def tiny_loaded() -> LoadedModel:
         device=torch.device("cpu"),
         train_dtype=None,
         sample_dtype=None,
+        prefill_dtype=None,
         lock=threading.Lock(),
         stop_ids=frozenset(),
         max_context=128,

@@ -57,6 +57,14 @@ BENCH_PROMPTS = [
 ]
 
 
+def sampling_precision(loaded: LoadedModel) -> str:
+    """fp32, bf16, or mixed (bf16 prefill, fp32 decoding): how the engine samples."""
+    names = {
+        "bf16" if d is not None else "fp32" for d in (loaded.prefill_dtype, loaded.sample_dtype)
+    }
+    return names.pop() if len(names) == 1 else "mixed"
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -212,7 +220,7 @@ async def run_serve_bench(
     return {
         "bench": "serve",
         "device": str(engine.loaded.device),
-        "precision": "bf16" if engine.loaded.sample_dtype is not None else "fp32",
+        "precision": sampling_precision(engine.loaded),
         "threads": torch.get_num_threads(),
         "requests": requests,
         "max_tokens": max_tokens,

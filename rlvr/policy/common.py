@@ -11,9 +11,12 @@ from pydantic import BaseModel, ConfigDict
 logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
-# mixed: bf16 training, fp32 sampling (what CPUs with bf16 units choose; rlvr.policy.device)
+# mixed: bf16 training and prompt prefill, fp32 decoding (what CPUs with bf16 units choose;
+# rlvr.policy.device)
 Precision = Literal["fp32", "bf16", "mixed"]
-Phase = Literal["sample", "train"]  # the engine chooses a precision per phase
+# The engine chooses a precision per phase: a prompt's tokens fed at once (prefill), decoding a
+# token a row (sample), the training step (train).
+Phase = Literal["prefill", "sample", "train"]
 LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine

@@ -63,11 +63,11 @@ def choose_autocast(
 ) -> torch.dtype | None:
     """bf16 autocast or fp32 (None) for one phase of the engine: `precision` if given, else
     RLVR_PRECISION, else the faster one measured for that phase. fp32 and bf16 force every phase;
-    mixed is bf16 training with fp32 sampling.
+    mixed is bf16 training and prefill with fp32 decoding.
 
     On AVX2-only CPUs bf16 is emulated and much slower, so they run fp32 throughout. With bf16
-    units a training step is faster in bf16 but decoding (small matrix products, a token a row)
-    is not, so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has it. The figures:
+    units a training step and a prompt's prefill (large matrix products) are faster in bf16 but
+    decoding (small matrix products, a token a row) is not, so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has it. The figures:
     README, "Precision, per phase"; the sampler/trainer log-prob gap of each choice is measured
     in tests/test_precision.py.
     """

@@ -30,7 +30,8 @@ class LoadedModel:
     tokenizer: Any
     device: torch.device
     train_dtype: torch.dtype | None  # training's autocast (None = fp32)
-    sample_dtype: torch.dtype | None  # sampling's
+    sample_dtype: torch.dtype | None  # decoding's
+    prefill_dtype: torch.dtype | None  # a prompt's prefill
     lock: threading.Lock
     stop_ids: frozenset[int]
     max_context: int
@@ -38,12 +39,21 @@ class LoadedModel:
     @contextmanager
     def autocast(self, phase: Phase) -> Iterator[None]:
         """The phase's precision (rlvr.policy.device.choose_autocast)."""
-        dtype = self.sample_dtype if phase == "sample" else self.train_dtype
+        dtype = self.dtype_of(phase)
         if dtype is None:
             yield
             return
         with torch.autocast(self.device.type, dtype=dtype):
             yield
+
+    def dtype_of(self, phase: Phase) -> torch.dtype | None:
+        """The phase's autocast dtype (None: fp32)."""
+        dtypes = {
+            "prefill": self.prefill_dtype,
+            "sample": self.sample_dtype,
+            "train": self.train_dtype,
+        }
+        return dtypes[phase]
 
     def wrapped(self, model: Any) -> LoadedModel:
         """The same loaded model seen through `model` (a PeftModel around this one's module)."""
@@ -69,11 +79,12 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     chosen = choose_device(device)
     train_dtype = choose_autocast(chosen, precision, "train")
     sample_dtype = choose_autocast(chosen, precision, "sample")
+    prefill_dtype = choose_autocast(chosen, precision, "prefill")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     model.to(chosen).eval()  # type: ignore[arg-type]  # transformers types `to` for its own use
     use_grouped_sdpa(model)
-    if train_dtype is not None or sample_dtype is not None:
+    if any(dtype is not None for dtype in (train_dtype, sample_dtype, prefill_dtype)):
         run_head_in_fp32(model)
     context = model.config.to_dict().get("max_position_embeddings") or DEFAULT_CONTEXT
     return LoadedModel(
@@ -82,6 +93,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
         device=chosen,
         train_dtype=train_dtype,
         sample_dtype=sample_dtype,
+        prefill_dtype=prefill_dtype,
         lock=threading.Lock(),
         stop_ids=stop_ids_of(model, tokenizer),
         max_context=int(context),

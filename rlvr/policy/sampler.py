@@ -26,6 +26,14 @@ from rlvr.policy.rows import RowRules, RowState, never
 from rlvr.policy.weights import WeightsSource, WeightsTag, WeightsView
 
 
+def as_decoded(cache: Any, dtype: torch.dtype) -> None:
+    """Cast a cache prefilled in another precision to the decoding one, so the decode steps'
+    keys/values join it in one dtype (and the prefix cache stores one)."""
+    for layer in cache.layers:
+        if layer.keys.dtype != dtype or layer.values.dtype != dtype:
+            layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
+
+
 class Prefilled(NamedTuple):
     """Rows fed through the model into a fresh batched cache: the cache, its mask, the logits of
     the last `keep` columns, each row's last position and how many of its tokens were reused."""
@@ -284,16 +292,19 @@ class Sampler:
         # Slice boundaries counted from the end, so the last slice holds the `keep` columns.
         cuts = sorted({0, *range(width - max(keep, step), 0, -step)})
         logits: torch.Tensor | None = None
-        for start, end in zip(cuts, [*cuts[1:], width], strict=True):
-            logits = self.loaded.model(
-                input_ids=input_ids[:, start:end],
-                attention_mask=mask[:, : past + end],
-                position_ids=positions[:, start:end],
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=keep if end == width else 1,
-            ).logits
+        with self.loaded.autocast("prefill"):
+            for start, end in zip(cuts, [*cuts[1:], width], strict=True):
+                logits = self.loaded.model(
+                    input_ids=input_ids[:, start:end],
+                    attention_mask=mask[:, : past + end],
+                    position_ids=positions[:, start:end],
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=keep if end == width else 1,
+                ).logits
         assert logits is not None  # cuts always holds 0: at least one slice was fed
+        if self.loaded.prefill_dtype != self.loaded.sample_dtype:
+            as_decoded(cache, self.loaded.sample_dtype or torch.float32)
         return logits
 
     def _cache_from(self, prefixes: list[Prefix | None], length: int) -> Any:
