@@ -4,6 +4,8 @@ The server here is the real one (TorchBackend.serve: FastAPI + uvicorn on 127.0.
 with no model registered yet; requests that need a model are in test_policy_backend.py.
 """
 
+from typing import Any
+
 import httpx
 import pytest
 import pytest_asyncio
@@ -173,3 +175,38 @@ def test_draw_follows_each_rows_distribution_and_never_draws_a_zero() -> None:
     assert bool((draws[:, 1] == 2).all())
     again = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
     assert torch.equal(draw(probs, again), draws[0])  # each row's own seeded stream
+
+
+class _Owner:
+    """Stands for a run's engines: what a stopped server must not keep alive."""
+
+    def names(self) -> list[str]:
+        return ["policy"]
+
+    def route(self, name: str) -> Any:
+        raise ApiError(404, f"model: {name!r} is not among {self.names()}", "not_found_error")
+
+
+def _serve_once(owner: _Owner) -> None:
+    from fastapi.testclient import TestClient
+
+    from rlvr.policy.server import create_app
+
+    with TestClient(create_app(owner.route, owner.names)) as client:
+        assert client.get("/v1/models").json()["data"][0]["id"] == "policy"
+        missing = {"model": "other", "messages": [{"role": "user", "content": "hi"}]}
+        assert client.post("/v1/chat/completions", json=missing).status_code == 404
+
+
+def test_a_stopped_servers_app_keeps_no_engine_alive() -> None:
+    import gc
+    import weakref
+
+    owner = _Owner()
+    gone = weakref.ref(owner)
+    _serve_once(owner)
+    del owner
+    gc.collect()
+    # FastAPI caches endpoint functions process-wide: a closure over the engines would leak a
+    # whole run's models each time a notebook trains again.
+    assert gone() is None

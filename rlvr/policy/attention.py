@@ -33,9 +33,10 @@ def grouped_sdpa(
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if torch.is_grad_enabled() or key.shape[1] == query.shape[1]:
-        return sdpa_attention_forward(
+        output, _ = sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
         )
+        return output, None
     causal = is_causal if is_causal is not None else bool(getattr(module, "is_causal", True))
     output = torch.nn.functional.scaled_dot_product_attention(
         query,

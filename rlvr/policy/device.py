@@ -91,7 +91,7 @@ def run_head_in_fp32(model: PreTrainedModel) -> None:
     and two forwards of different shapes round differently, so the sampler's and the trainer's
     log-probs of the same tokens would differ: an off-policy error in the PPO ratio. With the
     head in fp32 the bf16 body alone leaves the gap (README, "Precision, per phase")."""
-    head: torch.nn.Module = model.get_output_embeddings()  # type: ignore[no-untyped-call]
+    head: torch.nn.Module = model.get_output_embeddings()
     forward = head.forward
 
     def fp32_forward(hidden: torch.Tensor) -> torch.Tensor:

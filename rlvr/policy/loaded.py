@@ -73,7 +73,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers' own
+    hf_logging.disable_progress_bar()
     if threads := os.environ.get(THREADS_ENV):
         torch.set_num_threads(int(threads))
     chosen = choose_device(device)
@@ -82,7 +82,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     prefill_dtype = choose_autocast(chosen, precision, "prefill")
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    model.to(chosen).eval()  # type: ignore[arg-type]  # transformers types `to` for its own use
+    model.to(chosen).eval()
     use_grouped_sdpa(model)
     if any(dtype is not None for dtype in (train_dtype, sample_dtype, prefill_dtype)):
         run_head_in_fp32(model)

@@ -171,7 +171,7 @@ def convert_gguf(gguf: Path, out: Path, default_system: str) -> None:
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]  # transformers' own
+    hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(
         gguf.parent, gguf_file=gguf.name, dtype=torch.float32
     )
@@ -232,7 +232,7 @@ def tokenizer_from_gguf(gguf: Path, default_system: str) -> PreTrainedTokenizerF
             if t == control
         ]
     )
-    return PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]  # transformers' own
+    return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         bos_token=tokens[scalar("tokenizer.ggml.bos_token_id")],
         eos_token=tokens[scalar("tokenizer.ggml.eos_token_id")],

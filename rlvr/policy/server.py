@@ -383,9 +383,14 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app; `router` maps a requested model name to an engine and step. With
     `api_key`, every request must carry `Authorization: Bearer <api_key>` (else 401): the port is
-    on loopback, but any local process of any user could reach it."""
+    on loopback, but any local process of any user could reach it.
+
+    The endpoints reach the engines through `app.state`, never through their closure: FastAPI
+    keeps every endpoint function in a process-wide cache, so a closure over the router would
+    keep each run's models alive after its server stopped (a notebook training twice)."""
     app = FastAPI(title="rlvr policy", docs_url=None, redoc_url=None)
-    batchers: dict[int, _Batcher] = {}
+    app.state.router, app.state.model_names = router, model_names
+    app.state.batchers = {}
 
     if api_key is not None:
         app.add_middleware(BearerAuth, api_key=api_key)
@@ -399,13 +404,13 @@ def create_app(
         return _error(error.status, error.message, error.kind)
 
     @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models(raw: Request) -> dict[str, Any]:
         created = int(time.time())
         return {
             "object": "list",
             "data": [
                 {"id": n, "object": "model", "created": created, "owned_by": "rlvr"}
-                for n in model_names()
+                for n in raw.app.state.model_names()
             ],
         }
 
@@ -414,8 +419,9 @@ def create_app(
         if request.stream:
             raise ApiError(400, "stream: streaming is not supported by this server")
         check_tool_choice(request)
-        route = router(request.model)
+        route = raw.app.state.router(request.model)
         rows, prompt_tokens = build_rows(route.engine, request)
+        batchers: dict[int, _Batcher] = raw.app.state.batchers
         batcher = batchers.get(id(route.engine)) or batchers.setdefault(
             id(route.engine), _Batcher(route.engine)
         )

@@ -132,10 +132,9 @@ def token_counter(model: str, out: Console = console) -> TokenCount:
 
     def count(trajectory: art.Trajectory) -> int:
         try:
-            # transformers annotates str-only message dicts; its templates render any chat.
             rendered = tokenizer.apply_chat_template(
-                trajectory.messages(),  # type: ignore[arg-type]
-                tools=trajectory.tools or None,  # type: ignore[arg-type]
+                trajectory.messages(),
+                tools=trajectory.tools or None,
                 tokenize=True,
             )
         except Exception as error:  # a template that cannot render these turns
