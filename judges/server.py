@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from rlvr.policy.frozen import frozen_sampler
     from rlvr.policy.models import resolve_model
-    from rlvr.policy.server import ApiError, Route, create_app
+    from rlvr.policy.server import ApiError, Route, create_app, serve
 
     engine = frozen_sampler(resolve_model(args.model))
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
 
     app = create_app(route, lambda: [SERVED_NAME], api_key=key)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
-    uvicorn.Server(config).run(sockets=[listener])
+    serve(uvicorn.Server(config), [listener])
 
 
 if __name__ == "__main__":

@@ -210,3 +210,28 @@ def test_a_stopped_servers_app_keeps_no_engine_alive() -> None:
     # FastAPI caches endpoint functions process-wide: a closure over the engines would leak a
     # whole run's models each time a notebook trains again.
     assert gone() is None
+
+
+def test_the_server_starts_where_asyncio_run_refuses_a_loop_factory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On Python 3.12+ uvicorn's `Server.run` is `asyncio.run(..., loop_factory=...)`, and
+    `nest_asyncio.apply()` (run on import by ART's dependencies) replaces `asyncio.run` with one
+    that takes no `loop_factory`: the server thread must not go through it."""
+    import uvicorn.server
+
+    from rlvr.policy.server import ServerThread, create_app
+
+    def nested_run(main: Any, *, debug: bool | None = None) -> Any:
+        main.close()
+        raise TypeError("run() got an unexpected keyword argument 'loop_factory'")
+
+    monkeypatch.setattr(uvicorn.server, "asyncio_run", nested_run)
+    owner = _Owner()
+    server = ServerThread(create_app(owner.route, owner.names))
+    server.start(timeout_s=10)
+    try:
+        models = httpx.get(f"{server.base_url}/models", timeout=10).json()
+        assert [m["id"] for m in models["data"]] == ["policy"]
+    finally:
+        server.stop()

@@ -440,6 +440,16 @@ def create_app(
     return app
 
 
+def serve(server: Any, sockets: list[socket.socket]) -> None:
+    """Run a `uvicorn.Server` on `sockets` until it exits, on an event loop of its own.
+
+    Not `server.run()`: on Python 3.12+ that calls `asyncio.run`, which `nest_asyncio.apply()`
+    (run by ART's dependencies on import) replaces with a function that refuses uvicorn's
+    `loop_factory`, so the server would never start there."""
+    with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
+        runner.run(server.serve(sockets=sockets))
+
+
 class ServerThread:
     """uvicorn serving `app` on 127.0.0.1 from a daemon thread of this process."""
 
@@ -460,8 +470,8 @@ class ServerThread:
         config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(
-            target=self._server.run,
-            kwargs={"sockets": [self._socket]},
+            target=serve,
+            args=(self._server, [self._socket]),
             name="rlvr-policy-server",
             daemon=True,
         )
