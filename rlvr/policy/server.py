@@ -27,7 +27,8 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -48,6 +49,9 @@ from rlvr.policy.grammar import GrammarError, schema_of
 from rlvr.policy.sampler import Sampler  # a trained engine's or a frozen one
 from rlvr.policy.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
 from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
+
+if TYPE_CHECKING:
+    import uvicorn
 
 logger = logging.getLogger(__name__)
 
@@ -378,6 +382,21 @@ def _validation_message(error: RequestValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}"
 
 
+@dataclass(frozen=True)
+class _Served:
+    """What an app's endpoints serve from (kept on `app.state`, see `create_app`)."""
+
+    router: Router
+    model_names: Callable[[], list[str]]
+    batchers: dict[int, _Batcher] = field(default_factory=dict)  # one per engine
+
+
+def _served(request: Request) -> _Served:
+    served = request.app.state.served
+    assert isinstance(served, _Served)  # create_app put it there
+    return served
+
+
 def create_app(
     router: Router, model_names: Callable[[], list[str]], api_key: str | None = None
 ) -> FastAPI:
@@ -389,8 +408,7 @@ def create_app(
     keeps every endpoint function in a process-wide cache, so a closure over the router would
     keep each run's models alive after its server stopped (a notebook training twice)."""
     app = FastAPI(title="rlvr policy", docs_url=None, redoc_url=None)
-    app.state.router, app.state.model_names = router, model_names
-    app.state.batchers = {}
+    app.state.served = _Served(router, model_names)
 
     if api_key is not None:
         app.add_middleware(BearerAuth, api_key=api_key)
@@ -410,7 +428,7 @@ def create_app(
             "object": "list",
             "data": [
                 {"id": n, "object": "model", "created": created, "owned_by": "rlvr"}
-                for n in raw.app.state.model_names()
+                for n in _served(raw).model_names()
             ],
         }
 
@@ -419,9 +437,10 @@ def create_app(
         if request.stream:
             raise ApiError(400, "stream: streaming is not supported by this server")
         check_tool_choice(request)
-        route = raw.app.state.router(request.model)
+        served = _served(raw)
+        route = served.router(request.model)
         rows, prompt_tokens = build_rows(route.engine, request)
-        batchers: dict[int, _Batcher] = raw.app.state.batchers
+        batchers = served.batchers
         batcher = batchers.get(id(route.engine)) or batchers.setdefault(
             id(route.engine), _Batcher(route.engine)
         )
@@ -440,7 +459,7 @@ def create_app(
     return app
 
 
-def serve(server: Any, sockets: list[socket.socket]) -> None:
+def serve(server: uvicorn.Server, sockets: list[socket.socket]) -> None:
     """Run a `uvicorn.Server` on `sockets` until it exits, on an event loop of its own.
 
     Not `server.run()`: on Python 3.12+ that calls `asyncio.run`, which `nest_asyncio.apply()`
