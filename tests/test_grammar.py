@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from rlvr.policy.grammar import ANY_OBJECT, GrammarError, closed, schema_of
 
@@ -198,10 +199,12 @@ def test_constrained_logprobs_are_the_models_own(sampler) -> None:
     n = len(constrained.token_ids)
     assert forced.token_ids[:n] == constrained.token_ids
     # Prefill and step-by-step decoding agree to fp32 rounding; where either runs in bf16 (a
-    # CPU with bf16 units prefills in bf16), to bf16's.
+    # CPU with bf16 units prefills, and multiplies its projections, in bf16), to bf16's three
+    # significant digits: the gap grows with a token's improbability.
     loaded = sampler.loaded
-    tolerance = 1e-4 if loaded.sample_dtype is None and loaded.prefill_dtype is None else 0.1
-    assert forced.logprobs[:n] == pytest.approx(constrained.logprobs, abs=tolerance)
+    fp32 = loaded.products_dtype == torch.float32 and loaded.prefill_dtype is None
+    tolerance = {"abs": 1e-4} if fp32 else {"abs": 0.1, "rel": 0.02}
+    assert forced.logprobs[:n] == pytest.approx(constrained.logprobs, **tolerance)
     # Renormalised over the allowed tokens, a token the grammar left alone would score 0.
     assert min(constrained.logprobs) < -1.0
 

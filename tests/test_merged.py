@@ -17,6 +17,7 @@ from rlvr.policy.adapters import AdapterStore, attach_adapter
 from rlvr.policy.common import LIVE_ADAPTER, LoraSettings, OptimSettings, UnknownStep
 from rlvr.policy.loaded import LoadedModel
 from rlvr.policy.merged import MERGED_KEPT, MergedLinear, merge
+from rlvr.policy.packed import packs
 from rlvr.policy.trainer import Trainer
 from rlvr.policy.weights import WeightsTag
 
@@ -45,6 +46,8 @@ def tiny_loaded() -> LoadedModel:
         train_dtype=None,
         sample_dtype=None,
         prefill_dtype=None,
+        products_dtype=torch.float32,
+        packed=False,
         lock=threading.Lock(),
         stop_ids=frozenset(),
         max_context=128,
@@ -68,13 +71,16 @@ def store(loaded: LoadedModel, tmp_path: Path, **options) -> AdapterStore:
     return AdapterStore(loaded, tmp_path, 0, on_change=lambda: None, **options)
 
 
-def test_merged_layers_compute_what_the_lora_layers_compute() -> None:
+@pytest.mark.parametrize("packed", [False, True])
+def test_merged_layers_compute_what_the_lora_layers_compute(packed) -> None:
+    if packed and not packs(torch.device("cpu"), torch.float32):
+        pytest.skip("no packed products on this CPU")
     loaded = tiny_loaded()
     perturb(loaded)
     ids = torch.randint(0, 64, (3, 10))
     unmerged = logits(loaded, ids)
     parameters = {n: p.detach().clone() for n, p in loaded.model.named_parameters()}
-    merged = merge(loaded.model, LIVE_ADAPTER, torch.float32)
+    merged = merge(loaded.model, LIVE_ADAPTER, torch.float32, packed)
     assert len(merged.swaps) == 2 * 7  # every projection of both layers
     with merged.applied():
         assert any(isinstance(m, MergedLinear) for m in loaded.model.modules())
@@ -101,8 +107,10 @@ def test_a_merged_set_holds_the_targeted_weights_in_the_sampling_precision() -> 
         for m in loaded.model.modules()
         if isinstance(m, LoraLinear)
     )
-    assert merge(loaded.model, LIVE_ADAPTER, torch.float32).nbytes == 4 * targeted
-    assert merge(loaded.model, LIVE_ADAPTER, torch.bfloat16).nbytes == 2 * targeted
+    for dtype, size in [(torch.float32, 4), (torch.bfloat16, 2)]:
+        assert merge(loaded.model, LIVE_ADAPTER, dtype, False).nbytes == size * targeted
+        if packs(torch.device("cpu"), dtype):  # packed bf16 needs bf16 instructions
+            assert merge(loaded.model, LIVE_ADAPTER, dtype, True).nbytes == size * targeted
 
 
 def test_the_live_set_is_merged_once_per_weights_version(tmp_path: Path) -> None:

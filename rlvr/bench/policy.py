@@ -58,11 +58,15 @@ BENCH_PROMPTS = [
 
 
 def sampling_precision(loaded: LoadedModel) -> str:
-    """fp32, bf16, or mixed (bf16 prefill, fp32 decoding): how the engine samples."""
+    """fp32, bf16, or mixed (bf16 prefill, fp32 decoding): how the engine samples; with
+    "+packed bf16|fp32" where its projections use packed weights (rlvr.policy.packed)."""
     names = {
         "bf16" if d is not None else "fp32" for d in (loaded.prefill_dtype, loaded.sample_dtype)
     }
-    return names.pop() if len(names) == 1 else "mixed"
+    precision = names.pop() if len(names) == 1 else "mixed"
+    if not loaded.packed:
+        return precision
+    return f"{precision}+packed {'bf16' if loaded.products_dtype == torch.bfloat16 else 'fp32'}"
 
 
 def log(message: str) -> None:

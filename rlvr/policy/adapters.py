@@ -157,13 +157,13 @@ class AdapterStore:
         """The live adapter merged, or step `tag.number`'s checkpoint loaded beside it just long
         enough to merge it."""
         model = self.loaded.model
-        dtype = self.loaded.sample_dtype or torch.float32
+        dtype, packed = self.loaded.products_dtype, self.loaded.packed
         if tag.kind == "live":
-            return merge(model, LIVE_ADAPTER, dtype)
+            return merge(model, LIVE_ADAPTER, dtype, packed)
         name = f"step{tag.number}"
         model.load_adapter(self.checkpoint_dir(tag.number), adapter_name=name, is_trainable=False)
         try:
-            return merge(model, name, dtype)
+            return merge(model, name, dtype, packed)
         finally:
             model.delete_adapter(name)
 

@@ -1,10 +1,15 @@
 """A live batch: rows decoding together on one set of weights, with their batched KV cache.
 
-Rows are left-padded: every row's keys/values end at the cache's last column, and a mask hides
-each row's padding. Positions are given per row, and a row's keys carry their rotary position
-already, so a column that is padding for every row can be removed, and two batches can be joined
-by padding the shorter one's columns on the left. That is how rows join a running decode and
-leave it (rlvr.policy.sampler)."""
+Rows are right-aligned: every row's keys/values end at the cache's last column, and a mask hides
+the columns before a row's own. Positions are given per row, and a row's keys carry their rotary
+position already, so columns no row uses can be dropped and rows of other lengths can join.
+
+The cache of a batch whose layers all keep every column (no sliding window) is held in
+`SlotLayer`s: per layer one buffer with room for more rows below and more columns to the right,
+of which the batch's rows are the first. A decode step writes its column in place instead of
+copying the whole cache (`torch.cat` per layer and step); a row that ends is replaced by the last
+row (one row copied, not the cache) and a row that joins is written below the others. The buffer
+is laid out anew only when a side runs out of room."""
 
 from __future__ import annotations
 
@@ -14,6 +19,9 @@ import torch
 
 from rlvr.policy.rows import RowState
 from rlvr.policy.weights import WeightsView
+
+RIGHT_ROOM = 64  # columns kept free to the right: decode steps between two layouts
+ROW_ROOM = 4  # rows kept free below when a buffer is laid out
 
 
 class LiveBatch:
@@ -38,19 +46,162 @@ class LiveBatch:
         self.last_position = last_position
 
 
+class SlotLayer:
+    """One layer's keys and values in buffers [capacity, heads, columns, dim]: rows [0, rows)
+    and columns [start, end) are in use (`keys`/`values` are views of them). A forward's new
+    columns are written at `end`; a full buffer is laid out anew with room again. What
+    transformers' attention calls is the cache-layer interface (`update`, `get_seq_length`...)."""
+
+    is_sliding = False
+    is_compileable = False
+
+    def __init__(
+        self, keys: torch.Tensor, values: torch.Tensor, rows: int, start: int, end: int
+    ) -> None:
+        self.key_buffer, self.value_buffer = keys, values
+        self.rows, self.start, self.end = rows, start, end
+        self.is_initialized = True
+        self._expose()
+
+    @classmethod
+    def laid_out(
+        cls, keys: torch.Tensor, values: torch.Tensor, capacity: int, left: int, right: int
+    ) -> SlotLayer:
+        """A layer holding `keys`/`values` ([rows, heads, width, dim]) with room for `capacity`
+        rows and `left`/`right` free columns around them (zeros: a masked column must still hold
+        finite numbers, or the attention's masked sum is NaN)."""
+        rows, heads, width, dim = keys.shape
+        shape = (max(capacity, rows), heads, left + width + right, dim)
+        key_buffer, value_buffer = keys.new_zeros(shape), values.new_zeros(shape)
+        key_buffer[:rows, :, left : left + width] = keys
+        value_buffer[:rows, :, left : left + width] = values
+        return cls(key_buffer, value_buffer, rows, left, left + width)
+
+    def _expose(self) -> None:
+        self.keys = self.key_buffer[: self.rows, :, self.start : self.end]
+        self.values = self.value_buffer[: self.rows, :, self.start : self.end]
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Never needed: a slot layer is built holding its rows."""
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        cache_kwargs: dict[str, Any] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        columns = key_states.shape[-2]
+        if self.end + columns > self.key_buffer.shape[2]:
+            self._relayout(self.key_buffer.shape[0], left=0, right=columns + RIGHT_ROOM)
+        self.key_buffer[: self.rows, :, self.end : self.end + columns] = key_states
+        self.value_buffer[: self.rows, :, self.end : self.end + columns] = value_states
+        self.end += columns
+        self._expose()
+        return self.keys, self.values
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        return self.get_seq_length() + cache_position.shape[0], 0
+
+    def get_seq_length(self) -> int:
+        return self.end - self.start
+
+    def get_max_cache_shape(self) -> int:
+        return -1
+
+    # ------------------------------------------------------------ what the batch does to it
+
+    def move(self, source: int, target: int) -> None:
+        """Row `source`'s keys/values into row `target` (the columns in use)."""
+        columns = slice(self.start, self.end)
+        self.key_buffer[target, :, columns] = self.key_buffer[source, :, columns]
+        self.value_buffer[target, :, columns] = self.value_buffer[source, :, columns]
+
+    def keep_rows(self, rows: int) -> None:
+        """Use only the first `rows` rows (nothing is copied)."""
+        self.rows = rows
+        self._expose()
+
+    def narrow(self, columns: int) -> None:
+        """Stop using the first `columns` columns (nothing is copied)."""
+        self.start += columns
+        self._expose()
+
+    def append(self, keys: torch.Tensor, values: torch.Tensor, left_room: int) -> None:
+        """Rows ([n, heads, width, dim], right-aligned like the rest) written below the others;
+        columns wider than the layer's are taken into use on the left. Laid out anew with more
+        rows or `left_room` more columns where the buffer has too few."""
+        added, width = keys.shape[0], keys.shape[-2]
+        extra = max(width - (self.end - self.start), 0)
+        rows_short = self.rows + added > self.key_buffer.shape[0]
+        if rows_short or self.start < extra:
+            capacity = self.rows + added + ROW_ROOM if rows_short else self.key_buffer.shape[0]
+            self._relayout(capacity, left=extra + left_room, right=RIGHT_ROOM)
+        self.start -= extra
+        rows = slice(self.rows, self.rows + added)
+        self.key_buffer[rows, :, self.end - width : self.end] = keys
+        self.value_buffer[rows, :, self.end - width : self.end] = values
+        self.rows += added
+        self._expose()
+
+    def _relayout(self, capacity: int, left: int, right: int) -> None:
+        other = SlotLayer.laid_out(self.keys, self.values, capacity, left=left, right=right)
+        self.key_buffer, self.value_buffer = other.key_buffer, other.value_buffer
+        self.start, self.end = other.start, other.end
+        self._expose()
+
+
+def slot_layers(cache: Any) -> list[SlotLayer]:
+    return [layer for layer in cache.layers if isinstance(layer, SlotLayer)]
+
+
 def plain_layers(cache: Any) -> bool:
     """Whether every layer of `cache` holds all its columns (no sliding window): only then may
     columns be padded, removed or joined."""
     from transformers.cache_utils import DynamicLayer
 
-    return all(type(layer) is DynamicLayer for layer in cache.layers)
+    return all(type(layer) in (DynamicLayer, SlotLayer) for layer in cache.layers)
+
+
+def slotted(batch: LiveBatch) -> LiveBatch:
+    """`batch` (a prefill's plain cache) with its cache moved into slot layers with room on
+    every side; a sliding-window cache, or one in slot layers already, is left as it is."""
+    from transformers.cache_utils import Cache
+
+    if not plain_layers(batch.cache) or slot_layers(batch.cache):
+        return batch
+    rows, width = batch.mask.shape
+    batch.cache = Cache(
+        layers=[
+            SlotLayer.laid_out(
+                layer.keys, layer.values, rows + ROW_ROOM, left=width // 2, right=RIGHT_ROOM
+            )
+            for layer in batch.cache.layers
+        ]
+    )
+    return batch
 
 
 def select_rows(batch: LiveBatch, keep: list[int]) -> None:
-    """Keep rows `keep` of `batch` (in that order), then drop the columns no kept row uses."""
-    index = torch.tensor(keep, device=batch.mask.device)
-    batch.cache.batch_select_indices(index)
-    batch.states = [batch.states[b] for b in keep]
+    """Keep rows `keep` of `batch`, then drop the columns no kept row uses. A plain cache keeps
+    them in `keep`'s order; slot layers move each kept row from below into a gap (so the kept
+    rows' order may change), copying those rows only."""
+    layers = slot_layers(batch.cache)
+    if layers:
+        kept = set(keep)
+        gaps = [b for b in range(len(keep)) if b not in kept]
+        movers = [b for b in keep if b >= len(keep)]
+        for layer in layers:
+            for source, target in zip(movers, gaps, strict=True):
+                layer.move(source, target)
+            layer.keep_rows(len(keep))
+        moved = dict(zip(gaps, movers, strict=True))
+        order = [moved.get(b, b) for b in range(len(keep))]
+    else:
+        order = keep
+    index = torch.tensor(order, device=batch.mask.device)
+    if not layers:
+        batch.cache.batch_select_indices(index)
+    batch.states = [batch.states[b] for b in order]
     batch.mask = batch.mask[index]
     batch.next_logits = batch.next_logits[index]
     batch.last_position = batch.last_position[index]
@@ -59,14 +210,18 @@ def select_rows(batch: LiveBatch, keep: list[int]) -> None:
 
 
 def _drop_empty_columns(batch: LiveBatch) -> None:
+    """Drop the columns on the left that no row uses (rows are right-aligned)."""
     used = batch.mask.any(0)
-    if bool(used.all()):
+    if bool(used.all()) or not bool(used.any()):
         return
-    columns = used.nonzero()[:, 0]
+    first = int(used.nonzero()[0, 0])
     for layer in batch.cache.layers:
-        layer.keys = layer.keys[:, :, columns]
-        layer.values = layer.values[:, :, columns]
-    batch.mask = batch.mask[:, columns]
+        if isinstance(layer, SlotLayer):
+            layer.narrow(first)
+        else:
+            layer.keys = layer.keys[:, :, first:]
+            layer.values = layer.values[:, :, first:]
+    batch.mask = batch.mask[:, first:]
 
 
 def _left_padded(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
@@ -79,16 +234,13 @@ def _left_padded(tensor: torch.Tensor, width: int, dim: int) -> torch.Tensor:
 
 
 def joined(live: LiveBatch, newcomers: LiveBatch) -> LiveBatch:
-    """One batch of `live`'s rows then `newcomers`' (same weights, plain caches): the narrower
-    cache is padded on the left to the wider one's columns."""
+    """One batch of `live`'s rows then `newcomers'` (same weights, plain caches; `live`'s in
+    slot layers, the newcomers' written below its rows): the narrower is padded on the left to
+    the wider one's columns."""
+    live = slotted(live)
     width = max(live.mask.shape[1], newcomers.mask.shape[1])
     for mine, theirs in zip(live.cache.layers, newcomers.cache.layers, strict=True):
-        mine.keys = torch.cat(
-            [_left_padded(mine.keys, width, 2), _left_padded(theirs.keys, width, 2)]
-        )
-        mine.values = torch.cat(
-            [_left_padded(mine.values, width, 2), _left_padded(theirs.values, width, 2)]
-        )
+        mine.append(theirs.keys, theirs.values, left_room=width // 2)
     return LiveBatch(
         view=live.view,
         states=live.states + newcomers.states,

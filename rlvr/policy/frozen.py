@@ -11,6 +11,7 @@ from pathlib import Path
 
 from rlvr.policy.common import Precision
 from rlvr.policy.loaded import load_model
+from rlvr.policy.merged import pack_frozen
 from rlvr.policy.sampler import Sampler
 from rlvr.policy.weights import BaseWeights
 
@@ -18,5 +19,9 @@ from rlvr.policy.weights import BaseWeights
 def frozen_sampler(
     model_dir: Path, *, device: str | None = None, precision: Precision | None = None
 ) -> Sampler:
-    """A sampler of `model_dir`'s model as it is (step 0 only)."""
-    return Sampler(load_model(model_dir, device, precision), BaseWeights())
+    """A sampler of `model_dir`'s model as it is (step 0 only); on a CPU its projections are
+    packed for the kernel once (rlvr.policy.packed), since nothing trains them."""
+    loaded = load_model(model_dir, device, precision)
+    if loaded.packed:
+        pack_frozen(loaded.model, loaded.products_dtype)
+    return Sampler(loaded, BaseWeights())

@@ -17,6 +17,7 @@ import torch
 from rlvr.policy.attention import use_grouped_sdpa
 from rlvr.policy.common import THREADS_ENV, Phase, Precision
 from rlvr.policy.device import choose_autocast, choose_device, run_head_in_fp32
+from rlvr.policy.packed import pack_head, packs
 
 DEFAULT_CONTEXT = 4096  # for a config that names no max_position_embeddings
 
@@ -32,6 +33,10 @@ class LoadedModel:
     train_dtype: torch.dtype | None  # training's autocast (None = fp32)
     sample_dtype: torch.dtype | None  # decoding's
     prefill_dtype: torch.dtype | None  # a prompt's prefill
+    # Sampling's projections (merged sets, a frozen model's layers): their dtype, and whether
+    # their weights are packed for the CPU's kernel (rlvr.policy.packed).
+    products_dtype: torch.dtype
+    packed: bool
     lock: threading.Lock
     stop_ids: frozenset[int]
     max_context: int
@@ -67,6 +72,19 @@ def stop_ids_of(model: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(i for i in [*ids, tokenizer.eos_token_id] if i is not None)
 
 
+def sampling_products(
+    device: torch.device, prefill: torch.dtype | None, sample: torch.dtype | None
+) -> tuple[torch.dtype, bool]:
+    """The dtype of sampling's projections and whether their weights are packed. Packed weights
+    are computed in their own dtype whatever autocast says, so where a prompt's prefill is bf16
+    they are bf16 for decoding too (attention, norms and the KV cache stay in the decode
+    precision); plain weights are in the decode precision, autocast casting them for a prefill."""
+    wanted = prefill or sample or torch.float32
+    if packs(device, wanted):
+        return wanted, True
+    return sample or torch.float32, False
+
+
 def load_model(model_dir: Path, device: str | None, precision: Precision | None) -> LoadedModel:
     """Load the tokenizer and the base model (fp32 weights, eval mode) on the chosen device.
     `precision`: see `choose_autocast` (None: automatic)."""
@@ -86,6 +104,9 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     use_grouped_sdpa(model)
     if any(dtype is not None for dtype in (train_dtype, sample_dtype, prefill_dtype)):
         run_head_in_fp32(model)
+    products_dtype, packed = sampling_products(chosen, prefill_dtype, sample_dtype)
+    if packed:
+        pack_head(model)
     context = model.config.to_dict().get("max_position_embeddings") or DEFAULT_CONTEXT
     return LoadedModel(
         model=model,
@@ -94,6 +115,8 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
         train_dtype=train_dtype,
         sample_dtype=sample_dtype,
         prefill_dtype=prefill_dtype,
+        products_dtype=products_dtype,
+        packed=packed,
         lock=threading.Lock(),
         stop_ids=stop_ids_of(model, tokenizer),
         max_context=int(context),

@@ -6,12 +6,13 @@ optimizer step and every rollout of that step samples the same ones, so the samp
 once per weights version into `W + s * B @ A` and computes with that.
 
 A `MergedSet` holds, for every targeted layer of one adapter, a plain linear layer with the merged
-weight (in the sampling precision: what autocast would cast it to anyway). `applied()` swaps those
+weight in sampling's precision (`LoadedModel.products_dtype`), on a CPU packed for its kernel
+(rlvr.policy.packed). `applied()` swaps those
 layers into the model in place of PEFT's LoRA layers for one sampling pass and swaps PEFT's back
 afterwards: a reference swap under the engine's lock. The trained weights (W, A, B) are never
 touched, so training and checkpoints see exactly what they saw before, and nothing drifts.
 
-Memory: a merged set is about the size of the targeted projections in the sampling precision
+Memory: a merged set is about the size of the targeted projections in sampling's precision
 (SmolLM2-135M with all seven projections of every layer targeted: ~106M weights, ~425 MB in fp32,
 half in bf16); the adapter store keeps at most MERGED_KEPT of them (rlvr.policy.adapters).
 """
@@ -24,18 +25,26 @@ from typing import Any, NamedTuple
 
 import torch
 
+from rlvr.policy.packed import pack, packed_linear
+
 MERGED_KEPT = 2  # merged sets kept: the live adapter's and one older step's (a test evaluation)
 
 
 class MergedLinear(torch.nn.Module):
-    """A linear layer over given tensors (no parameters: nothing here is trained)."""
+    """A linear layer over given tensors (no parameters: nothing here is trained). A packed one
+    (rlvr.policy.packed) computes in its weight's dtype and answers in its input's."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool) -> None:
         super().__init__()
-        self.weight = weight
+        self.dtype = weight.dtype
+        self.nbytes = weight.numel() * weight.element_size()
+        self.packed = packed
+        self.weight = pack(weight) if packed else weight
         self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            return packed_linear(x, self.weight, self.bias, self.dtype).to(x.dtype)
         return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
@@ -56,7 +65,7 @@ class MergedSet:
 
     @property
     def nbytes(self) -> int:
-        return sum(s.merged.weight.numel() * s.merged.weight.element_size() for s in self.swaps)
+        return sum(s.merged.nbytes for s in self.swaps)
 
     @contextmanager
     def applied(self) -> Iterator[None]:
@@ -70,8 +79,9 @@ class MergedSet:
                 setattr(swap.parent, swap.name, swap.lora)
 
 
-def _merged_layer(layer: Any, adapter: str, dtype: torch.dtype) -> MergedLinear:
-    """`layer`'s weight with `adapter` folded in (PEFT's own delta: s * B @ A), cast to `dtype`."""
+def _merged_layer(layer: Any, adapter: str, dtype: torch.dtype, packed: bool) -> MergedLinear:
+    """`layer`'s weight with `adapter` folded in (PEFT's own delta: s * B @ A), cast to `dtype`
+    (and packed)."""
     if adapter in layer.lora_variant:
         raise ValueError(
             f"adapter {adapter!r} is not plain LoRA ({type(layer.lora_variant[adapter]).__name__}):"
@@ -82,11 +92,11 @@ def _merged_layer(layer: Any, adapter: str, dtype: torch.dtype) -> MergedLinear:
     bias = base.bias
     if bias is not None and layer.lora_bias[adapter]:
         bias = bias + layer.lora_B[adapter].bias * layer.scaling[adapter]
-    return MergedLinear(weight, None if bias is None else bias.to(dtype))
+    return MergedLinear(weight, None if bias is None else bias.to(dtype), packed)
 
 
-def merge(model: torch.nn.Module, adapter: str, dtype: torch.dtype) -> MergedSet:
-    """The merged set of `adapter` (loaded in PeftModel `model`) in `dtype`."""
+def merge(model: torch.nn.Module, adapter: str, dtype: torch.dtype, packed: bool) -> MergedSet:
+    """The merged set of `adapter` (loaded in PeftModel `model`) in `dtype`, packed or not."""
     from peft.tuners.lora import Linear as LoraLinear
 
     swaps = []
@@ -95,5 +105,28 @@ def merge(model: torch.nn.Module, adapter: str, dtype: torch.dtype) -> MergedSet
             if isinstance(layer, LoraLinear) and adapter in layer.lora_A:
                 parent_path, _, name = path.rpartition(".")
                 parent = model.get_submodule(parent_path)
-                swaps.append(Swap(parent, name, layer, _merged_layer(layer, adapter, dtype)))
+                swaps.append(
+                    Swap(parent, name, layer, _merged_layer(layer, adapter, dtype, packed))
+                )
     return MergedSet(swaps)
+
+
+def pack_frozen(model: torch.nn.Module, dtype: torch.dtype) -> int:
+    """Replace every linear layer of a model that is never trained, but its LM head, by a packed
+    one over its own weight in `dtype` (the plain weight is freed); how many were replaced."""
+    head = model.get_output_embeddings()  # type: ignore[operator]
+    found = [
+        (path, layer)
+        for path, layer in model.named_modules()
+        if type(layer) is torch.nn.Linear and layer is not head
+    ]
+    with torch.no_grad():
+        for path, layer in found:
+            parent_path, _, name = path.rpartition(".")
+            bias = None if layer.bias is None else layer.bias.to(dtype)
+            setattr(
+                model.get_submodule(parent_path),
+                name,
+                MergedLinear(layer.weight.to(dtype), bias, packed=True),
+            )
+    return len(found)

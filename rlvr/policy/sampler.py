@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rlvr.policy.batch import LiveBatch, joined, plain_layers, select_rows
+from rlvr.policy.batch import LiveBatch, joined, plain_layers, select_rows, slotted
 from rlvr.policy.common import PREFILL_TOKENS, EngineCounters, Sampled, SampleRow
 from rlvr.policy.device import release_memory
 from rlvr.policy.grammar import Matcher, grammar_for, llg_tokenizer
@@ -99,7 +99,7 @@ class Sampler:
             states = [self.new_state(row) for row in rows]
             try:
                 with view.applied():
-                    batch: LiveBatch | None = self.admit(states, view)
+                    batch: LiveBatch | None = self.seat(self.admit(states, view))
                     while batch is not None:
                         batch, _ = self.retire(batch)
                         if batch is not None:
@@ -158,11 +158,16 @@ class Sampler:
             last_position=prefilled.last_position,
         )
 
+    def seat(self, newcomers: LiveBatch) -> LiveBatch:
+        """`newcomers` (just admitted) as a batch of their own that decodes in place and that
+        later rows can join (rlvr.policy.batch.slotted)."""
+        return slotted(newcomers)
+
     def join(self, live: LiveBatch | None, newcomers: LiveBatch) -> LiveBatch | None:
         """`newcomers` joined into `live` (same weights), or None when their caches cannot be
         joined (a sliding-window model): the caller keeps them apart."""
         if live is None:
-            return newcomers
+            return self.seat(newcomers)
         if not (plain_layers(live.cache) and plain_layers(newcomers.cache)):
             return None
         return joined(live, newcomers)

@@ -148,7 +148,7 @@ class Scheduler:
                 if merged is not None:
                     self._batches[b] = merged
                     return
-        self._batches.append(newcomers)
+        self._batches.append(self.sampler.seat(newcomers))
 
     def _retire(self) -> None:
         """Drop the rows that ended or whose client went; answer the requests now complete."""

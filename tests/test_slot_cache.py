@@ -1,0 +1,140 @@
+"""The live batch's slot cache (rlvr.policy.batch): rows that join a running decode, leave it and
+have their slots reused, across every re-layout (more slots, room on the left for a wider
+newcomer, room on the right after many steps, regrouping once many slots stand free), decode
+exactly what each row decodes alone. A tiny Llama with random weights and the real tokenizer."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+import torch
+
+from rlvr.policy import batch as batch_module
+from rlvr.policy.batch import RIGHT_ROOM, SlotLayer
+from rlvr.policy.common import SampleRow
+from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+from rlvr.policy.prefix import PrefixCache
+from rlvr.policy.sampler import Sampler
+from rlvr.policy.weights import BaseWeights
+
+VOCAB = 49152  # the real tokenizer's
+
+
+@pytest.fixture(scope="module")
+def sampler() -> Sampler:
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from rlvr.policy.attention import use_grouped_sdpa
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
+    model = LlamaForCausalLM(config).eval()
+    use_grouped_sdpa(model)
+    loaded = LoadedModel(
+        model=model,
+        tokenizer=AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL)),
+        device=torch.device("cpu"),
+        train_dtype=None,
+        sample_dtype=None,
+        prefill_dtype=None,
+        products_dtype=torch.float32,
+        packed=False,
+        lock=threading.Lock(),
+        stop_ids=frozenset(),  # rows end at their max_tokens: lengths are the test's to set
+        max_context=1024,
+    )
+    return Sampler(loaded, BaseWeights(), PrefixCache(max_bytes=0))
+
+
+def rows(count: int, seed: int) -> list[SampleRow]:
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 90, (count,), generator=generator).tolist()
+    budgets = torch.randint(2, RIGHT_ROOM + 30, (count,), generator=generator).tolist()
+    return [
+        SampleRow(
+            prompt_ids=torch.randint(10, VOCAB, (length,), generator=generator).tolist(),
+            max_tokens=budget,
+            temperature=0.0,
+        )
+        for length, budget in zip(lengths, budgets, strict=True)
+    ]
+
+
+def continuous(sampler: Sampler, arrivals: dict[int, list[SampleRow]]) -> list[list[int]]:
+    """Decode rows arriving at the given steps, joined into one live batch as the scheduler
+    joins them; each row's tokens, in arrival order."""
+    view = sampler.weights.view(None)
+    order = [row for step in sorted(arrivals) for row in arrivals[step]]
+    done: dict[int, list[int]] = {}
+    with torch.inference_mode(), view.applied():
+        live = None
+        states = []
+        step = 0
+        while step <= max(arrivals) or live is not None:
+            if step in arrivals:
+                newcomers = [sampler.new_state(row) for row in arrivals[step]]
+                states += newcomers
+                live = sampler.join(live, sampler.admit(newcomers, view))
+            if live is not None:
+                live, left = sampler.retire(live)
+                for state in left:
+                    done[states.index(state)] = state.ids
+            if live is not None:
+                sampler.advance(live)
+            step += 1
+    return [done[i] for i in range(len(order))]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rows_joining_and_leaving_decode_what_each_decodes_alone(sampler, seed, monkeypatch):
+    calls: Counter[str] = Counter()
+    for name in ("_relayout", "move", "append"):
+        original = getattr(SlotLayer, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(SlotLayer, name, counted)
+    batch = rows(14, seed)
+    # Two rows first, then newcomers every few steps: some wider than the batch, and more at
+    # once than free slots.
+    arrivals = {0: batch[:2], 3: batch[2:3], 7: batch[3:9], 12: batch[9:10], 40: batch[10:14]}
+    joined = continuous(sampler, arrivals)
+    alone = [
+        sampler.sample([row])[0].token_ids for step in sorted(arrivals) for row in arrivals[step]
+    ]
+    assert joined == alone
+    # Rows left from above the last (moved up), joined, and the buffers ran out of room.
+    assert calls["_relayout"] > 0 and calls["move"] > 0 and calls["append"] > 0
+
+
+def test_a_row_that_leaves_is_replaced_by_the_last_and_every_row_keeps_its_cache(sampler):
+    view = sampler.weights.view(None)
+    with torch.inference_mode(), view.applied():
+        states = [sampler.new_state(row) for row in rows(6, 5)]
+        live = sampler.seat(sampler.admit(states, view))
+        for _ in range(3):
+            sampler.advance(live)
+        before = {
+            id(state): (live.cache.layers[0].keys[b].clone(), live.mask[b].clone())
+            for b, state in enumerate(live.states)
+        }
+        batch_module.select_rows(live, [0, 2, 4, 5])
+    assert [states.index(s) for s in live.states] == [0, 4, 2, 5]  # 4 and 5 filled 1 and 3
+    for b, state in enumerate(live.states):
+        keys, mask = before[id(state)]
+        width = live.mask.shape[1]  # columns no kept row used were dropped on the left
+        assert torch.equal(live.mask[b], mask[-width:])
+        assert torch.equal(live.cache.layers[0].keys[b], keys[:, -width:])
