@@ -20,27 +20,15 @@ from rlvr.policy.merged import MERGED_KEPT, MergedLinear, merge
 from rlvr.policy.packed import packs
 from rlvr.policy.trainer import Trainer
 from rlvr.policy.weights import WeightsTag
+from tests.tiny_llama import tiny_llama
 
 TINY_LORA = LoraSettings(r=4, lora_alpha=8)
 
 
 def tiny_loaded() -> LoadedModel:
     """A 2-layer Llama with random weights and a fresh LoRA adapter on every projection."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    base = LlamaForCausalLM(config).eval()
     return LoadedModel(
-        model=attach_adapter(base, None, TINY_LORA),
+        model=attach_adapter(tiny_llama(), None, TINY_LORA),
         tokenizer=None,
         device=torch.device("cpu"),
         train_dtype=None,

@@ -14,28 +14,13 @@ from rlvr.policy import loaded as loaded_module
 from rlvr.policy import packed as packed_module
 from rlvr.policy.merged import MergedLinear, pack_frozen
 from rlvr.policy.packed import PACKED_ENV, pack, pack_head, packed_linear, packs
+from tests.tiny_llama import tiny_llama
 
 CPU = torch.device("cpu")
 
 
 def runs_here(dtype: torch.dtype) -> bool:
     return packs(CPU, dtype)
-
-
-def tiny_llama():
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 @pytest.mark.parametrize(
@@ -128,7 +113,7 @@ def test_the_probe_says_no_where_the_kernel_refuses(monkeypatch) -> None:
 def test_a_packed_head_samples_fp32_logits_and_still_trains() -> None:
     if not runs_here(torch.float32):
         pytest.skip("no packed products on this CPU")
-    model = tiny_llama()
+    model = tiny_llama(max_positions=64)
     ids = torch.randint(0, 64, (2, 5))
     with torch.inference_mode():
         before = model(input_ids=ids).logits
@@ -147,7 +132,7 @@ def test_a_packed_head_samples_fp32_logits_and_still_trains() -> None:
 def test_a_frozen_models_projections_are_packed_in_place_and_compute_the_same() -> None:
     if not runs_here(torch.float32):
         pytest.skip("no packed products on this CPU")
-    model = tiny_llama()
+    model = tiny_llama(max_positions=64)
     ids = torch.randint(0, 64, (3, 7))
     with torch.inference_mode():
         before = model(input_ids=ids).logits

@@ -19,27 +19,18 @@ from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 from rlvr.policy.prefix import PrefixCache
 from rlvr.policy.sampler import Sampler
 from rlvr.policy.weights import BaseWeights
+from tests.tiny_llama import tiny_llama
 
 VOCAB = 49152  # the real tokenizer's
 
 
 @pytest.fixture(scope="module")
 def sampler() -> Sampler:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
 
     from rlvr.policy.attention import use_grouped_sdpa
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
-    )
-    model = LlamaForCausalLM(config).eval()
+    model = tiny_llama(vocab_size=VOCAB, max_positions=1024)
     use_grouped_sdpa(model)
     loaded = LoadedModel(
         model=model,
