@@ -29,7 +29,7 @@ LOCK_FLAGS := --extra dev --extra verifiers --generate-hashes --python-version 3
 # Test workers: pytest-xdist processes (auto = one per core).
 WORKERS ?= auto
 
-.PHONY: setup lock train test test-fast lint bench preflight clean
+.PHONY: setup lock train test test-fast durations lint bench preflight clean
 
 setup: $(STAMP)
 
@@ -69,12 +69,20 @@ lint: $(STAMP)
 
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
-# cores); the model conversion is done once before the workers start.
+# cores); the model conversion is done once before the workers start, beside mypy (one core
+# each). Groups start heaviest first (tests/durations.json), in that order (no xdist reorder).
+PYTEST_XDIST := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy
-	$(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')"
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -n $(WORKERS) --dist loadgroup --durations=25
+	$(BIN)/mypy & mypy=$$!; \
+	  $(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')" \
+	  || { wait $$mypy; exit 1; }; wait $$mypy
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) --durations=25
+
+# Each test group's seconds on this machine into tests/durations.json (the order `make test`
+# starts them in): rerun after adding or much changing a slow test module.
+durations: $(STAMP)
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_XDIST) --store-durations
 
 # The fast tier for development.
 test-fast: $(STAMP)

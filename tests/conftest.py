@@ -18,6 +18,7 @@ its piped output. Read-only too.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -39,6 +40,9 @@ TINY_RUN = {
     "stopping.on_divergence": "warn",
     # the tests that read it count groups: no refills (tests/test_pool.py covers them)
     "sampling.max_refill": 0,
+    # its 4 groups of 4 at 16 tokens are sometimes all constant: the run's story, not its preflight,
+    # is what the readers test (tests/test_no_signal.py covers the no-signal stop)
+    "preflight": False,
 }
 
 
@@ -94,16 +98,68 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
 SHARED_RUNS = ("tiny_run", "agent_run")
 
 
+# Seconds each group took on a whole run (`make durations` writes it). xdist hands groups out in
+# collection order: the heaviest first, so no long group starts last while the other worker idles.
+DURATIONS = Path(__file__).with_name("durations.json")
+
+
+def group_of(item: pytest.Item) -> str:
+    used = getattr(item, "fixturenames", ())
+    shared = [name for name in SHARED_RUNS if name in used]
+    return shared[0] if shared else item.module.__name__
+
+
+def heaviest_first(groups: list[str], seconds: dict[str, float]) -> list[str]:
+    """`groups` (in collection order) by their recorded seconds, longest first; a group without
+    a record (a new module) goes first too, as if it were the longest, until it has one."""
+    longest = max(seconds.values(), default=0.0)
+    return sorted(groups, key=lambda group: -seconds.get(group, longest))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help=f"write each xdist group's seconds to {DURATIONS.name} (see `make durations`)",
+    )
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (`make test` runs `-n auto --dist loadgroup`), a module's tests stay on
     one worker (its module-scoped model, backend or server is built once), and every test that
-    reads a shared run (`tiny_run`, `agent_run`) joins that run's group, so it is trained once."""
+    reads a shared run (`tiny_run`, `agent_run`) joins that run's group, so it is trained once.
+    Groups are collected heaviest first (`make test` keeps that order: --no-loadscope-reorder)."""
+    groups = {id(item): group_of(item) for item in items}
     for item in items:
-        used = getattr(item, "fixturenames", ())
-        shared = [name for name in SHARED_RUNS if name in used]
-        group = shared[0] if shared else item.module.__name__
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(groups[id(item)]))
+    recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    rank = {
+        g: r for r, g in enumerate(heaviest_first(list(dict.fromkeys(groups.values())), recorded))
+    }
+    items.sort(key=lambda item: rank[groups[id(item)]])  # stable: a group's own order is kept
+
+
+class GroupSeconds:
+    """Sums each group's test seconds where the workers report (the controller), and writes them
+    at the end of the session."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if "@" in report.nodeid:  # xdist's `nodeid@group`; the workers' own reports have none
+            group = report.nodeid.rsplit("@", 1)[1]
+            self.seconds[group] = self.seconds.get(group, 0.0) + report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        rounded = {group: round(s, 1) for group, s in sorted(self.seconds.items())}
+        DURATIONS.write_text(json.dumps(rounded, indent=1) + "\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("store_durations") and "PYTEST_XDIST_WORKER" not in os.environ:
+        config.pluginmanager.register(GroupSeconds(), "rlvr-group-seconds")
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook, run where the workers report

@@ -366,8 +366,9 @@ class Sampler:
             fed,
             Prefix(
                 length=len(fed),
-                keys=tuple(layer.keys[b][:, real].clone() for layer in cache.layers),
-                values=tuple(layer.values[b][:, real].clone() for layer in cache.layers),
+                # a boolean index copies: the entry holds no view of the batch's buffers
+                keys=tuple(layer.keys[b][:, real] for layer in cache.layers),
+                values=tuple(layer.values[b][:, real] for layer in cache.layers),
             ),
         )
 
