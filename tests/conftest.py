@@ -153,8 +153,10 @@ class GroupSeconds:
             self.seconds[group] = self.seconds.get(group, 0.0) + report.duration
 
     def pytest_sessionfinish(self) -> None:
-        rounded = {group: round(s, 1) for group, s in sorted(self.seconds.items())}
-        DURATIONS.write_text(json.dumps(rounded, indent=1) + "\n")
+        """This run's groups replace their records; a group it did not run keeps its own."""
+        recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+        seconds = recorded | {group: round(s, 1) for group, s in self.seconds.items()}
+        DURATIONS.write_text(json.dumps(dict(sorted(seconds.items())), indent=1) + "\n")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,7 +7,6 @@ the trainer still recomputes what the sampler reported.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -20,26 +19,14 @@ from rlvr.policy.merged import MERGED_KEPT, MergedLinear, merge
 from rlvr.policy.packed import packs
 from rlvr.policy.trainer import Trainer
 from rlvr.policy.weights import WeightsTag
-from tests.tiny_llama import tiny_llama
+from tests.tiny_llama import fp32_loaded, tiny_llama
 
 TINY_LORA = LoraSettings(r=4, lora_alpha=8)
 
 
 def tiny_loaded() -> LoadedModel:
     """A 2-layer Llama with random weights and a fresh LoRA adapter on every projection."""
-    return LoadedModel(
-        model=attach_adapter(tiny_llama(), None, TINY_LORA),
-        tokenizer=None,
-        device=torch.device("cpu"),
-        train_dtype=None,
-        sample_dtype=None,
-        prefill_dtype=None,
-        products_dtype=torch.float32,
-        packed=False,
-        lock=threading.Lock(),
-        stop_ids=frozenset(),
-        max_context=128,
-    )
+    return fp32_loaded(attach_adapter(tiny_llama(), None, TINY_LORA))
 
 
 def perturb(loaded: LoadedModel, scale: float = 0.2) -> None:

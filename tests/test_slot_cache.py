@@ -5,7 +5,6 @@ exactly what each row decodes alone. A tiny Llama with random weights and the re
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 
 import pytest
@@ -14,12 +13,11 @@ import torch
 from rlvr.policy import batch as batch_module
 from rlvr.policy.batch import RIGHT_ROOM, SlotLayer
 from rlvr.policy.common import SampleRow
-from rlvr.policy.loaded import LoadedModel
 from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 from rlvr.policy.prefix import PrefixCache
 from rlvr.policy.sampler import Sampler
 from rlvr.policy.weights import BaseWeights
-from tests.tiny_llama import tiny_llama
+from tests.tiny_llama import fp32_loaded, tiny_llama
 
 VOCAB = 49152  # the real tokenizer's
 
@@ -32,19 +30,8 @@ def sampler() -> Sampler:
 
     model = tiny_llama(vocab_size=VOCAB, max_positions=1024)
     use_grouped_sdpa(model)
-    loaded = LoadedModel(
-        model=model,
-        tokenizer=AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL)),
-        device=torch.device("cpu"),
-        train_dtype=None,
-        sample_dtype=None,
-        prefill_dtype=None,
-        products_dtype=torch.float32,
-        packed=False,
-        lock=threading.Lock(),
-        stop_ids=frozenset(),  # rows end at their max_tokens: lengths are the test's to set
-        max_context=1024,
-    )
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
+    loaded = fp32_loaded(model, tokenizer, max_context=1024)
     return Sampler(loaded, BaseWeights(), PrefixCache(max_bytes=0))
 
 
