@@ -524,14 +524,16 @@ def test_oracle_answers_from_passage_text_not_the_label(corpus: Corpus) -> None:
 
 
 def test_task_is_registered_with_defaults_and_options() -> None:
-    cfg = task_config("multihop", difficulty="hard", top_k="5", reward="gated")
-    assert cfg.task_options["difficulty"] == "hard" and cfg.task_options["top_k"] == 5
+    default = resolve_task("multihop").build(task_config("multihop"))
+    items = default.load()  # the hard level: 2- and 3-hop questions
+    assert len(items) == 600 and {i.data["hops"] for i in items} == {2, 3}
+    assert len({i.id for i in items}) == len(items)
+    cfg = task_config("multihop", difficulty="medium", top_k="5", reward="gated", num_items="40")
+    assert cfg.task_options["difficulty"] == "medium" and cfg.task_options["top_k"] == 5
     assert cfg.groups_per_batch == resolve_task("multihop").defaults["groups_per_batch"]
     scenario = resolve_task("multihop").build(cfg)
     assert scenario.default_scorer == "verifier" and scenario.reward_kind is RewardKind.GATED
-    items = scenario.load()
-    assert len(items) == 300 and {i.data["hops"] for i in items} == {2, 3}
-    assert len({i.id for i in items}) == len(items)
+    assert len(scenario.load()) == 40 and {i.data["hops"] for i in scenario.load()} == {2}
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,8 @@ def packed_row(layout: list[tuple[int, int, int, int]], width: int) -> dict[str,
 ONE_PROMPT = [(7, 7, 12, 0), (1, 7, 9, 12), (2, 7, 5, 12), (3, 7, 11, 12), (4, 8, 6, 20)]
 # two groups' prompts in one row, each followed by its rollouts
 TWO_PROMPTS = [(7, 7, 10, 0), (1, 7, 8, 10), (2, 7, 6, 10), (9, 9, 6, 0), (5, 9, 7, 6)]
+# two prompts with rollouts, a rollout whose prompt is in another row, a prompt with no rollout
+MIXED = [(7, 7, 10, 0), (1, 7, 8, 10), (9, 9, 6, 0), (5, 9, 7, 6), (4, 8, 6, 20), (11, 11, 4, 0)]
 
 
 @pytest.mark.parametrize(
@@ -66,7 +68,9 @@ def test_a_segment_knows_a_prompt_by_its_parent():
     assert Segment(0, 4, 7, 7).is_prompt and not Segment(4, 9, 1, 7).is_prompt
 
 
-@pytest.mark.parametrize("layout", [ONE_PROMPT, TWO_PROMPTS], ids=["one-prompt", "two-prompts"])
+@pytest.mark.parametrize(
+    "layout", [ONE_PROMPT, TWO_PROMPTS, MIXED], ids=["one-prompt", "two-prompts", "mixed"]
+)
 def test_prompt_first_gives_the_masked_rows_logprobs_and_gradients(tmp_path, layout):
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both

@@ -30,6 +30,7 @@ from rlvr.policy.common import (
     Precision,
 )
 from rlvr.policy.loaded import LoadedModel, load_model
+from rlvr.policy.lowered import lower_frozen
 from rlvr.policy.prefix import PrefixCache
 from rlvr.policy.sampler import Sampler
 from rlvr.policy.trainer import Trainer
@@ -58,6 +59,8 @@ class Engine:
         self.loaded: LoadedModel = base.wrapped(
             attach_adapter(base.model, adapter_dir, lora or LoraSettings())
         )
+        if self.loaded.train_dtype is not None:
+            lower_frozen(self.loaded.model, self.loaded.train_dtype)
         self.prefixes = PrefixCache()
         self.adapters = AdapterStore(
             self.loaded, output_dir, live_step, on_change=self.prefixes.clear

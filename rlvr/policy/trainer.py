@@ -5,8 +5,9 @@ ART packs a group's rollouts behind one copy of their shared prompt: a packed ro
 rollout 1 | rollout 2 | ...], each rollout seeing the prompt and itself (ART's group attention
 mask). Computed as one masked sequence, every rollout's tokens would still pay attention over the
 whole row. A row that holds a shared prompt is therefore computed in two passes with the same
-result: the prompt once, then its rollouts side by side as a batch continuing from the prompt's
-keys and values (`SharedPrompt`), so the prompt's work is done once per row, not once per rollout.
+result: its prompts side by side, then all its rollouts side by side, each continuing from its
+prompt's keys and values (`SharedPrompt`), so a prompt's work is done once per row, not once per
+rollout, and a row of many short groups still streams the weights twice, not twice a group.
 """
 
 from __future__ import annotations
@@ -333,9 +334,11 @@ class Trainer:
 
 
 class SharedPrompt:
-    """One packed row computed prompt first: each shared prompt once (its keys and values kept),
-    then its rollouts as a batch continuing from them; a rollout whose prompt is not in the row
-    as a batch of its own. The logits are those of the masked row (module docstring): each
+    """One packed row computed prompt first, in two forwards whatever the number of groups in it:
+    the row's prompts side by side (their keys and values kept), then all its rollouts side by side,
+    each continuing from its own prompt's keys and values (a rollout whose prompt is in another row
+    continues from none). Each pass streams the weights once, so a row of many short groups costs
+    two passes, not two a group. The logits are those of the masked row (module docstring): each
     rollout sees exactly its prompt and itself, at ART's positions."""
 
     def __init__(
@@ -347,28 +350,26 @@ class SharedPrompt:
     ) -> None:
         self.causal_lm = model.get_base_model()  # the LoRA layers are inside it
         self.tokens, self.positions = inputs["tokens"][0], inputs["input_pos"][0]
-        continuing = {r for rollouts in shared.values() for r in rollouts}
-        alone = [s for s in segments if s not in continuing and s not in shared]
-        self.passes: list[tuple[Segment | None, list[Segment]]] = [
-            *shared.items(),
-            *([(None, alone)] if alone else []),
-        ]
+        self.prompts = list(shared)
+        by_group = {prompt.group: index for index, prompt in enumerate(self.prompts)}
+        self.rollouts = [s for s in segments if not s.is_prompt or s.group not in by_group]
+        # each rollout's prompt (its row in the prompt pass), None: its prompt is in another row
+        self.parents = [by_group.get(s.parent) for s in self.rollouts]
 
     def logits(self, trained: torch.Tensor) -> torch.Tensor:
         """[K, V] logits of the row's `trained` positions (sorted column indices)."""
         device = self.tokens.device
-        columns: list[torch.Tensor] = []
-        hidden: list[torch.Tensor] = []
-        for prompt, rollouts in self.passes:
-            cache = None
-            if prompt is not None:
-                prompt_hidden, cache = self._forward([prompt], None, keep_cache=True)
-                columns.append(torch.arange(prompt.start, prompt.end, device=device))
-                hidden.append(prompt_hidden[0, : prompt.end - prompt.start])
-            rollout_hidden, _ = self._forward(rollouts, cache, keep_cache=False)
-            for row, segment in enumerate(rollouts):
-                columns.append(torch.arange(segment.start, segment.end, device=device))
-                hidden.append(rollout_hidden[row, : segment.end - segment.start])
+        prompt_hidden, cache = self._forward(self.prompts, None, keep_cache=True)
+        rollout_hidden, _ = self._forward(self.rollouts, cache, keep_cache=False)
+        passes = [(self.prompts, prompt_hidden), (self.rollouts, rollout_hidden)]
+        columns = [
+            torch.arange(s.start, s.end, device=device) for segments, _ in passes for s in segments
+        ]
+        hidden = [
+            states[row, : s.end - s.start]
+            for segments, states in passes
+            for row, s in enumerate(segments)
+        ]
         where = torch.full((len(self.tokens),), -1, dtype=torch.long, device=device)
         where[torch.cat(columns)] = torch.arange(sum(len(c) for c in columns), device=device)
         logits: torch.Tensor = self.causal_lm.get_output_embeddings()(
@@ -379,8 +380,9 @@ class SharedPrompt:
     def _forward(
         self, segments: list[Segment], prompt_cache: Any, keep_cache: bool
     ) -> tuple[torch.Tensor, Any]:
-        """Hidden states [B, L, H] of `segments` side by side (right-padded), continuing from the
-        one-row `prompt_cache` when given, and the cache they fill when `keep_cache`."""
+        """Hidden states [B, L, H] of `segments` side by side (right-padded) and the cache they
+        fill when `keep_cache`; with `prompt_cache` (the prompt pass's), row i continues from the
+        keys and values of prompt `self.parents[i]`, its padding columns masked."""
         from transformers import DynamicCache
 
         width = max(s.end - s.start for s in segments)
@@ -392,17 +394,21 @@ class SharedPrompt:
             return torch.nn.functional.pad(piece, (0, width - len(piece)))
 
         mask = torch.zeros(len(segments), past + width, dtype=torch.long, device=device)
-        mask[:, :past] = 1
         for row, s in enumerate(segments):
             mask[row, past : past + s.end - s.start] = 1
         cache = DynamicCache(config=self.causal_lm.config) if keep_cache else None
-        if prompt_cache is not None:  # the prompt's keys and values, seen by every row
-            rows = len(segments)
-            layers = [
-                (layer.keys.expand(rows, -1, -1, -1), layer.values.expand(rows, -1, -1, -1))
-                for layer in prompt_cache.layers
-            ]
-            cache = DynamicCache(ddp_cache_data=layers, config=self.causal_lm.config)
+        if prompt_cache is not None:
+            for row, parent in enumerate(self.parents):
+                if parent is not None:
+                    prompt = self.prompts[parent]
+                    mask[row, : prompt.end - prompt.start] = 1
+            cache = DynamicCache(
+                ddp_cache_data=[
+                    (self._continued(layer.keys), self._continued(layer.values))
+                    for layer in prompt_cache.layers
+                ],
+                config=self.causal_lm.config,
+            )
         out = self.causal_lm.model(
             input_ids=torch.stack([padded(self.tokens, s) for s in segments]),
             attention_mask=mask,
@@ -411,3 +417,12 @@ class SharedPrompt:
             use_cache=cache is not None,
         )
         return out.last_hidden_state, out.past_key_values
+
+    def _continued(self, states: torch.Tensor) -> torch.Tensor:
+        """The prompt pass's keys or values [P, ...] as the rollout pass's rows see them: one
+        prompt is expanded (no copy); several are gathered by each rollout's parent (a rollout
+        without one gets prompt 0's, all masked)."""
+        if len(self.prompts) == 1:
+            return states.expand(len(self.rollouts), *states.shape[1:])
+        parents = [0 if parent is None else parent for parent in self.parents]
+        return states.index_select(0, torch.tensor(parents, device=states.device))
