@@ -39,13 +39,16 @@ $(UV):
 	$(UV_HOME)/bin/pip install -q --require-hashes --only-binary=:all: \
 	  -r <(echo "uv==$(UV_VERSION) $(UV_HASHES)")
 
-# Bytecode is compiled at install: where PYTHONDONTWRITEBYTECODE is set, as on this machine class,
-# every process would otherwise compile torch, transformers and ART again.
+# Bytecode is written as modules are first imported, by make's own processes too where
+# PYTHONDONTWRITEBYTECODE is set (as on this machine class; else every process would compile torch,
+# transformers and ART again): compiling the whole environment at install costs more than the
+# first imports compiling the fifth of it that is used (README, "Performance").
+export PYTHONDONTWRITEBYTECODE :=
+
 $(STAMP): pyproject.toml $(LOCK) Makefile | $(UV)
 	$(PYTHON) rlvr/lockfile.py check
 	test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV)
-	$(UV) pip sync -q --python $(BIN)/python --require-hashes --find-links $(WHEELS) \
-	  --compile-bytecode $(LOCK)
+	$(UV) pip sync -q --python $(BIN)/python --require-hashes --find-links $(WHEELS) $(LOCK)
 	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 

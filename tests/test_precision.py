@@ -8,8 +8,9 @@ trainer's (the adapter's own layers) for the same tokens at step 1 (`train/kl`);
 Precision paragraph has the measured figures. `mixed` (bf16 training, fp32 sampling: the automatic
 choice on CPUs with bf16 units) is measured beside them.
 
-Where the CPU has no bf16 units, bf16 is emulated and slow: the step here is the smallest that
-still runs every path (one group of 4 rollouts of 16 tokens: sampling, packing, loss, update).
+The step here is the smallest that still runs every path (one group of 4 rollouts: sampling,
+packing, loss, update), of 16 tokens each; where the CPU has no bf16 units, bf16 is emulated by
+naive kernels (a training step many times slower than in fp32), so its rollouts are 8 tokens.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 
 from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import PRECISION_ENV
-from rlvr.policy.device import choose_autocast, native_bf16, run_head_in_fp32
+from rlvr.policy.device import _cpu_has_native_bf16, choose_autocast, native_bf16, run_head_in_fp32
 from rlvr.policy.models import DEFAULT_MODEL
 from rlvr.policy.sampler import as_decoded
 from rlvr.policy.trainer import (
@@ -41,6 +42,11 @@ KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 4e-3}
 # row: bf16 rounds them differently): bounds on the mean and the largest gap over a row's tokens
 # (the largest is the tail of bf16 rounding over a few dozen sampled tokens, so it varies by draw).
 SHARED_GAP = {"fp32": (1e-5, 1e-4), "bf16": (0.05, 0.5), "mixed": (0.05, 0.5)}
+
+
+def sampled_tokens(precision: str) -> int:
+    """Tokens a rollout samples: 16, or 8 where this precision trains in emulated bf16."""
+    return 8 if precision != "fp32" and not _cpu_has_native_bf16() else 16
 
 
 @pytest.mark.parametrize(
@@ -159,13 +165,16 @@ async def trained(request, tmp_path_factory):
             if "lora_B" in name:
                 parameter.normal_(std=0.02, generator=generator)
         engine.adapters.changed()
-    groups = [await _group(model, "Name a planet and describe it.", [0, 1, 2, 3])]
+    tokens = sampled_tokens(precision)
+    groups = [await _group(model, "Name a planet and describe it.", [0, 1, 2, 3], tokens)]
     result = await backend.train(model, groups, learning_rate=1e-4)
     yield precision, engine, groups, result.metrics
     await backend.close()
 
 
-async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> art.TrajectoryGroup:
+async def _group(
+    model: art.TrainableModel, question: str, seeds: list[int], max_tokens: int
+) -> art.TrajectoryGroup:
     messages = [{"role": "user", "content": question}]
 
     async def one(seed: int) -> art.Trajectory:
@@ -174,7 +183,7 @@ async def _group(model: art.TrainableModel, question: str, seeds: list[int]) -> 
             messages=messages,
             logprobs=True,
             temperature=1.0,
-            max_tokens=16,
+            max_tokens=max_tokens,
             seed=seed,
         )
         return art.Trajectory(
