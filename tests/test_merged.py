@@ -68,6 +68,28 @@ def test_merged_layers_compute_what_the_lora_layers_compute(packed) -> None:
         assert torch.equal(parameter, parameters[name]), name
 
 
+@pytest.mark.parametrize("transposed", [False, True], ids=["fused", "fan-in-fan-out"])
+def test_a_merged_weight_is_the_base_plus_pefts_own_delta(transposed) -> None:
+    """The merge folds s * B @ A into W in one product; a layer that stores its weight transposed
+    (`fan_in_fan_out`, flagged here on the square projections, where either sum is defined) goes
+    through PEFT's `get_delta_weight`. Every layer's merged weight is PEFT's."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    loaded = tiny_loaded()
+    perturb(loaded)
+    layers = [m for m in loaded.model.modules() if isinstance(m, LoraLinear)]
+    for layer in layers:
+        weight = layer.get_base_layer().weight
+        layer.fan_in_fan_out = transposed and weight.shape[0] == weight.shape[1]
+    assert any(layer.fan_in_fan_out for layer in layers) == transposed
+    with torch.no_grad():
+        expected = [m.get_base_layer().weight + m.get_delta_weight(LIVE_ADAPTER) for m in layers]
+        merged = merge(loaded.model, LIVE_ADAPTER, torch.float32, packed=False)
+    assert len(merged.swaps) == len(layers)
+    for swap, weight in zip(merged.swaps, expected, strict=True):
+        assert torch.allclose(swap.merged.weight, weight, rtol=0, atol=1e-6)
+
+
 def logits_without_adapter(loaded: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     with loaded.model.disable_adapter():
         return logits(loaded, ids)

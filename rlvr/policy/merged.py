@@ -80,7 +80,7 @@ class MergedSet:
 
 
 def _merged_layer(layer: Any, adapter: str, dtype: torch.dtype, packed: bool) -> MergedLinear:
-    """`layer`'s weight with `adapter` folded in (PEFT's own delta: s * B @ A), cast to `dtype`
+    """`layer`'s weight with `adapter` folded in (s * B @ A, PEFT's delta), cast to `dtype`
     (and packed)."""
     if adapter in layer.lora_variant:
         raise ValueError(
@@ -88,7 +88,14 @@ def _merged_layer(layer: Any, adapter: str, dtype: torch.dtype, packed: bool) ->
             " the engine samples only plain LoRA adapters merged"
         )
     base = layer.get_base_layer()
-    weight = (base.weight + layer.get_delta_weight(adapter)).to(dtype)
+    a, b = layer.lora_A[adapter].weight, layer.lora_B[adapter].weight
+    if layer.fan_in_fan_out or a.dtype != base.weight.dtype:  # PEFT transposes or casts it
+        weight = base.weight + layer.get_delta_weight(adapter)
+    else:
+        # One pass over the weight (W + s * B @ A in the product's epilogue) instead of PEFT's
+        # three (the product, its scaling, the sum): a third of the memory traffic.
+        weight = torch.addmm(base.weight, b, a, alpha=layer.scaling[adapter])
+    weight = weight.to(dtype)
     bias = base.bias
     if bias is not None and layer.lora_bias[adapter]:
         bias = bias + layer.lora_B[adapter].bias * layer.scaling[adapter]
