@@ -29,6 +29,16 @@ def test_common_prefix(a: list[int], b: list[int], shared: int) -> None:
     assert common_prefix(a, b) == shared
 
 
+@pytest.mark.parametrize("length", [1, 2, 7, 64, 1000])
+def test_common_prefix_finds_the_first_difference_wherever_it_is(length: int) -> None:
+    ids = list(range(length))
+    for first in range(length):
+        changed = [*ids[:first], -1, *ids[first + 1 :]]
+        assert common_prefix(ids, changed) == first
+        assert common_prefix(changed[: first + 1], ids) == first
+    assert common_prefix(ids, [*ids, 5]) == length
+
+
 @pytest.mark.parametrize(
     ("lengths", "reused", "threshold"),
     [

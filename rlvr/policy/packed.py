@@ -41,11 +41,11 @@ def packed_linear(
     x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype
 ) -> torch.Tensor:
     """`x @ weight.T + bias` with a packed `dtype` weight, computed in `dtype` whatever autocast
-    says; the result in `dtype`."""
-    with torch.autocast(x.device.type, enabled=False):
-        product: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
-            x.to(dtype), packed, bias, "none", [], ""
-        )
+    says (autocast casts only the ops it lists, and this kernel is not one); the result in
+    `dtype`."""
+    product: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
+        x.to(dtype), packed, bias, "none", [], ""
+    )
     return product
 
 
