@@ -25,6 +25,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.policy.common import THREADS_ENV
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model hub in tests
 
 TINY_RUN = {
@@ -162,6 +164,20 @@ class GroupSeconds:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("store_durations") and "PYTEST_XDIST_WORKER" not in os.environ:
         config.pluginmanager.register(GroupSeconds(), "rlvr-group-seconds")
+    torch_threads_for_this_thread()
+
+
+def torch_threads_for_this_thread() -> None:
+    """RLVR_TORCH_THREADS for pytest's own thread, before it computes anything. torch keeps a
+    thread count per thread once a thread has computed: the engine sets it where it loads (a
+    worker thread), and the tests that run the model on pytest's thread would otherwise compute
+    with one thread a core, which on cores shared with the other test worker waits for a
+    descheduled thread at every operation."""
+    threads = os.environ.get(THREADS_ENV)
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook, run where the workers report
