@@ -101,6 +101,9 @@ class M(StrEnum):
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items
+    # The checkpoint whose test split was evaluated right after this row's validation, on the
+    # same weights ("start", "after-warm-start": rlvr.training.state.Tested): test-<name>.parquet.
+    TEST_CHECKPOINT = "test/checkpoint"
     VAL_TREND = "val/trend"  # least-squares validation slope per evaluation over the trend window
     VAL_TREND_SE = "val/trend_se"  # its standard error from the items' sampling noise
     # Which items a step drew (rlvr.training.pool) and what their groups showed.

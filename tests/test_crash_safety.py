@@ -467,6 +467,7 @@ class Launch(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     returncode: int
+    stdout: str
     stderr: str
     metrics_text: str
     checkpoints: list[str]  # entries of the policy's checkpoint folder
@@ -507,6 +508,7 @@ def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
     metrics = run_dir / store.METRICS
     return Launch(
         returncode=done.returncode,
+        stdout=done.stdout,
         stderr=done.stderr[-4000:],
         metrics_text=metrics.read_text() if metrics.exists() else "",
         checkpoints=sorted(p.name for p in root.iterdir()) if root.is_dir() else [],
@@ -574,6 +576,12 @@ def test_the_resumed_run_has_a_continuous_history(chain: Chain) -> None:
     assert {"step-0001.parquet", "step-0002.parquet", "step-0003.parquet", "test.parquet"} <= (
         parquets
     )
+    # The start was tested by the first process, beside its baseline validation; the resumed
+    # ones read that result back (rlvr.training.session.read_early_tests).
+    first = chain.kills[str(FAULTS[0][0])]
+    assert "test (start)" in first.stdout
+    assert not any("test (start)" in k.stdout for k in [*list(chain.kills.values())[1:], final])
+    assert summary["test"]["items"] == 1 and summary["test"]["start"] in (0.0, 1.0)
     assert not list(chain.run_dir.rglob("*.tmp")), "a temporary was left behind"
     assert (chain.run_dir / store.CHECKPOINTS / "best" / "adapter_config.json").is_file()
     assert final.orphans == []

@@ -57,6 +57,15 @@ def test_run_directory_contract(finished_run):
     assert frame.height == 8 and set(frame["split"]) == {"train"}
     assert frame["independent_reward"].null_count() == 0
     assert (run_dir / "trajectories" / "test.parquet").is_file()
+    # The start was tested right after the baseline validation, on the same weights, and that
+    # result is the summary's start: the end tested only the best (and the last) checkpoint.
+    assert evals[0][M.TEST_CHECKPOINT] == "start"
+    start = pl.read_parquet(run_dir / "trajectories" / "test-start.parquet")
+    final = pl.read_parquet(run_dir / "trajectories" / "test.parquet")
+    assert set(start["step"]) == {0} and set(start["split"]) == {"test"}
+    assert sorted(start["item_id"]) == sorted(final["item_id"])
+    assert summary["test"]["items"] == final.height
+    assert summary["test"]["start"] == pytest.approx(start["reward"].mean())
     assert (run_dir / "checkpoints" / "best" / "adapter_config.json").is_file()
     assert any(p.name.startswith("step-") for p in (run_dir / "checkpoints").iterdir())
 

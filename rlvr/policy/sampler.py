@@ -85,6 +85,14 @@ class Sampler:
             cached = self._token_bytes[token_id] = self.tokenizer.decode([token_id]).encode("utf-8")
         return cached
 
+    def cached_tokens(self, tag: WeightsTag, prompt_ids: list[int]) -> int:
+        """How many tokens of a prompt the prefix cache would serve (its last token is always
+        fed again, for the logits of the first sampled one)."""
+        if not self.prefixes.enabled:
+            return 0
+        found = self.prefixes.lookup(tag, prompt_ids, len(prompt_ids) - 1)
+        return found.length if found is not None else 0
+
     def compile_grammar(self, schema: dict[str, Any]) -> str:
         """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
         return grammar_for(schema, self._grammar_view()[0])

@@ -12,6 +12,7 @@ only what later requests sample.
 
 from __future__ import annotations
 
+import functools
 import queue
 import time
 from collections.abc import Callable
@@ -32,9 +33,13 @@ MAX_BATCH_ROWS = 64  # rows decoding at once; later requests wait for room
 ADMIT_TOKENS = 512
 
 
-def prompt_cost(request: Submission) -> int:
-    """Prompt tokens a request's admission prefills (rows sharing a prompt prefill it once)."""
-    return sum(len(ids) for ids in {tuple(row.prompt_ids) for row in request.rows})
+def prompt_cost(request: Submission, cached: Callable[[list[int]], int]) -> int:
+    """Prompt tokens a request's admission prefills: each distinct prompt once (rows sharing it
+    prefill it once), less its prefix the cache holds (`cached`: how many tokens of a prompt the
+    prefix cache would serve; a conversation's next turn prefills little more than what is new)."""
+    return sum(
+        len(ids) - cached(list(ids)) for ids in {tuple(row.prompt_ids) for row in request.rows}
+    )
 
 
 class ClientGone(Exception):
@@ -120,13 +125,13 @@ class Scheduler:
             if budget <= 0 and groups:
                 break  # the rest is admitted at the next steps
             request = self._waiting.pop(0)
-            budget -= prompt_cost(request)
             try:
                 view = self.sampler.weights.view(request.step)
                 request.states = [self.sampler.new_state(r, request.gone) for r in request.rows]
             except Exception as error:  # an unknown step, a grammar: this request's error
                 request.done(error)
                 continue
+            budget -= prompt_cost(request, functools.partial(self.sampler.cached_tokens, view.tag))
             room -= len(request.rows)
             groups.setdefault(view.tag, (view, []))[1].append(request)
         for view, requests in groups.values():

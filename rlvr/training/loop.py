@@ -1,13 +1,14 @@
 """The hybrid training loop, top to bottom.
 
-    split 80/10/10 -> baseline validation -> repeat:
+    split 80/10/10 -> baseline validation (and the test split of the starting weights, kept for
+    the end) -> repeat:
         draw training items from the pool (rlvr.training.pool) -> roll out groups (ART gather)
         -> score (scorer) -> refill groups without signal -> train on the groups with signal
         (backend) -> metrics, hints -> no signal in the first steps? stop ->
         every eval_every steps: validation accuracy from the scenario's ground truth ->
         plateau (no counted gain, no rising trend)? divergence? -> stop
-    restore the best checkpoint -> test split (start, after the warm start, best, last) ->
-    summary.json, report.png
+    restore the best checkpoint -> test split (best, last; beside the start and the model after
+    the warm start, tested as they were validated) -> summary.json, report.png
 
 Training reward comes from the scorer; stopping comes only from held-out ground truth.
 """
@@ -37,11 +38,12 @@ from rlvr.training.output import (
 )
 from rlvr.training.pool import record
 from rlvr.training.progress import console
-from rlvr.training.session import Session, open_finished, open_session
+from rlvr.training.session import Session, as_test_result, open_finished, open_session
 from rlvr.training.state import (
     RunResult,
     StopReason,
     Tested,
+    TestResult,
     eval_due,
     no_signal_stop,
     no_signal_verdict,
@@ -98,8 +100,9 @@ async def train_until_stop(run: Session) -> StopReason:
     try:
         if cfg.sft_steps > 0 and not any(WarmMetric.SECONDS in r for r in run.rows):
             await warm(run)
-        if not state.evals:
-            await run.validate(0)
+        if not state.evals:  # tested too: the start, or the model after the warm start
+            warmed = any(WarmMetric.SECONDS in r for r in run.rows)
+            await run.validate(0, Tested.AFTER_WARM_START if warmed else Tested.START)
         elif state.evals[-1].step < state.step and eval_due(cfg, state.step):
             await run.validate(state.step)  # killed between the step's row and its evaluation
         elif state.evals[-1].step == state.step:  # its checkpoints may have been cut short
@@ -130,8 +133,9 @@ async def train_until_stop(run: Session) -> StopReason:
 
 
 async def warm(run: Session) -> None:
-    """Validation before the warm start (its own gain), then the warm start; one row."""
-    before, _, _, _ = await run.evaluate(run.val_items, "val", "validate before warm start")
+    """Validation before the warm start (its own gain; the test split's start beside it), then
+    the warm start; one row."""
+    before, _, _, _ = await run.evaluate_with_test("validate before warm start", Tested.START)
     row = await warm_start(
         run.cfg,
         run.scenario,
@@ -140,7 +144,10 @@ async def warm(run: Session) -> None:
         share=run.cfg.sft_budget_share,
     )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
-    run.emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved})
+    beside: dict[str, Any] = (
+        {M.TEST_CHECKPOINT: Tested.START.value} if Tested.START in run.tests else {}
+    )
+    run.emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved, **beside})
     print_warm_start(row, before)
 
 
@@ -177,44 +184,55 @@ async def evaluate_tests(
     run: Session, best: EvalPoint, last: EvalPoint
 ) -> tuple[float | None, dict[str, Any] | None]:
     """The test split for the final (best) checkpoint and, on the same items with the same greedy
-    sampling, for the starting model, the model after the warm start and the last checkpoint:
+    sampling, for the starting model, the model after the warm start and the last checkpoint
+    (the start and the warm start are tested right after their validations on the same
+    weights, `Session.evaluate_with_test`; a result kept there is not evaluated again):
     (final accuracy, the paired `test` block of summary.json, None where the start could not be
     evaluated)."""
     steps = run.state.policy_steps
     checkpoints = tested(run.rows, steps.get(best.step, 0), steps.get(last.step, 0))
-    scores: dict[int, dict[str, float]] = {}  # policy step -> item id -> score
+    results = {r.policy_step: r for r in run.tests.values()}  # policy step -> its test result
     accuracy_final: float | None = None
     for name, policy_step in checkpoints.items():
-        if policy_step in scores:
-            continue
-        try:
-            accuracy, groups, done, _ = await run.evaluate(
-                run.split.test, "test", f"test ({name})", step=policy_step
-            )
-        except RunFailed as error:
-            if name == Tested.FINAL:
-                raise
-            # A backend that keeps no older checkpoint cannot serve the start: the run still
-            # ends with its final test accuracy, without the paired gains.
-            console.print(f"[yellow]no paired test gain[/]: {error}", highlight=False)
-            continue
-        scores[policy_step] = {
-            i.id: float(g.trajectories[0].reward) for g, i in zip(groups, done, strict=True)
-        }
         final = name == Tested.FINAL
-        accuracy_final = accuracy if final else accuracy_final
-        rows = store.trajectory_rows(groups, [i.id for i in done], step=best.step, split="test")
-        run.save_trajectories(layout.test_name(None if final else name), best.step, rows)
+        kept = results.get(policy_step)
+        if kept is not None and not final:
+            continue
+        if kept is None:
+            try:
+                kept = await checkpoint_on_test(run, name, policy_step, best.step)
+            except RunFailed as error:
+                if final:
+                    raise
+                # A backend that keeps no older checkpoint cannot serve the start: the run still
+                # ends with its final test accuracy, without the paired gains.
+                console.print(f"[yellow]no paired test gain[/]: {error}", highlight=False)
+                continue
+            results[policy_step] = kept
+        if final:
+            accuracy_final = kept.accuracy
+            rows = [{**r, "step": best.step} for r in kept.rows]
+            run.save_trajectories(layout.test_name(), best.step, rows)
+        else:
+            run.save_trajectories(layout.test_name(name), best.step, kept.rows)
     needed = [checkpoints[Tested.START], checkpoints.get(Tested.AFTER_WARM_START, 0)]
-    if any(step not in scores for step in needed):
+    if any(step not in results for step in needed):
         return accuracy_final, None
     warm = checkpoints.get(Tested.AFTER_WARM_START)
+    last_step = checkpoints.get(Tested.LAST, checkpoints[Tested.FINAL])
     return accuracy_final, test_block(
-        scores[0],
-        scores[warm] if warm is not None else None,
-        scores[checkpoints[Tested.FINAL]],
-        scores.get(checkpoints.get(Tested.LAST, checkpoints[Tested.FINAL])),
+        results[0].scores,
+        results[warm].scores if warm is not None else None,
+        results[checkpoints[Tested.FINAL]].scores,
+        results[last_step].scores if last_step in results else None,
     )
+
+
+async def checkpoint_on_test(run: Session, name: Tested, policy_step: int, step: int) -> TestResult:
+    """The test split evaluated on checkpoint `policy_step` (named `name`; `step`: the loop step
+    its rows are filed under)."""
+    evaluated = await run.evaluate(run.split.test, "test", f"test ({name})", step=policy_step)
+    return as_test_result(policy_step, evaluated, step)
 
 
 def finish(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import art
+import polars as pl
 
 from rlvr.config import TrainConfig
 from rlvr.integrations import Tracker, open_tracker
@@ -36,11 +37,20 @@ from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
 from rlvr.training.backends import ART_DIR, Policy, open_policy, rewind_policy
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import evaluate
-from rlvr.training.failures import Failure, FailureLog
+from rlvr.training.failures import Failure, FailureLog, RunFailed
 from rlvr.training.output import print_alarm, print_validation
 from rlvr.training.progress import console
 from rlvr.training.split import Split, split_items
-from rlvr.training.state import RunState, last_policy_step, restore_state, window_reward
+from rlvr.training.state import (
+    RunState,
+    Tested,
+    TestResult,
+    early_tested,
+    last_policy_step,
+    restore_state,
+    tested,
+    window_reward,
+)
 from rlvr.training.stopping import EvalPoint, Thresholds, divergence, is_new, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.types import Item, Judge, Sampling, Scenario, Scorer
@@ -101,6 +111,8 @@ class Session:
         self.compared_with_truth = compared_with_truth  # alarm/judge_disagrees applies
         self.rows, self.split, self.tracker, self.policy = rows, split, tracker, policy
         self.state: RunState = restore_state(rows)
+        # The test results of the start and the warm start, evaluated beside their validations.
+        self.tests: dict[Tested, TestResult] = read_early_tests(run_dir, rows)
         self.started = time.monotonic() - self.state.wall_s
         self.val_items: list[Item] = (
             split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
@@ -147,10 +159,35 @@ class Session:
             self.failure_log,
         )
 
-    async def validate(self, step: int) -> None:
-        """Validation accuracy at `step` on ground truth; the divergence alarm; checkpoints."""
+    async def evaluate_with_test(
+        self, desc: str, test: Tested | None
+    ) -> tuple[float, list[art.TrajectoryGroup], list[Item], float]:
+        """The validation items on the live weights, then, as checkpoint `test`'s result (unless
+        it is kept already), the test split on the same weights, alone as at the end of a run
+        (so `rlvr eval` repeats it): no older checkpoint is loaded for it later. The test result
+        is written to its table and kept. Returns the validation's accuracy, groups and items,
+        and its seconds."""
         t0 = time.monotonic()
-        accuracy, groups, done, _ = await self.evaluate(self.val_items, "val", f"validate @{step}")
+        accuracy, groups, done, _ = await self.evaluate(self.val_items, "val", desc)
+        seconds = time.monotonic() - t0
+        if test is not None and test not in self.tests and self.split.test:
+            policy_step = await self.policy.model.get_step()
+            try:
+                evaluated = await self.evaluate(self.split.test, "test", f"test ({test})")
+            except RunFailed as error:  # evaluated again at the end, which says what failed
+                console.print(
+                    f"[yellow]test ({test}) left for the end[/]: {error}", highlight=False
+                )
+            else:
+                result = as_test_result(policy_step, evaluated, step=self.state.step)
+                self.save_trajectories(layout.test_name(test), self.state.step, result.rows)
+                self.tests[test] = result
+        return accuracy, groups, done, seconds
+
+    async def validate(self, step: int, test: Tested | None = None) -> None:
+        """Validation accuracy at `step` on ground truth (and the test split beside it as
+        checkpoint `test`, see `evaluate_with_test`); the divergence alarm; checkpoints."""
+        accuracy, groups, done, seconds = await self.evaluate_with_test(f"validate @{step}", test)
         policy_step = await self.policy.model.get_step()
         ids = [i.id for i in done]
         rows = store.trajectory_rows(groups, ids, step=step, split="val")
@@ -177,10 +214,11 @@ class Session:
             M.VAL_STD: point.val_std,
             M.VAL_SCORES: point.scores,
             M.VAL_ERRORS: len(self.val_items) - len(done),
-            M.EVAL_SECONDS: time.monotonic() - t0,
-            M.EVAL_ITEM_SECONDS: (time.monotonic() - t0) / max(1, len(self.val_items)),
+            M.EVAL_SECONDS: seconds,
+            M.EVAL_ITEM_SECONDS: seconds / max(1, len(self.val_items)),
             M.VAL_TREND: trend.slope if trend.points >= 2 else None,
             M.VAL_TREND_SE: trend.se if trend.points >= 2 and trend.se < float("inf") else None,
+            **({M.TEST_CHECKPOINT: test.value} if test in self.tests else {}),
         }
         alarm = divergence(self.state.evals, self.thresholds)
         if alarm is not None and is_new(alarm, self.state.alarms):
@@ -190,6 +228,43 @@ class Session:
         self.emit(row)
         print_validation(step, accuracy, policy_step, row[M.VAL_TREND], row[M.VAL_TREND_SE])
         await keep_checkpoints(self.cfg, self.policy, self.state, self.run_dir, self.rows)
+
+
+def as_test_result(
+    policy_step: int,
+    evaluated: tuple[float, list[art.TrajectoryGroup], list[Item], list[Failure]],
+    step: int,
+) -> TestResult:
+    """The test split's result at checkpoint `policy_step` from its evaluation (`evaluate`'s
+    accuracy, groups and items), its rows filed under loop `step`."""
+    accuracy, groups, done, _ = evaluated
+    ids = [i.id for i in done]
+    return TestResult(
+        policy_step=policy_step,
+        accuracy=accuracy,
+        scores={i: float(g.trajectories[0].reward) for i, g in zip(ids, groups, strict=True)},
+        rows=store.trajectory_rows(groups, ids, step=step, split="test"),
+    )
+
+
+def read_early_tests(run_dir: Path, rows: list[dict[str, Any]]) -> dict[Tested, TestResult]:
+    """The test results a (killed) run's validation passes kept, read back from their tables: a
+    resumed run evaluates them no more."""
+    steps = tested(rows, -1, -2)
+    found: dict[Tested, TestResult] = {}
+    for name in early_tested(rows):
+        path = layout.table(run_dir, layout.test_name(name))
+        if name not in steps or not path.is_file():
+            continue  # evaluated again at the end
+        table = pl.read_parquet(path).to_dicts()
+        scores = {str(r["item_id"]): float(r["reward"]) for r in table}
+        found[name] = TestResult(
+            policy_step=steps[name],
+            accuracy=sum(scores.values()) / len(scores) if scores else 0.0,
+            scores=scores,
+            rows=table,
+        )
+    return found
 
 
 @asynccontextmanager

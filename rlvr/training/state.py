@@ -114,14 +114,28 @@ def stop_after_eval(
         state.evals, rules.patience, rules.min_delta, rules.rule, rules.trend_window, rules.trend_z
     ):
         return StopReason.PLATEAU
+    # The test split is still to be evaluated for the best and the last checkpoint, and for the
+    # start and the warm start unless their validation passes evaluated it already.
+    pending = [t for t in tested(rows, -1, -2) if t not in early_tested(rows)]
     if cfg.max_minutes is not None and out_of_time(
         [r[M.WALL_SECONDS] for r in evals],
-        # the test split is evaluated for the best, the last, the start and the warm start
-        test_s=evals[-1][M.EVAL_SECONDS] * test_items / val_items * (len(tested(rows, -1, -2))),
+        test_s=item_seconds(evals[-1], val_items) * test_items * len(pending),
         budget_s=cfg.max_minutes * 60,
     ):
         return StopReason.TIME_BUDGET
     return None
+
+
+def item_seconds(row: dict[str, Any], val_items: int) -> float:
+    """An evaluation row's seconds per item evaluated (validation and any test items beside)."""
+    per_item = row.get(M.EVAL_ITEM_SECONDS)
+    return float(per_item) if per_item is not None else row[M.EVAL_SECONDS] / max(1, val_items)
+
+
+def early_tested(rows: list[dict[str, Any]]) -> list[Tested]:
+    """The checkpoints whose test split a validation pass evaluated beside it (the start, the
+    model after the warm start): their tables are written, not evaluated again at the end."""
+    return [Tested(r[M.TEST_CHECKPOINT]) for r in rows if r.get(M.TEST_CHECKPOINT)]
 
 
 def window_reward(rows: list[dict[str, Any]], step: int, eval_every: int) -> float | None:
@@ -146,6 +160,18 @@ class Tested(StrEnum):
     START = "start"  # policy step 0, before any training
     AFTER_WARM_START = "after-warm-start"
     LAST = "last"  # the last checkpoint, where it is not the best one
+
+
+class TestResult(BaseModel):
+    """The test split evaluated at one checkpoint: its policy step, accuracy over the completed
+    items, each item's score and the rows of its trajectory table."""
+
+    model_config = ConfigDict(frozen=True)
+
+    policy_step: int
+    accuracy: float
+    scores: dict[str, float]
+    rows: list[dict[str, Any]]
 
 
 def tested(rows: list[dict[str, Any]], final: int, last: int) -> dict[Tested, int]:

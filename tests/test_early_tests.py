@@ -1,0 +1,95 @@
+"""The test split of the start and of the model after the warm start is evaluated right after
+their validations, on the weights being validated (rlvr.training.session.evaluate_with_test): the
+time budget leaves room only for what the end still has to test, and a resumed run reads those
+results back from their tables instead of evaluating them again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlvr.config import TrainConfig
+from rlvr.metrics import M
+from rlvr.runs import layout, store
+from rlvr.training import state as st
+from rlvr.training.session import read_early_tests
+from rlvr.training.state import StopReason, early_tested, restore_state, stop_after_eval
+from rlvr.training.warmstart import WarmMetric
+
+WARM_POLICY_STEP = 3
+
+
+def history(marked: bool) -> list[dict[str, Any]]:
+    """A run with a warm start, validated at 0 (wall 100 s) and 2 (wall 200 s), 1 s an item;
+    `marked`: its rows name the test splits evaluated beside the two first validations."""
+    warm = {M.STEP: 0, WarmMetric.SECONDS: 50.0, M.POLICY_STEP: WARM_POLICY_STEP}
+    val0 = {
+        M.STEP: 0,
+        M.VAL_ACCURACY: 0.3,
+        M.POLICY_STEP: WARM_POLICY_STEP,
+        M.WALL_SECONDS: 100.0,
+        M.EVAL_SECONDS: 10.0,
+        M.EVAL_ITEM_SECONDS: 1.0,
+    }
+    if marked:
+        warm[M.TEST_CHECKPOINT] = st.Tested.START.value
+        val0[M.TEST_CHECKPOINT] = st.Tested.AFTER_WARM_START.value
+    steps = [{M.STEP: s, M.REWARD_MEAN: 0.5, M.WALL_SECONDS: 100.0 + 40 * s} for s in (1, 2)]
+    val2 = {**val0, M.STEP: 2, M.POLICY_STEP: 5, M.WALL_SECONDS: 200.0, M.VAL_ACCURACY: 0.35}
+    val2.pop(M.TEST_CHECKPOINT, None)
+    return [warm, val0, *steps, val2]
+
+
+@pytest.mark.parametrize(
+    ("marked", "expected"),
+    [
+        # 200 s now + 100 s for the next period + the best and the last on 10 test items (20 s)
+        (True, None),
+        # ... + the start and the warm start too (40 s): over 330 s
+        (False, StopReason.TIME_BUDGET),
+    ],
+)
+def test_the_time_budget_leaves_room_for_the_tests_still_to_come(
+    marked: bool, expected: StopReason | None
+) -> None:
+    rows = history(marked)
+    cfg = TrainConfig(max_minutes=5.5, eval_every=2)
+    state = restore_state(rows)
+    assert stop_after_eval(cfg, state, rows, test_items=10, val_items=10) == expected
+
+
+def test_the_rows_name_the_checkpoints_tested_early() -> None:
+    assert early_tested(history(True)) == [st.Tested.START, st.Tested.AFTER_WARM_START]
+    assert early_tested(history(False)) == []
+
+
+def table_rows(scores: dict[str, float]) -> list[dict[str, Any]]:
+    return [
+        {"step": 0, "split": "test", "item_id": i, "group": n, "index": 0, "reward": r}
+        | {k: None for k in ("independent_reward", "tools", "metrics", "metadata", "logs")}
+        | {"messages": "[]"}
+        for n, (i, r) in enumerate(scores.items())
+    ]
+
+
+def test_a_resumed_run_reads_its_early_test_results_back(tmp_path: Path) -> None:
+    start, warm = {"a": 0.0, "b": 1.0}, {"a": 1.0, "b": 1.0}
+    store.write_trajectories(tmp_path, layout.test_name(st.Tested.START), table_rows(start))
+    store.write_trajectories(
+        tmp_path, layout.test_name(st.Tested.AFTER_WARM_START), table_rows(warm)
+    )
+    found = read_early_tests(tmp_path, history(True))
+    assert set(found) == {st.Tested.START, st.Tested.AFTER_WARM_START}
+    assert (found[st.Tested.START].policy_step, found[st.Tested.START].scores) == (0, start)
+    assert found[st.Tested.AFTER_WARM_START].policy_step == WARM_POLICY_STEP
+    assert found[st.Tested.AFTER_WARM_START].accuracy == 1.0
+    assert len(found[st.Tested.START].rows) == 2
+    # A table the rows do not name (its validation row was never written) is evaluated again.
+    assert read_early_tests(tmp_path, history(False)) == {}
+
+
+def test_a_named_table_that_is_missing_is_left_for_the_end(tmp_path: Path) -> None:
+    store.write_trajectories(tmp_path, layout.test_name(st.Tested.START), table_rows({"a": 1.0}))
+    assert set(read_early_tests(tmp_path, history(True))) == {st.Tested.START}
