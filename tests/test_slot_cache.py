@@ -15,7 +15,7 @@ from rlvr.policy.batch import RIGHT_ROOM, SlotLayer
 from rlvr.policy.common import SampleRow
 from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 from rlvr.policy.prefix import PrefixCache
-from rlvr.policy.sampler import Sampler
+from rlvr.policy.sampler import PASS_COLUMNS, Sampler, prefill_groups
 from rlvr.policy.weights import BaseWeights
 from tests.tiny_llama import fp32_loaded, tiny_llama
 
@@ -103,6 +103,7 @@ def test_a_row_that_leaves_is_replaced_by_the_last_and_every_row_keeps_its_cache
     with torch.inference_mode(), view.applied():
         states = [sampler.new_state(row) for row in rows(6, 5)]
         live = sampler.seat(sampler.admit(states, view))
+        admitted = [states.index(s) for s in live.states]  # rows of very other lengths: grouped
         for _ in range(3):
             sampler.advance(live)
         before = {
@@ -110,9 +111,54 @@ def test_a_row_that_leaves_is_replaced_by_the_last_and_every_row_keeps_its_cache
             for b, state in enumerate(live.states)
         }
         batch_module.select_rows(live, [0, 2, 4, 5])
-    assert [states.index(s) for s in live.states] == [0, 4, 2, 5]  # 4 and 5 filled 1 and 3
+    # the rows at 4 and 5 filled the places of 1 and 3
+    assert [states.index(s) for s in live.states] == [admitted[b] for b in (0, 4, 2, 5)]
     for b, state in enumerate(live.states):
         keys, mask = before[id(state)]
         width = live.mask.shape[1]  # columns no kept row used were dropped on the left
         assert torch.equal(live.mask[b], mask[-width:])
         assert torch.equal(live.cache.layers[0].keys[b], keys[:, -width:])
+
+
+@pytest.mark.parametrize(
+    ("new", "groups"),
+    [
+        ([100, 100, 100], [[0, 1, 2]]),  # nothing padded: one pass
+        ([300, 20], [[0], [1]]),  # the short row padded to 300 costs more than a pass
+        ([20, 300, 25, 22], [[1], [3, 2, 0]]),  # the short ones together, longest first
+        ([70, 60], [[0, 1]]),  # 10 padded columns cost less than a pass
+        ([5], [[0]]),
+    ],
+)
+def test_prefill_groups_pass_rows_of_other_lengths_apart(new, groups):
+    assert [sorted(g) for g in prefill_groups(new)] == [sorted(g) for g in groups]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_prefill_groups_cover_every_row_once_and_never_cost_more_than_one_pass(seed):
+    generator = torch.Generator().manual_seed(seed)
+    new = torch.randint(
+        1, 400, (int(torch.randint(1, 40, (1,), generator=generator)),), generator=generator
+    ).tolist()
+    groups = prefill_groups(new)
+    assert sorted(i for g in groups for i in g) == list(range(len(new)))
+    cost = sum(PASS_COLUMNS + len(g) * max(new[i] for i in g) for g in groups)
+    assert cost <= PASS_COLUMNS + len(new) * max(new)
+
+
+def test_an_admission_of_rows_of_other_lengths_decodes_what_each_decodes_alone(sampler):
+    """Rows prefilled in passes of their own (a long prompt beside short ones) and joined into
+    one batch sample what each samples alone."""
+    generator = torch.Generator().manual_seed(7)
+    batch = [
+        SampleRow(
+            prompt_ids=torch.randint(10, VOCAB, (length,), generator=generator).tolist(),
+            max_tokens=12,
+            temperature=0.0,
+        )
+        for length in (300, 6, 9, 280, 4)
+    ]
+    assert len(prefill_groups([len(r.prompt_ids) for r in batch])) > 1
+    together = [s.token_ids for s in sampler.sample(batch)]
+    alone = [sampler.sample([row])[0].token_ids for row in batch]
+    assert together == alone

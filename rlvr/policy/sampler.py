@@ -34,6 +34,32 @@ def as_decoded(cache: Any, dtype: torch.dtype) -> None:
             layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
 
 
+# The fixed cost of one prefill pass, in the token columns a pass computes for one row: a pass of
+# a few tokens still streams every weight and walks every layer, while a row padded to a longer
+# row's width computes every padded column (README, "Performance").
+PASS_COLUMNS = 64
+
+
+def prefill_groups(new: list[int], pass_columns: int = PASS_COLUMNS) -> list[list[int]]:
+    """The rows (indices into `new`, each row's new-token count) prefilled together, pass by pass:
+    a pass is as wide as its longest row, so rows of very different lengths are prefilled apart
+    when the padding they would share costs more than another pass. The partition of the rows,
+    longest first, into consecutive runs that minimises passes x `pass_columns` + padded cells
+    (exact: dynamic programming over the sorted lengths)."""
+    order = sorted(range(len(new)), key=lambda i: -new[i])
+    best = [0] * (len(order) + 1)  # best[k]: cost of the first k rows in order
+    cut = [0] * (len(order) + 1)  # where the last run of that best partition starts
+    for k in range(1, len(order) + 1):
+        best[k], cut[k] = min(
+            (best[j] + pass_columns + (k - j) * new[order[j]], j) for j in range(k)
+        )
+    groups, k = [], len(order)
+    while k > 0:
+        groups.append(order[cut[k] : k])
+        k = cut[k]
+    return groups[::-1]
+
+
 class Prefilled(NamedTuple):
     """Rows fed through the model into a fresh batched cache: the cache, its mask, the logits of
     the last `keep` columns, each row's last position and how many of its tokens were reused."""
@@ -61,6 +87,10 @@ class Sampler:
         self._grammar_tokenizer: Any = (
             None  # llguidance's view of the tokenizer, built on first use
         )
+        from transformers import DynamicCache
+
+        # Whether this model's caches can be joined (every layer keeps all its columns).
+        self.joinable = plain_layers(DynamicCache(config=loaded.model.config))
 
     @property
     def tokenizer(self) -> Any:
@@ -131,10 +161,29 @@ class Sampler:
     def admit(self, states: list[RowState], view: WeightsView) -> LiveBatch:
         """Prefill `states`' rows (applied weights: `view`'s) into a batch of their own: prompt
         prefixes several rows share are prefilled once, cached prefixes are reused where that
-        shortens the batch, and each row's forced tokens are scored."""
+        shortens the batch, and each row's forced tokens are scored. Rows whose new tokens differ
+        much in number are prefilled in passes of their own (`prefill_groups`) and joined."""
         rows = [state.row for state in states]
         if self.prefixes.enabled:
             self._prefill_shared(rows, view.tag)
+        self.count(EngineCounters(sampling_passes=1))
+        if not self.joinable:
+            return self._admit_rows(states, view)
+        new = [
+            len(state.inputs) - self.cached_tokens(view.tag, state.row.prompt_ids)
+            for state in states
+        ]
+        batches = [
+            self._admit_rows([states[i] for i in group], view) for group in prefill_groups(new)
+        ]
+        batch = batches[0]
+        for other in batches[1:]:
+            batch = joined(batch, other)
+        return batch
+
+    def _admit_rows(self, states: list[RowState], view: WeightsView) -> LiveBatch:
+        """`admit` for rows prefilled in one pass (their shared prefixes already cached)."""
+        rows = [state.row for state in states]
         forced_width = max(len(row.forced_ids) for row in rows)
         # At least one prompt token is fed again, for the logits of the first sampled token.
         prefilled = self._prefill_rows(
@@ -150,7 +199,6 @@ class Sampler:
                 prompt_tokens=prompt,
                 cached_prompt_tokens=reused,
                 prefilled_tokens=prompt - reused,
-                sampling_passes=1,
             )
         )
         if forced_width:
