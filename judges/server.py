@@ -55,4 +55,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from rlvr.lifetime import quick_teardown
+
+    quick_teardown()  # a stopped engine's process ends in a fraction of a second
     main()

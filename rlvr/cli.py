@@ -36,10 +36,12 @@ app = typer.Typer(
 @app.callback()
 def _every_command() -> None:
     """Before any command runs: no log line or traceback of this process can print a key (an
-    exception from a task or a provider may quote one)."""
+    exception from a task or a provider may quote one); its exit will not sweep the ML stack."""
+    from rlvr.lifetime import quick_teardown
     from rlvr.redact import install_redaction
 
     install_redaction()
+    quick_teardown()
 
 
 TaskArg = Annotated[
