@@ -37,6 +37,24 @@ def never() -> bool:
     return False
 
 
+# The tokens a draft's lookup matches on: 3 rarely match by chance, and a repeated phrase or a
+# copied id matches at once.
+LOOKUP_NGRAM = 3
+
+
+def lookup_draft(context: list[int], most: int, ngram: int = LOOKUP_NGRAM) -> list[int]:
+    """Prompt-lookup drafting: the tokens (at most `most`) that followed the latest earlier
+    occurrence of the context's last `ngram` tokens; [] where there is none. What a greedy reply
+    copies from its prompt (a tool result, an id) or repeats of itself is drafted exactly."""
+    if most <= 0 or len(context) <= ngram:
+        return []
+    key = context[-ngram:]
+    for start in range(len(context) - ngram - 1, -1, -1):
+        if context[start : start + ngram] == key:
+            return context[start + ngram : start + ngram + most]
+    return []
+
+
 class RowState:
     """Mutable state of one row while it decodes. `gone` says whether its client has gone (the
     row is then dropped at the next step, `cancelled`)."""
@@ -163,6 +181,44 @@ class RowRules:
             for j, token in enumerate(forced):
                 state.record(token, logprobs[j])
             self.finish_if_done(state)
+
+    def drafts(self, states: list[RowState], columns: int) -> list[list[int]]:
+        """Each greedy row's draft of the tokens after the one just chosen (`lookup_draft`), the
+        batch feeding at most `columns` columns a step (`columns` // rows a row, the chosen token
+        included): a decode step of a few rows costs about the same at any width, so drafts are
+        nearly free there, and a full batch gets none. [] for rows that sample, follow a grammar
+        or have ended."""
+        most = columns // max(len(states), 1) - 1
+        if most <= 0:
+            return [[] for _ in states]
+        return [
+            lookup_draft(s.fed(), min(most, s.row.max_tokens - len(s.ids)))
+            if s.finish is None and s.matcher is None and s.row.temperature == 0
+            else []
+            for s in states
+        ]
+
+    def accept_drafts(
+        self, states: list[RowState], drafts: list[list[int]], logits: torch.Tensor
+    ) -> list[int]:
+        """Keep each row's drafted tokens while each is what greedy decoding chooses (the column
+        that fed the token before it predicts it), recording them as chosen, until one is not or
+        the row ends; returns how many of each row's drafted tokens were turned down (`logits`:
+        [rows, width, vocab], rows right-aligned, a draft in each row's last columns)."""
+        width = logits.shape[1]
+        refused = []
+        for b, (state, draft) in enumerate(zip(states, drafts, strict=True)):
+            columns = logits[b, width - 1 - len(draft) : width - 1].float()
+            greedy = columns.argmax(-1).tolist()  # as `choose` picks a greedy row's token
+            kept = 0
+            for token, best, column in zip(draft, greedy, columns, strict=True):
+                if state.finish is not None or token != best:
+                    break
+                state.record(token, torch.log_softmax(column, -1))
+                self.finish_if_done(state)
+                kept += 1
+            refused.append(len(draft) - kept)
+        return refused
 
     def finish_if_done(self, state: RowState) -> None:
         """Set `finish` when the row hit an end token, a stop string or its token budget."""

@@ -38,6 +38,10 @@ def as_decoded(cache: Any, dtype: torch.dtype) -> None:
 # a few tokens still streams every weight and walks every layer, while a row padded to a longer
 # row's width computes every padded column (README, "Performance").
 PASS_COLUMNS = 64
+# A decode step of up to this many columns costs about what one column costs where few rows are
+# left (the weights are streamed either way): the room greedy rows' drafts get (README,
+# "Performance").
+SPECULATED_COLUMNS = 8
 
 
 def prefill_groups(new: list[int], pass_columns: int = PASS_COLUMNS) -> list[list[int]]:
@@ -82,6 +86,8 @@ class Sampler:
         self.weights = weights
         self.prefixes = prefixes if prefixes is not None else PrefixCache()
         self.rules = RowRules(loaded.tokenizer, loaded.stop_ids)
+        # Columns a decode step may feed for greedy rows' drafts (RowRules.drafts; 0: none).
+        self.speculated_columns = SPECULATED_COLUMNS
         self._counters = EngineCounters()
         self._token_bytes: dict[int, bytes] = {}
         self._grammar_tokenizer: Any = (
@@ -254,20 +260,27 @@ class Sampler:
         return batch, left
 
     def advance(self, batch: LiveBatch) -> None:
-        """Choose every row's next token and feed it (with the tokens a grammar forces after it)."""
+        """Choose every row's next token and feed it (with the tokens a grammar forces after it,
+        or a greedy row's draft of its next ones)."""
         states = batch.states
         chosen = self.rules.choose(batch.next_logits, states)
         for state in states:
             self.rules.finish_if_done(state)
-        # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one: one
-        # forward for several tokens costs about what one costs. Free text (no grammar in the
-        # batch) feeds the chosen tensor as it is.
+        # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one, and so
+        # do a greedy row's drafted ones where the batch is small: one forward for several tokens
+        # costs about what one costs. Otherwise the chosen tensor is fed as it is.
+        forced = (
+            [self.rules.forced_next(s) for s in states]
+            if any(s.matcher is not None for s in states)
+            else [[] for _ in states]
+        )
+        drafts = self.rules.drafts(states, self.speculated_columns)
         fed = (
             [
-                [token, *self.rules.forced_next(s)]
-                for token, s in zip(chosen.tolist(), states, strict=True)
+                [token, *more, *draft]  # a row has forced tokens or a draft, never both
+                for token, more, draft in zip(chosen.tolist(), forced, drafts, strict=True)
             ]
-            if any(s.matcher is not None for s in states)
+            if any(forced) or any(drafts)
             else None
         )
         width = max(len(tokens) for tokens in fed) if fed else 1
@@ -291,9 +304,20 @@ class Sampler:
             use_cache=True,
             logits_to_keep=width,
         ).logits
-        if fed is not None and width > 1:
-            self.rules.record_forced_next(states, fed, logits)
-        batch.next_logits = logits[:, -1]
+        if any(forced):
+            chosen_and_forced = [
+                [t, *more] for t, more in zip(chosen.tolist(), forced, strict=True)
+            ]
+            self.rules.record_forced_next(states, chosen_and_forced, logits)
+        next_logits = logits[:, -1]
+        if any(drafts):
+            # A turned-down draft token's column stays in the cache, masked out like padding.
+            for b, refused in enumerate(self.rules.accept_drafts(states, drafts, logits)):
+                if refused:
+                    batch.mask[b, -refused:] = 0
+                    batch.last_position[b] = positions[b, -1 - refused]
+                    next_logits[b] = logits[b, -1 - refused]
+        batch.next_logits = next_logits
 
     # -------------------------------------------------------------- prefill
 
