@@ -264,6 +264,7 @@ class Sampler:
         or a greedy row's draft of its next ones)."""
         states = batch.states
         chosen = self.rules.choose(batch.next_logits, states)
+        chosen_ids = chosen.tolist()
         for state in states:
             self.rules.finish_if_done(state)
         # Tokens a grammar forces next (JSON keys, punctuation) go in with the chosen one, and so
@@ -278,7 +279,7 @@ class Sampler:
         fed = (
             [
                 [token, *more, *draft]  # a row has forced tokens or a draft, never both
-                for token, more, draft in zip(chosen.tolist(), forced, drafts, strict=True)
+                for token, more, draft in zip(chosen_ids, forced, drafts, strict=True)
             ]
             if any(forced) or any(drafts)
             else None
@@ -305,9 +306,7 @@ class Sampler:
             logits_to_keep=width,
         ).logits
         if any(forced):
-            chosen_and_forced = [
-                [t, *more] for t, more in zip(chosen.tolist(), forced, strict=True)
-            ]
+            chosen_and_forced = [[t, *more] for t, more in zip(chosen_ids, forced, strict=True)]
             self.rules.record_forced_next(states, chosen_and_forced, logits)
         next_logits = logits[:, -1]
         if any(drafts):
