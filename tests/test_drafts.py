@@ -100,8 +100,8 @@ def test_drafted_decoding_is_greedy_decoding(sampler, monkeypatch):
         return refused
 
     monkeypatch.setattr(RowRules, "accept_drafts", counted)
-    rows = chat_rows(sampler, [32, 32, 16, 32, 8, 24])
-    arrivals = {0: rows[:1], 6: rows[1:3], 20: rows[3:6]}  # a small batch, joined and left
+    rows = chat_rows(sampler, [20, 20, 12, 16, 8, 12])
+    arrivals = {0: rows[:1], 4: rows[1:3], 12: rows[3:6]}  # a small batch, joined and left
     decoded = {}
     for columns in (0, SPECULATED_COLUMNS):
         monkeypatch.setattr(sampler, "speculated_columns", columns)

@@ -1,30 +1,62 @@
 """The notebooks, executed headless with nbclient (a failing cell fails the test): the inspection
 notebook on the shared tiny run, the quickstart and the tool agent with their own tiny training
-runs."""
+runs.
+
+Each kernel is the one Jupyter starts (`python -m ipykernel_launcher -f FILE`), forked from the
+test worker's warm process (tests/warm) so it skips importing torch, transformers and ART again."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning import LocalProvisioner
 from nbclient import NotebookClient
 
 from rlvr import inspection as ri
+from tests import warm
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores
 
 
+class WarmProvisioner(LocalProvisioner):
+    """Launches the kernel's command in a child forked from the warm process, not exec'd."""
+
+    started: warm.Started | None = None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        _, flag, module, *args = cmd
+        assert (flag, module) == ("-m", "ipykernel_launcher"), cmd
+        self.started = warm.start(module, *args, env=kwargs["env"], cwd=kwargs["cwd"])
+        self.process = self.started
+        self.pid = self.pgid = self.started.pid  # the child leads its own session
+        self.cwd = kwargs["cwd"]
+        return self.connection_info
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await super().cleanup(restart)
+        if self.started is not None:
+            self.started.close()
+
+
 def execute(name: str) -> nbformat.NotebookNode:
-    """Run every cell in a fresh kernel of this interpreter, from the notebooks folder (as
-    Jupyter would); raises CellExecutionError naming the failing cell."""
+    """Run every cell in a fresh kernel, from the notebooks folder (as Jupyter would); raises
+    CellExecutionError naming the failing cell."""
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    manager = AsyncKernelManager(kernel_name="python3")
+    manager.kernel_id = "notebook-test"
+    manager.provisioner = WarmProvisioner(
+        kernel_id=manager.kernel_id, kernel_spec=manager.kernel_spec, parent=manager
+    )
     NotebookClient(
         notebook,
+        km=manager,
         timeout=CELL_TIMEOUT_S,
-        kernel_name="python3",
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     ).execute()
     return notebook
