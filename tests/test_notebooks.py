@@ -8,6 +8,7 @@ test worker's warm process (tests/warm) so it skips importing torch, transformer
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +45,27 @@ class WarmProvisioner(LocalProvisioner):
             self.started.close()
 
 
+class WarmKernelManager(AsyncKernelManager):
+    """Jupyter's kernel manager with the warm provisioner: nbclient owns it and shuts the kernel
+    down after the last cell as it would any other."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kernel_id = str(uuid.uuid4())
+        self.provisioner = WarmProvisioner(
+            kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self
+        )
+
+
 def execute(name: str) -> nbformat.NotebookNode:
     """Run every cell in a fresh kernel, from the notebooks folder (as Jupyter would); raises
     CellExecutionError naming the failing cell."""
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
-    manager = AsyncKernelManager(kernel_name="python3")
-    manager.kernel_id = "notebook-test"
-    manager.provisioner = WarmProvisioner(
-        kernel_id=manager.kernel_id, kernel_spec=manager.kernel_spec, parent=manager
-    )
     NotebookClient(
         notebook,
-        km=manager,
         timeout=CELL_TIMEOUT_S,
+        kernel_name="python3",
+        kernel_manager_class=WarmKernelManager,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     ).execute()
     return notebook
