@@ -182,3 +182,30 @@ async def test_rows_that_join_a_running_decode_sample_what_a_static_pass_samples
         content = choice["logprobs"]["content"]
         assert [int(t["token"].removeprefix("token_id:")) for t in content] == expected.token_ids
         assert [t["logprob"] for t in content] == pytest.approx(expected.logprobs, abs=1e-3)
+
+
+async def test_a_fault_in_the_decoding_loop_answers_its_requests_and_the_next_ones_run(
+    endpoint, monkeypatch
+) -> None:
+    """A fault outside any one request (here the step that retires rows) fails every request in
+    flight with a 500 instead of leaving them unanswered; the next request decodes as before."""
+    from rlvr.policy.sampler import Sampler
+
+    retire = Sampler.retire
+    faults = iter([RuntimeError("injected fault")])
+
+    def failing(self, batch):
+        fault = next(faults, None)
+        if fault is not None:
+            raise fault
+        return retire(self, batch)
+
+    monkeypatch.setattr(Sampler, "retire", failing)
+    body = endpoint.body("Count to ten.", 16, temperature=0.0)
+    answered = await asyncio.wait_for(
+        asyncio.gather(endpoint.post(body), endpoint.post(body)), timeout=120
+    )
+    assert [r.status_code for r in answered] == [500, 500]
+    after = await endpoint.post(body)
+    assert after.status_code == 200, after.text
+    assert after.json()["choices"][0]["message"]["content"]

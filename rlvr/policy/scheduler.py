@@ -72,6 +72,7 @@ class Scheduler:
         self._waiting: list[Submission] = []
         self._batches: list[LiveBatch] = []
         self._owners: dict[int, Submission] = {}  # id(row state) -> its request
+        self._admitting: list[Submission] = []  # taken from the queue, not yet in a batch
         self._turn = 0
 
     def submit(self, request: Submission) -> None:
@@ -80,6 +81,17 @@ class Scheduler:
     def busy(self) -> bool:
         """Whether `run` has work (ask only while no `run` is going)."""
         return bool(self._waiting or self._batches or not self._inbox.empty())
+
+    def fail_all(self, error: Exception) -> None:
+        """Answer every request held here with `error` and forget them all. For when the decoding
+        loop itself raised (a fault, not one request's): its batches cannot be trusted, and a
+        request left unanswered would wait forever (call it while no `run` is going)."""
+        while not self._inbox.empty():
+            self._waiting.append(self._inbox.get_nowait())
+        held = [*self._waiting, *self._admitting, *self._owners.values()]
+        self._waiting, self._admitting, self._batches, self._owners = [], [], [], {}
+        for request in {id(r): r for r in held}.values():
+            request.done(error)
 
     def run(self) -> None:
         """Decode until nothing is waiting or live (blocking: run it in a thread)."""
@@ -134,6 +146,7 @@ class Scheduler:
             budget -= prompt_cost(request, functools.partial(self.sampler.cached_tokens, view.tag))
             room -= len(request.rows)
             groups.setdefault(view.tag, (view, []))[1].append(request)
+        self._admitting = [request for _, requests in groups.values() for request in requests]
         for view, requests in groups.values():
             states = [state for request in requests for state in request.states]
             try:
@@ -145,6 +158,7 @@ class Scheduler:
                 continue
             self._owners |= {id(state): request for request in requests for state in request.states}
             self._place(newcomers)
+        self._admitting = []
 
     def _place(self, newcomers: LiveBatch) -> None:
         for b, live in enumerate(self._batches):

@@ -190,7 +190,10 @@ class _Batcher:
     async def _drain(self) -> None:
         await asyncio.sleep(BATCH_WINDOW_S)
         while self.scheduler.busy():  # asked here, between runs: a request may have come late
-            await asyncio.to_thread(self.scheduler.run)
+            try:
+                await asyncio.to_thread(self.scheduler.run)
+            except Exception as error:  # the loop itself failed: every request hears it
+                self.scheduler.fail_all(error)
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
