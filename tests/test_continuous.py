@@ -206,6 +206,7 @@ async def test_a_fault_in_the_decoding_loop_answers_its_requests_and_the_next_on
         asyncio.gather(endpoint.post(body), endpoint.post(body)), timeout=120
     )
     assert [r.status_code for r in answered] == [500, 500]
+    assert all("RuntimeError: injected fault" in r.json()["error"]["message"] for r in answered)
     after = await endpoint.post(body)
     assert after.status_code == 200, after.text
     assert after.json()["choices"][0]["message"]["content"]

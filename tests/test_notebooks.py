@@ -23,6 +23,7 @@ from tests import warm
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores
+LAUNCHED: list[warm.Started] = []  # every kernel started, to check that each was shut down
 
 
 class WarmProvisioner(LocalProvisioner):
@@ -34,6 +35,7 @@ class WarmProvisioner(LocalProvisioner):
         _, flag, module, *args = cmd
         assert (flag, module) == ("-m", "ipykernel_launcher"), cmd
         self.started = warm.start(module, *args, env=kwargs["env"], cwd=kwargs["cwd"])
+        LAUNCHED.append(self.started)
         self.process = self.started
         self.pid = self.pgid = self.started.pid  # the child leads its own session
         self.cwd = kwargs["cwd"]
@@ -68,6 +70,7 @@ def execute(name: str) -> nbformat.NotebookNode:
         kernel_manager_class=WarmKernelManager,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     ).execute()
+    assert all(kernel.poll() is not None for kernel in LAUNCHED), "a kernel outlived its notebook"
     return notebook
 
 

@@ -193,7 +193,16 @@ class _Batcher:
             try:
                 await asyncio.to_thread(self.scheduler.run)
             except Exception as error:  # the loop itself failed: every request hears it
-                self.scheduler.fail_all(error)
+                logger.exception("the decoding loop failed; its requests are answered with 500")
+                self.scheduler.fail_all(
+                    ApiError(
+                        500,
+                        f"engine: the decoding loop failed ({type(error).__name__}: {error}); "
+                        "a fault in rlvr's engine, not in this request: retry, and report it "
+                        "with the server's log if it repeats",
+                        "server_error",
+                    )
+                )
 
 
 def tools_system_text(tools: list[dict[str, Any]]) -> str:
