@@ -97,7 +97,8 @@ class M(StrEnum):
     PREFILLED_TOKENS = "tokens/prefilled"  # prompt tokens fed through the model (shared: once)
     DECODED_TOKENS = "tokens/decoded"
     TRAINED_TOKENS = "tokens/trained"
-    FORWARDED_TOKENS = "tokens/forwarded"  # packed tokens forwarded and back-propagated
+    SEQUENCE_TOKENS = "tokens/sequences"  # tokens of the trained sequences, each in full
+    FORWARDED_TOKENS = "tokens/forwarded"  # of those, computed (shared ones once: their tree)
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items

@@ -27,7 +27,9 @@ from tests.tiny_llama import fp32_loaded
         ([1, 2, 3, 9, 1, 2, 3], 4, [9, 1, 2, 3]),  # what followed the last 3 tokens before
         ([1, 2, 3, 9, 8, 7, 6, 1, 2, 3], 2, [9, 8]),  # at most `most`
         ([1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3], 4, [5, 1, 2, 3]),  # the latest occurrence
-        ([5, 5, 5, 5, 5], 3, [5]),  # a loop: its continuation up to the end of the context
+        ([5, 5, 5, 5, 5], 3, [5, 5, 5]),  # a loop of one token, gone round
+        ([1, 2, 3, 9, 1, 2, 3], 6, [9, 1, 2, 3, 9, 1]),  # a loop of four tokens, gone round
+        ([7, 1, 2, 3, 1, 2, 3], 5, [1, 2, 3, 1, 2]),
         ([1, 2, 3, 4, 5, 6], 4, []),  # no earlier occurrence
         ([1, 2, 3, 1, 2, 3], 0, []),
         ([1, 2], 4, []),
@@ -50,6 +52,7 @@ def test_only_greedy_free_text_rows_of_a_small_batch_draft():
     # each has chosen its next token; the last has one token of its budget left
     states = [state(0.0, 50, [4]), state(0.7, 50, [4]), state(0.0, 2, [4])]
     assert rules.drafts(states, columns=12) == [[1, 2, 3], [], [1]]
+    assert rules.drafts(states, columns=18) == [[1, 2, 3, 4, 1], [], [1]]  # round the loop
     assert rules.drafts(states, columns=3) == [[], [], []]  # one column a row: no room
     states[0].finish = "stop"
     assert rules.drafts(states[:1], columns=8) == [[]]

@@ -292,34 +292,29 @@ async def test_train_step_changes_the_served_adapter(backend, policy) -> None:
         await ask(policy, question, step=0, max_tokens=2)
 
 
-async def test_trained_positions_logprobs_equal_the_full_vocabulary_forward(
-    backend, policy
-) -> None:
-    """The training forward runs the LM head on the trained positions only (memory); its
-    log-probabilities equal those of the full forward there, and nothing elsewhere."""
-    from art.loss import shift_tensor
-
+async def test_training_logprobs_are_each_sequences_own_full_forward(backend, policy) -> None:
+    """The training forward computes a group's sequences as one tree (shared prompt once) and the
+    LM head on the trained positions only; each sequence's log-probabilities equal those of its
+    own full forward there, and nothing elsewhere."""
     from rlvr.policy.backend import pack_groups
-    from rlvr.policy.trainer import _trained_positions, _trimmed, group_attention_mask
+    from rlvr.policy.trainer import _trimmed, sequences_of, trained_positions
 
     group = await rollout_group(policy, "Name a planet.", [1, 2, 3, 4], lambda s, _: float(s % 2))
     engine = backend.engine(policy)
     tensors = _trimmed(pack_groups(engine.loaded.tokenizer, [group]), engine.loaded.device)
-    row = {key: value[:1] for key, value in tensors.items()}
+    trained = trained_positions(tensors)
     with torch.no_grad():
-        _, fast = engine.trainer.forward_logprobs(row)
-        logits = engine.loaded.model(
-            input_ids=row["tokens"],
-            attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
-            position_ids=row["input_pos"],
-        ).logits
-    full = torch.log_softmax(logits.float(), -1).gather(
-        -1, shift_tensor(row["tokens"], 0)[..., None]
-    )[..., 0]
-    trained = _trained_positions(row, 0)
-    assert trained.sum() > 0
-    assert torch.allclose(fast[0, trained], full[0, trained], atol=1e-4)
-    assert bool((fast[0, ~trained] == 0).all())
+        fast = engine.trainer.forward_logprobs(tensors).logprobs
+        for row, sequence in enumerate(sequences_of(tensors)):
+            logits = engine.loaded.model(input_ids=torch.tensor([sequence])).logits[0]
+            full = torch.log_softmax(logits.float(), -1)[:-1].gather(
+                -1, torch.tensor(sequence[1:])[:, None]
+            )[:, 0]
+            at = trained[row, : len(full)]
+            assert at.sum() > 0
+            assert torch.allclose(fast[row, : len(full)][at], full[at], atol=1e-4)
+    assert len(tensors["tokens"]) == 4  # one sequence a row
+    assert bool((fast[~trained] == 0).all())
 
 
 async def test_supervised_warm_start_lowers_the_demonstration_loss(backend) -> None:

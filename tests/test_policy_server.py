@@ -14,7 +14,6 @@ import torch
 from rlvr.policy.backend import TorchBackend
 from rlvr.policy.rows import draw, top_p_filter
 from rlvr.policy.server import ApiError, parse_model_name
-from rlvr.policy.trainer import group_attention_mask
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
@@ -130,24 +129,6 @@ def test_a_bad_step_is_not_found(name: str) -> None:
     with pytest.raises(ApiError) as error:
         parse_model_name(name)
     assert error.value.status == 404
-
-
-def test_group_attention_mask_follows_prompt_sharing() -> None:
-    # One packed row: a shared prompt (id 7, 3 tokens), then two completions (ids 1 and 2) that
-    # each continue it, then padding (-1).
-    groups = torch.tensor([[7, 7, 7, 1, 1, 2, 2, -1]])
-    parents = torch.tensor([[7, 7, 7, 7, 7, 7, 7, -1]])
-    mask = group_attention_mask(groups, parents)[0, 0]
-    expected = [
-        [
-            q >= k and (groups[0, q] == groups[0, k] or parents[0, q] == groups[0, k])
-            for k in range(8)
-        ]
-        for q in range(8)
-    ]
-    assert mask.tolist() == expected
-    assert not mask[5, 3]  # the second completion never sees the first
-    assert mask[5, 2] and mask[5, 5]  # but sees the prompt and itself
 
 
 @pytest.mark.parametrize(

@@ -29,19 +29,19 @@ from rlvr.policy.device import _cpu_has_native_bf16, choose_autocast, native_bf1
 from rlvr.policy.models import DEFAULT_MODEL
 from rlvr.policy.sampler import as_decoded
 from rlvr.policy.trainer import (
-    _trained_positions,
     _trimmed,
-    group_attention_mask,
-    token_logprobs,
+    sequences_of,
+    trained_positions,
 )
 
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured:
 # 4 × 16 sampled tokens make the bf16 figures vary by draw (README, "Precision, per phase").
 KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 4e-3}
-# The same log-probabilities from a row computed prompt first (other matrix shapes than the masked
-# row: bf16 rounds them differently): bounds on the mean and the largest gap over a row's tokens
-# (the largest is the tail of bf16 rounding over a few dozen sampled tokens, so it varies by draw).
-SHARED_GAP = {"fp32": (1e-5, 1e-4), "bf16": (0.05, 0.5), "mixed": (0.05, 0.5)}
+# The same log-probabilities from the tree of a step's sequences (other matrix shapes than each
+# sequence alone: bf16 rounds them differently): bounds on the mean and the largest gap over the
+# trained tokens (the largest is the tail of bf16 rounding over a few dozen sampled tokens, so it
+# varies by draw).
+TREE_GAP = {"fp32": (1e-5, 1e-4), "bf16": (0.05, 0.5), "mixed": (0.05, 0.5)}
 
 
 def sampled_tokens(precision: str) -> int:
@@ -207,35 +207,28 @@ async def test_sampler_and_trainer_log_probabilities_agree_at_step_one(trained) 
 
 @pytest.mark.slow
 @pytest.mark.asyncio(loop_scope="module")
-async def test_trained_positions_equal_the_full_vocabulary_forward(trained) -> None:
-    """The LM head on trained positions only gives the full forward's log-probabilities in both
-    precisions (the head runs in fp32 either way; the body computes the same shapes); the row
-    computed prompt first gives them too, within the rounding of other shapes under bf16."""
-    from art.loss import shift_tensor
-
+async def test_training_logprobs_equal_each_sequences_full_forward(trained) -> None:
+    """The tree of a step's sequences (prompts and alike turns computed once, the LM head on the
+    trained positions only) gives each sequence's own full forward's log-probabilities: exactly in
+    fp32, within the rounding of other shapes under bf16."""
     precision, engine, groups, _ = trained
     tensors = _trimmed(pack_groups(engine.loaded.tokenizer, groups), engine.loaded.device)
-    row = {key: value[:1] for key, value in tensors.items()}
-    positions = _trained_positions(row, 0)
-    trained_at = positions.nonzero()[:, 0]
-    targets = shift_tensor(row["tokens"], 0)[0, trained_at]
+    trained_at = trained_positions(tensors)
+    gaps = []
     with torch.no_grad(), engine.loaded.autocast("train"):
-        _, shared = engine.trainer.forward_logprobs(row)  # this row shares its group's prompt
-        masked = token_logprobs(engine.trainer._masked_logits(row, trained_at, False), targets)
-        logits = engine.loaded.model(
-            input_ids=row["tokens"],
-            attention_mask=group_attention_mask(row["group_ids"], row["parent_ids"]),
-            position_ids=row["input_pos"],
-        ).logits
-    full = torch.log_softmax(logits.float(), -1).gather(
-        -1, shift_tensor(row["tokens"], 0)[..., None]
-    )[..., 0]
-    assert positions.sum() > 0
-    assert torch.allclose(masked, full[0, positions], atol=1e-4)
-    gaps = (shared[0, positions] - full[0, positions]).abs()
-    mean, largest = float(gaps.mean()), float(gaps.max())
+        tree = engine.trainer.forward_logprobs(tensors)
+        for row, sequence in enumerate(sequences_of(tensors)):
+            logits = engine.loaded.model(input_ids=torch.tensor([sequence])).logits[0]
+            full = torch.log_softmax(logits.float(), -1)[:-1].gather(
+                -1, torch.tensor(sequence[1:])[:, None]
+            )[:, 0]
+            at = trained_at[row, : len(full)]
+            gaps.append((tree.logprobs[row, : len(full)][at] - full[at]).abs())
+    gap = torch.cat(gaps)
+    assert gap.numel() > 0 and tree.tokens < sum(len(s) for s in sequences_of(tensors))
+    mean, largest = float(gap.mean()), float(gap.max())
     print(
-        f"{precision}: prompt first vs masked row, log-prob gap mean {mean:.1e} max {largest:.1e}"
+        f"{precision}: the tree vs each sequence alone, log-prob gap mean {mean:.1e} max {largest:.1e}"
     )
-    mean_bound, largest_bound = SHARED_GAP[precision]
+    mean_bound, largest_bound = TREE_GAP[precision]
     assert mean < mean_bound and largest < largest_bound

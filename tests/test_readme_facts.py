@@ -209,16 +209,10 @@ def prefix_cache_budget(groups: tuple[str, ...]) -> None:
     assert (groups[0], number(groups[1])) == (BUDGET_ENV, DEFAULT_BUDGET_MB)
 
 
-def checkpoint_from_tokens(groups: tuple[str, ...]) -> None:
-    from rlvr.policy.common import CHECKPOINT_FROM_TOKENS
+def tree_tokens(groups: tuple[str, ...]) -> None:
+    from rlvr.policy.common import TREE_TOKENS
 
-    assert number(groups[0]) == CHECKPOINT_FROM_TOKENS
-
-
-def shared_prompt_tokens(groups: tuple[str, ...]) -> None:
-    from rlvr.policy.common import SHARED_PROMPT_TOKENS
-
-    assert number(groups[0]) == SHARED_PROMPT_TOKENS
+    assert number(groups[0]) == TREE_TOKENS
 
 
 def hack_bench(groups: tuple[str, ...]) -> None:
@@ -288,8 +282,7 @@ FACTS = [
     (HOW, r"one plain line per step .*? \(`(warm start: SFT: [^`]+)`\)", progress_line),
     (HOW, r"prefilled in slices of ~(\d+)k tokens", prefill_slices),
     (HOW, r"\(`rlvr/policy/prefix\.py`, `(\w+)`, default (\d+), 0 = off\)", prefix_cache_budget),
-    (HOW, r"recomputes\s+activations from (\d+) tokens on", checkpoint_from_tokens),
-    (HOW, r"`SHARED_PROMPT_TOKENS` \((\d+)\)", shared_prompt_tokens),
+    (HOW, r"`TREE_TOKENS` \((\d+)\)", tree_tokens),
     (HOW, r"`rlvr bench hack` trains (\w+) on `scorer=(\w+)`", hack_bench),
     (CONFIG, r"`judge\.timeout_s` \((\d+) s; (\d+) s for the local engine", judge_timeouts),
     (CONFIG, r"`loss_fn` \((\w+)/(\w+)\)", choices_of(TrainConfig, "loss_fn")),
@@ -311,11 +304,6 @@ FACTS = [
     ),
     (CONFIG, r"The old flat names \(`(\w+)`, `(\w+)`", old_flat_names),
     (PERF, r"\(`rollout_concurrency`, (\d+)\)", rollout_concurrency),
-    (
-        PERF,
-        r"recomputation now starts at (\d+) tokens \(`CHECKPOINT_FROM_TOKENS`",
-        checkpoint_from_tokens,
-    ),
 ]
 
 

@@ -12,10 +12,10 @@ import torch
 
 from rlvr.policy import batch as batch_module
 from rlvr.policy.batch import RIGHT_ROOM, SlotLayer
-from rlvr.policy.common import SampleRow
+from rlvr.policy.common import PASS_COLUMNS, SampleRow, width_groups
 from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 from rlvr.policy.prefix import PrefixCache
-from rlvr.policy.sampler import PASS_COLUMNS, Sampler, prefill_groups
+from rlvr.policy.sampler import Sampler
 from rlvr.policy.weights import BaseWeights
 from tests.tiny_llama import fp32_loaded, tiny_llama
 
@@ -130,17 +130,17 @@ def test_a_row_that_leaves_is_replaced_by_the_last_and_every_row_keeps_its_cache
         ([5], [[0]]),
     ],
 )
-def test_prefill_groups_pass_rows_of_other_lengths_apart(new, groups):
-    assert [sorted(g) for g in prefill_groups(new)] == [sorted(g) for g in groups]
+def test_width_groups_pass_rows_of_other_lengths_apart(new, groups):
+    assert [sorted(g) for g in width_groups(new)] == [sorted(g) for g in groups]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
-def test_prefill_groups_cover_every_row_once_and_never_cost_more_than_one_pass(seed):
+def test_width_groups_cover_every_row_once_and_never_cost_more_than_one_pass(seed):
     generator = torch.Generator().manual_seed(seed)
     new = torch.randint(
         1, 400, (int(torch.randint(1, 40, (1,), generator=generator)),), generator=generator
     ).tolist()
-    groups = prefill_groups(new)
+    groups = width_groups(new)
     assert sorted(i for g in groups for i in g) == list(range(len(new)))
     cost = sum(PASS_COLUMNS + len(g) * max(new[i] for i in g) for g in groups)
     assert cost <= PASS_COLUMNS + len(new) * max(new)
@@ -158,7 +158,7 @@ def test_an_admission_of_rows_of_other_lengths_decodes_what_each_decodes_alone(s
         )
         for length in (300, 6, 9, 280, 4)
     ]
-    assert len(prefill_groups([len(r.prompt_ids) for r in batch])) > 1
+    assert len(width_groups([len(r.prompt_ids) for r in batch])) > 1
     together = [s.token_ids for s in sampler.sample(batch)]
     alone = [sampler.sample([row])[0].token_ids for row in batch]
     assert together == alone

@@ -33,6 +33,7 @@ from rlvr.agent import EpisodeMetric
 from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.policy.backend import TorchBackend
+from rlvr.policy.common import EngineCounters
 from rlvr.runs import store
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import Policy
@@ -132,8 +133,11 @@ async def run_eval_bench(
         alone: list[float] = []
         bare: list[float] = []
         accuracy, groups = 0.0, list[art.TrajectoryGroup]()
+        work = EngineCounters()
         for r in range(repeats):
+            before = engine.counters()
             seconds, accuracy, groups = await timed(cfg.rollout_concurrency)
+            work = engine.counters().minus(before)
             ours.append(seconds)
             chats = [first_prompt(g.trajectories[0]) for g in groups]
             _, seconds = await asyncio.to_thread(
@@ -159,6 +163,12 @@ async def run_eval_bench(
         "one_at_a_time_items_s": round(n / alone[0], 3),
         "bare_generate_items_s": round(n / bare_s, 3),
         "eval_s_per_item": round(ours_s / n, 3),
+        # what the engine did in the last concurrent pass
+        "prefilled_tokens": work.prefilled_tokens,
+        "decoded_tokens": work.decoded_tokens,
+        "decode_steps": work.decode_steps,
+        "drafted_tokens": work.drafted_tokens,
+        "kept_draft_tokens": work.kept_draft_tokens,
         "speedup_vs_one_at_a_time": round(alone[0] / ours_s, 2),
         PEAK_RSS: round(peak_rss_gb(), 2),
         RATIO: round(bare_s / ours_s, 3),

@@ -8,7 +8,8 @@
 - turns: multi-turn chats (system prompt, question, one observation per turn) with the prefix
   cache / the same engine with it off: what reusing earlier turns' keys/values saves.
 - train: wall time of `backend.train` on real sampled groups / a bare forward + backward + AdamW
-  over the same packed tokens (plain causal attention, cross-entropy on the trained tokens).
+  of each sequence in full (plain causal attention, cross-entropy on the trained tokens), where
+  the backend computes the sequences' prefix tree (`tree_tokens` of `sequence_tokens`).
 
 Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Runs alternate
 (bare, ours, bare, ours, ...) and report medians, because the machine may be shared.
@@ -39,6 +40,7 @@ from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import SampleRow
 from rlvr.policy.engine import Engine
 from rlvr.policy.loaded import LoadedModel
+from rlvr.policy.prefix_tree import build_tree
 from rlvr.policy.sampler import Sampler
 from rlvr.policy.server import Route, ServerThread, create_app
 from rlvr.policy.weights import WeightsView
@@ -315,21 +317,22 @@ async def _sampled_groups(
 def bare_train_step(
     loaded: LoadedModel, packed: PackedTensors, optimizer: torch.optim.Optimizer
 ) -> float:
-    """Seconds of forward + backward + AdamW over the packed rows (plain causal attention,
-    cross-entropy on the trained tokens) with `loaded`'s model, nothing else."""
+    """Seconds of forward + backward + AdamW over the rows' sequences, each on its own (plain
+    causal attention, cross-entropy on the trained tokens) with `loaded`'s model, nothing else:
+    what a trainer that computes every sequence in full does."""
     from art.loss import shift_tensor
 
-    used = (packed["group_ids"] != -1).any(0).nonzero()
-    length = int(used.max()) + 1
-    tokens = packed["tokens"][:, :length].to(loaded.device)
-    trained = shift_tensor(packed["assistant_mask"][:, :length], False).to(loaded.device)
+    lengths = (packed["group_ids"] != -1).sum(1).tolist()
+    tokens = packed["tokens"].to(loaded.device)
+    trained = shift_tensor(packed["assistant_mask"], False).to(loaded.device)
     with loaded.lock:
         started = time.perf_counter()
-        for row in range(len(tokens)):
+        for row, length in enumerate(lengths):
             with loaded.autocast("train"):
-                logits = loaded.model(input_ids=tokens[row : row + 1]).logits[0].float()
-            targets = torch.nn.functional.pad(tokens[row, 1:], (0, 1))
-            loss = torch.nn.functional.cross_entropy(logits[trained[row]], targets[trained[row]])
+                logits = loaded.model(input_ids=tokens[row : row + 1, :length]).logits[0].float()
+            targets = torch.nn.functional.pad(tokens[row, 1:length], (0, 1))
+            at = trained[row, :length]
+            loss = torch.nn.functional.cross_entropy(logits[at], targets[at])
             torch.autograd.backward(loss)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -352,6 +355,9 @@ async def run_train_bench(
             packed = pack_groups(engine.loaded.tokenizer, sampled)
             if packed is None:
                 raise RuntimeError("bench train: the sampled groups carry no learning signal")
+            lengths = (packed["group_ids"] != -1).sum(1).tolist()
+            sequences = [row[:n] for row, n in zip(packed["tokens"].tolist(), lengths, strict=True)]
+            tree_tokens = build_tree(sequences).tokens()
             optimizer = torch.optim.AdamW(engine.adapters.trainable_parameters(), lr=1e-6)
             await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)  # warm-up
             bare_times, ours_times, metrics = [], [], {}
@@ -375,8 +381,9 @@ async def run_train_bench(
         "precision": "bf16" if engine.loaded.train_dtype is not None else "fp32",
         "threads": torch.get_num_threads(),
         "trajectories": groups * group_size,
-        "packed_rows": int(packed["tokens"].shape[0]),
-        "packed_tokens": int((packed["group_ids"] != -1).sum()),
+        "sequences": len(lengths),
+        "sequence_tokens": sum(lengths),
+        "tree_tokens": tree_tokens,
         "trained_tokens": int(metrics.get("num_tokens", 0)),
         "bare_step_s": round(bare, 3),
         "backend_step_s": round(ours, 3),

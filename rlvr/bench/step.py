@@ -1,7 +1,7 @@
 """`rlvr bench step TASK`: real RL steps of a task at its defaults (its warm start first, when it
 has one), and where each step's time and tokens go, each against its bare figure in the same
 process: the step's rollouts against one batched `generate` of every sampled turn's prompt, and
-its update against a bare forward + backward + AdamW on the same packed tokens.
+its update against a bare forward + backward + AdamW of every trained sequence in full.
 
 The step is the loop's own (rlvr.training.step: draw, play, refill, update, the row), on a run
 directory of its own that is removed afterwards.
@@ -42,6 +42,7 @@ REPORTED = {
     "prefilled_tokens": M.PREFILLED_TOKENS,
     "decoded_tokens": M.DECODED_TOKENS,
     "trained_tokens": M.TRAINED_TOKENS,
+    "sequence_tokens": M.SEQUENCE_TOKENS,
     "forwarded_tokens": M.FORWARDED_TOKENS,
 }
 

@@ -34,7 +34,11 @@ from art import dev
 from art.local.checkpoints import delete_checkpoints
 from art.metrics_taxonomy import build_training_summary_metrics, summarize_trajectory_groups
 from art.preprocessing.pack import PackedTensors, packed_tensors_from_tokenized_results
-from art.preprocessing.tokenize import tokenize_trajectory, tokenize_trajectory_groups
+from art.preprocessing.tokenize import (
+    TokenizedResult,
+    tokenize_trajectory,
+    tokenize_trajectory_groups,
+)
 from art.trajectories import History
 from art.types import LocalTrainResult, TrainConfig, TrainSFTConfig
 from art.utils.get_model_step import get_step_from_dir
@@ -43,7 +47,6 @@ from art.utils.output_dirs import get_model_dir
 from rlvr.art_private import build_rl_train_configs
 from rlvr.policy import common as engine_names
 from rlvr.policy.common import (
-    SHARED_PROMPT_TOKENS,
     EngineCounters,
     LoraSettings,
     OptimSettings,
@@ -57,10 +60,8 @@ from rlvr.runs import atomic
 
 logger = logging.getLogger(__name__)
 
-# Packed row lengths. Demonstrations share no prompt: short rows keep their masked attention cheap.
-# A GRPO row holds a group's prompt once and as many of its rollouts as fit (the trainer computes
-# it prompt first: rlvr.policy.trainer.SharedPrompt).
-PACK_LENGTH = 512
+# Rows are ART's tensors one sequence a row (the trainer computes what the sequences share once:
+# rlvr.policy.trainer.TreeForward), as long as the longest sequence rounded up to this.
 PACK_ALIGN = 64
 TRAINER_TIME = "time/step_trainer_s"
 _PEFT_KEYS = ("r", "lora_alpha", "target_modules")
@@ -312,9 +313,26 @@ def with_end_of_turn(mask: list[int], token_ids: list[int], ends: list[int]) -> 
     ]
 
 
+def one_a_row(
+    results: list[TokenizedResult], pad_token_id: int, advantage_balance: float = 0.0
+) -> PackedTensors:
+    """ART's tensors of `results`, one sequence a row (its prompt included), with ART's
+    normalised advantages and weights."""
+    longest = max(len(r.token_ids) for r in results)
+    return packed_tensors_from_tokenized_results(
+        results,
+        math.ceil(longest / PACK_ALIGN) * PACK_ALIGN,
+        pad_token_id=pad_token_id,
+        truncate_long_results=False,
+        advantage_balance=advantage_balance,
+        verbosity=0,
+        pack_results=False,
+    )
+
+
 def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> PackedTensors | None:
-    """ART's tokenisation of demonstrations (assistant turns as dict messages), each its own
-    sequence (no shared prompt), packed into rows; None when no turn is trainable."""
+    """ART's tokenisation of demonstrations (assistant turns as dict messages), one sequence a
+    row; None when no turn is trainable."""
     results = [
         result
         for t in trajectories
@@ -341,14 +359,7 @@ def pack_demonstrations(tokenizer: Any, trajectories: list[art.Trajectory]) -> P
             result.logprobs.append(float("nan"))
             result.assistant_mask.append(0)
         result.assistant_mask = with_end_of_turn(result.assistant_mask, result.token_ids, ends)
-    longest = max(len(r.token_ids) for r in results)
-    return packed_tensors_from_tokenized_results(
-        results,
-        max(PACK_LENGTH, math.ceil(longest / PACK_ALIGN) * PACK_ALIGN),
-        pad_token_id=tokenizer.eos_token_id,
-        truncate_long_results=False,
-        verbosity=0,
-    )
+    return one_a_row(results, tokenizer.eos_token_id)
 
 
 def pack_groups(
@@ -359,7 +370,7 @@ def pack_groups(
     scale_rewards: bool = True,
     advantage_balance: float = 0.0,
 ) -> PackedTensors | None:
-    """ART's tokenisation and packing of `groups` into `PackedTensors`, or None when there is
+    """ART's tokenisation of `groups` into `PackedTensors` (one sequence a row), or None when there is
     nothing to train on (no group with differing rewards, or no sampled logprobs)."""
     results = list(
         tokenize_trajectory_groups(
@@ -368,15 +379,7 @@ def pack_groups(
     )
     if not results:
         return None
-    longest = max(len(r.token_ids) for r in results)
-    packed = packed_tensors_from_tokenized_results(
-        results,
-        max(SHARED_PROMPT_TOKENS, math.ceil(longest / PACK_ALIGN) * PACK_ALIGN),
-        pad_token_id=tokenizer.eos_token_id,
-        truncate_long_results=False,
-        advantage_balance=advantage_balance,
-        verbosity=0,
-    )
+    packed = one_a_row(results, tokenizer.eos_token_id, advantage_balance)
     if not allow_training_without_logprobs and bool(packed["logprobs"].isnan().all()):
         logger.warning(
             "no sampled logprobs in the trajectories: put the Choice objects returned with "

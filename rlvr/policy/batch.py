@@ -20,8 +20,8 @@ import torch
 from rlvr.policy.rows import RowState
 from rlvr.policy.weights import WeightsView
 
-RIGHT_ROOM = 64  # columns kept free to the right: decode steps between two layouts
-ROW_ROOM = 4  # rows kept free below when a buffer is laid out
+RIGHT_ROOM = 128  # columns kept free to the right: decode steps between two layouts
+ROW_ROOM = 8  # rows kept free below when a buffer is laid out
 
 
 class LiveBatch:

@@ -20,18 +20,18 @@ Phase = Literal["prefill", "sample", "train"]
 LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
-# Packed rows at least this long recompute each layer in backward instead of keeping its
-# activations, since under the group attention mask every layer keeps heads x S x S attention
-# weights; recomputing costs one more forward, so shorter rows keep theirs (README, "Performance").
-CHECKPOINT_FROM_TOKENS = 640
-# A packed row holding a shared prompt and its rollouts is computed prompt first, its rollouts as a
-# batch (rlvr.policy.trainer.SharedPrompt), when it is at most this long: that path keeps every
-# activation (a cache cannot be recomputed), so longer rows go the masked way and recompute.
-SHARED_PROMPT_TOKENS = 1024
+# A training pass computes the tree of at most this many tokens of its sequences
+# (rlvr.policy.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
+# for the backward pass, so this bounds a step's memory.
+TREE_TOKENS = 4096
 # A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
 # attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
 # ~900-token email prompts at once peaked 1 GB above the rest of a step.
 PREFILL_TOKENS = 4096
+# The fixed cost of one forward pass, in the token columns a pass computes for one row: a pass of a
+# few tokens still streams every weight and walks every layer, while a row padded to a longer row's
+# width computes every padded column (README, "Performance").
+PASS_COLUMNS = 64
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
@@ -44,6 +44,26 @@ GRAD_NORM = "grad_norm"
 NUM_TOKENS = "num_tokens"
 NUM_SEQUENCES = "num_sequences"
 GRADIENT_STEPS = "num_gradient_steps"
+
+
+def width_groups(lengths: list[int], pass_columns: int = PASS_COLUMNS) -> list[list[int]]:
+    """The rows (indices into `lengths`, each row's new-token count) fed together, pass by pass:
+    a pass is as wide as its longest row, so rows of very different lengths go in passes of
+    their own when the padding they would share costs more than another pass. The partition of
+    the rows, longest first, into consecutive runs that minimises passes x `pass_columns` +
+    padded cells (exact: dynamic programming over the sorted lengths)."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best = [0] * (len(order) + 1)  # best[k]: cost of the first k rows in order
+    cut = [0] * (len(order) + 1)  # where the last run of that best partition starts
+    for k in range(1, len(order) + 1):
+        best[k], cut[k] = min(
+            (best[j] + pass_columns + (k - j) * lengths[order[j]], j) for j in range(k)
+        )
+    groups, k = [], len(order)
+    while k > 0:
+        groups.append(order[cut[k] : k])
+        k = cut[k]
+    return groups[::-1]
 
 
 class UnknownStep(LookupError):
@@ -121,11 +141,15 @@ class EngineCounters(BaseModel):
     cached_prompt_tokens: int = 0  # of those, served from the prefix cache (not prefilled)
     prefilled_tokens: int = 0  # prompt tokens fed through the model
     decoded_tokens: int = 0  # completion tokens (sampled, or forced by a tool choice or grammar)
+    drafted_tokens: int = 0  # greedy rows' drafted tokens fed (rlvr.policy.rows.lookup_draft)
+    kept_draft_tokens: int = 0  # of those, kept (what greedy decoding chose)
+    decode_steps: int = 0  # forwards of a live batch, a token (or a draft) a row
     sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)
     cancelled_rows: int = 0  # rows dropped unfinished or unadmitted (their client had gone)
     sampling_s: float = 0.0  # seconds the sampler held the model
     trained_tokens: int = 0  # positions trained on (the loss's tokens)
-    forwarded_tokens: int = 0  # packed tokens forwarded (and back-propagated) in training
+    sequence_tokens: int = 0  # tokens of the trained sequences, each counted in full
+    forwarded_tokens: int = 0  # of those, tokens computed (and back-propagated): their trees
     training_s: float = 0.0  # seconds the trainer held the model
 
     def plus(self, other: EngineCounters) -> EngineCounters:

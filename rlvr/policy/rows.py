@@ -45,13 +45,16 @@ LOOKUP_NGRAM = 3
 def lookup_draft(context: list[int], most: int, ngram: int = LOOKUP_NGRAM) -> list[int]:
     """Prompt-lookup drafting: the tokens (at most `most`) that followed the latest earlier
     occurrence of the context's last `ngram` tokens; [] where there is none. What a greedy reply
-    copies from its prompt (a tool result, an id) or repeats of itself is drafted exactly."""
+    copies from its prompt (a tool result, an id) or repeats of itself is drafted exactly. Where
+    what followed runs into the end of the context, the context is a loop of that period, and the
+    draft goes round it again (a looping greedy reply goes on looping until it ends)."""
     if most <= 0 or len(context) <= ngram:
         return []
     key = context[-ngram:]
     for start in range(len(context) - ngram - 1, -1, -1):
         if context[start : start + ngram] == key:
-            return context[start + ngram : start + ngram + most]
+            period = context[start + ngram :]
+            return [period[i % len(period)] for i in range(most)]
     return []
 
 

@@ -17,7 +17,14 @@ from typing import Any, NamedTuple
 import torch
 
 from rlvr.policy.batch import LiveBatch, joined, plain_layers, select_rows, slotted
-from rlvr.policy.common import PREFILL_TOKENS, EngineCounters, Sampled, SampleRow
+from rlvr.policy.common import (
+    PASS_COLUMNS,
+    PREFILL_TOKENS,
+    EngineCounters,
+    Sampled,
+    SampleRow,
+    width_groups,
+)
 from rlvr.policy.device import release_memory
 from rlvr.policy.grammar import Matcher, grammar_for, llg_tokenizer
 from rlvr.policy.loaded import LoadedModel
@@ -34,34 +41,10 @@ def as_decoded(cache: Any, dtype: torch.dtype) -> None:
             layer.keys, layer.values = layer.keys.to(dtype), layer.values.to(dtype)
 
 
-# The fixed cost of one prefill pass, in the token columns a pass computes for one row: a pass of
-# a few tokens still streams every weight and walks every layer, while a row padded to a longer
-# row's width computes every padded column (README, "Performance").
-PASS_COLUMNS = 64
-# A decode step of up to this many columns costs about what one column costs where few rows are
+# A decode step of up to this many columns costs little more than one column where few rows are
 # left (the weights are streamed either way): the room greedy rows' drafts get (README,
 # "Performance").
-SPECULATED_COLUMNS = 8
-
-
-def prefill_groups(new: list[int], pass_columns: int = PASS_COLUMNS) -> list[list[int]]:
-    """The rows (indices into `new`, each row's new-token count) prefilled together, pass by pass:
-    a pass is as wide as its longest row, so rows of very different lengths are prefilled apart
-    when the padding they would share costs more than another pass. The partition of the rows,
-    longest first, into consecutive runs that minimises passes x `pass_columns` + padded cells
-    (exact: dynamic programming over the sorted lengths)."""
-    order = sorted(range(len(new)), key=lambda i: -new[i])
-    best = [0] * (len(order) + 1)  # best[k]: cost of the first k rows in order
-    cut = [0] * (len(order) + 1)  # where the last run of that best partition starts
-    for k in range(1, len(order) + 1):
-        best[k], cut[k] = min(
-            (best[j] + pass_columns + (k - j) * new[order[j]], j) for j in range(k)
-        )
-    groups, k = [], len(order)
-    while k > 0:
-        groups.append(order[cut[k] : k])
-        k = cut[k]
-    return groups[::-1]
+SPECULATED_COLUMNS = 16
 
 
 class Prefilled(NamedTuple):
@@ -168,7 +151,7 @@ class Sampler:
         """Prefill `states`' rows (applied weights: `view`'s) into a batch of their own: prompt
         prefixes several rows share are prefilled once, cached prefixes are reused where that
         shortens the batch, and each row's forced tokens are scored. Rows whose new tokens differ
-        much in number are prefilled in passes of their own (`prefill_groups`) and joined."""
+        much in number are prefilled in passes of their own (`width_groups`) and joined."""
         rows = [state.row for state in states]
         if self.prefixes.enabled:
             self._prefill_shared(rows, view.tag)
@@ -180,7 +163,8 @@ class Sampler:
             for state in states
         ]
         batches = [
-            self._admit_rows([states[i] for i in group], view) for group in prefill_groups(new)
+            self._admit_rows([states[i] for i in group], view)
+            for group in width_groups(new, PASS_COLUMNS)
         ]
         batch = batches[0]
         for other in batches[1:]:
@@ -309,14 +293,19 @@ class Sampler:
             chosen_and_forced = [[t, *more] for t, more in zip(chosen_ids, forced, strict=True)]
             self.rules.record_forced_next(states, chosen_and_forced, logits)
         next_logits = logits[:, -1]
+        drafted = kept = 0
         if any(drafts):
             # A turned-down draft token's column stays in the cache, masked out like padding.
-            for b, refused in enumerate(self.rules.accept_drafts(states, drafts, logits)):
+            turned_down = self.rules.accept_drafts(states, drafts, logits)
+            for b, refused in enumerate(turned_down):
                 if refused:
                     batch.mask[b, -refused:] = 0
                     batch.last_position[b] = positions[b, -1 - refused]
                     next_logits[b] = logits[b, -1 - refused]
+            drafted = sum(map(len, drafts))
+            kept = drafted - sum(turned_down)
         batch.next_logits = next_logits
+        self.count(EngineCounters(decode_steps=1, drafted_tokens=drafted, kept_draft_tokens=kept))
 
     # -------------------------------------------------------------- prefill
 

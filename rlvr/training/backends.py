@@ -160,5 +160,6 @@ def token_metrics(before: EngineCounters | None, after: EngineCounters | None) -
         M.PROMPT_TOKENS: done.prompt_tokens,
         M.CACHED_PROMPT_TOKENS: done.cached_prompt_tokens,
         M.PREFILLED_TOKENS: done.prefilled_tokens,
+        M.SEQUENCE_TOKENS: done.sequence_tokens,
         M.FORWARDED_TOKENS: done.forwarded_tokens,
     }

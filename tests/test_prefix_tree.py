@@ -1,0 +1,182 @@
+"""A chunk's sequences as a tree of shared runs (rlvr.policy.prefix_tree), and the trainer computing
+that tree (rlvr.policy.trainer.TreeForward): every sequence gets the log-probabilities and
+gradients it gets computed alone, with a tiny Llama (random weights) and a real PEFT LoRA adapter."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from rlvr.policy.common import OptimSettings
+from rlvr.policy.prefix_tree import build_tree, tree_chunks
+from rlvr.policy.trainer import Trainer, sequences_of, trained_positions
+from tests.test_merged import perturb, store, tiny_loaded
+
+PAD = -1
+
+
+def distinct_prefixes(sequences: list[list[int]]) -> int:
+    """The tokens of the sequences' trie, counted the slow way."""
+    return len({tuple(s[: i + 1]) for s in sequences for i in range(len(s))})
+
+
+def check_tree(sequences: list[list[int]]) -> None:
+    tree = build_tree(sequences)
+    for index, run in enumerate(tree.runs):
+        assert run.length > 0
+        if run.parent == -1:
+            assert run.start == 0
+        else:
+            assert run.parent < index and tree.runs[run.parent].end == run.start
+    for row, sequence in enumerate(sequences):
+        covered = [
+            t
+            for i in tree.paths[row]
+            for t in sequences[tree.runs[i].row][tree.runs[i].start : tree.runs[i].end]
+        ]
+        assert covered == sequence  # a path spells its sequence
+        levels = [
+            next(k for k, level in enumerate(tree.levels) if i in level) for i in tree.paths[row]
+        ]
+        assert levels == list(range(len(levels)))  # one run a level, root first
+    assert tree.tokens() == distinct_prefixes(sequences)
+
+
+@pytest.mark.parametrize(
+    "sequences",
+    [
+        [[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]],  # identical: one run
+        [[1, 2, 3], [4, 5], [6]],  # nothing shared: three roots
+        [[1, 2, 3], [1, 2, 3, 4, 5], [1, 2]],  # sequences that are prefixes of others
+        [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [1, 2, 7], [1, 2, 3, 4, 6]],  # branching at three depths
+        [[5]],
+    ],
+    ids=["identical", "disjoint", "prefixes", "branching", "one-token"],
+)
+def test_a_tree_spells_every_sequence_and_holds_each_shared_token_once(sequences):
+    check_tree(sequences)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_sequences_with_shared_stems_make_a_valid_tree(seed):
+    rng = random.Random(seed)
+    stems = [[rng.randrange(5) for _ in range(rng.randrange(1, 12))] for _ in range(3)]
+    sequences = [
+        rng.choice(stems)[: rng.randrange(1, 13)]
+        + [rng.randrange(5) for _ in range(rng.randrange(0, 8))]
+        for _ in range(rng.randrange(1, 14))
+    ]
+    check_tree(sequences)
+
+
+@pytest.mark.parametrize("budget", [1, 6, 20, 1000])
+def test_chunks_cover_every_sequence_once_within_the_budget(budget):
+    rng = random.Random(budget)
+    sequences = [
+        [1, 2, 3] + [rng.randrange(4) for _ in range(rng.randrange(1, 9))] for _ in range(12)
+    ]
+    chunks = tree_chunks(sequences, budget)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(sequences)))
+    for chunk in chunks:
+        size = build_tree([sequences[i] for i in chunk]).tokens()
+        assert size <= budget or len(chunk) == 1
+    if budget >= distinct_prefixes(sequences):
+        assert len(chunks) == 1
+
+
+def rows(
+    sequences: list[list[int]], trained_from: list[int], width: int
+) -> dict[str, torch.Tensor]:
+    """ART's tensors one sequence a row: tokens, padding after them, the tokens from
+    `trained_from[i]` on trained (ART's assistant mask), sampled logprobs where trained."""
+    tokens, groups, positions, mask, logprobs = [], [], [], [], []
+    for i, (sequence, start) in enumerate(zip(sequences, trained_from, strict=True)):
+        pad = width - len(sequence)
+        tokens.append(sequence + [0] * pad)
+        groups.append([i] * len(sequence) + [PAD] * pad)
+        positions.append(list(range(len(sequence))) + [0] * pad)
+        trained = [int(j >= start) for j in range(len(sequence))] + [0] * pad
+        mask.append(trained)
+        logprobs.append([-1.0 if t else float("nan") for t in trained])
+    return {
+        "tokens": torch.tensor(tokens),
+        "group_ids": torch.tensor(groups),
+        "parent_ids": torch.tensor(groups),
+        "input_pos": torch.tensor(positions),
+        "assistant_mask": torch.tensor(mask, dtype=torch.bool),
+        "logprobs": torch.tensor(logprobs),
+    }
+
+
+STEM = [3, 9, 14, 15, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9]
+# a group's rollouts: one prompt, turns played alike, parting at different depths; one identical
+# pair; one rollout that is a prefix of another; a sequence of another group sharing 5 tokens
+GROUP = [
+    [*STEM, 1, 2, 3, 4, 5, 6],
+    [*STEM, 1, 2, 3, 4, 5, 6],
+    [*STEM, 1, 2, 3, 9, 9, 9, 9, 9],
+    [*STEM, 1, 2, 7],
+    [*STEM, 11, 12, 13, 14, 15, 16, 17, 18, 19],
+    [*STEM, 1, 2, 3, 4, 5, 6, 7, 8],
+    [*STEM[:5], 40, 41, 42, 43, 44, 45],
+]
+
+
+@pytest.mark.parametrize("budget", [10_000, 30], ids=["one-tree", "several-trees"])
+def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
+    tmp_path, monkeypatch, budget
+):
+    import rlvr.policy.trainer as trainer_module
+
+    monkeypatch.setattr(trainer_module, "TREE_TOKENS", budget)
+    loaded = tiny_loaded()
+    perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
+    trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
+    inputs = rows(GROUP, [len(STEM)] * 6 + [5], width=32)
+    trained = trained_positions(inputs)
+    weights = torch.linspace(0.5, 1.5, trained.shape[1])  # gradients of a non-trivial loss
+
+    def gradients() -> list[torch.Tensor]:
+        grads = [p.grad.clone() for p in loaded.model.parameters() if p.grad is not None]
+        trainer.optimizer.zero_grad(set_to_none=True)
+        return grads
+
+    sequences = sequences_of(inputs)
+    tree_logprobs = torch.zeros(trained.shape)
+    computed = 0
+    for part in tree_chunks(sequences, budget):
+        scored = trainer.forward_logprobs({k: v[part] for k, v in inputs.items()})
+        (scored.logprobs * weights).sum().backward()
+        tree_logprobs[part] = scored.logprobs.detach()
+        computed += scored.tokens
+    tree_grads = gradients()
+
+    alone = torch.zeros(trained.shape)
+    for row, sequence in enumerate(sequences):
+        logits = loaded.model(input_ids=torch.tensor([sequence])).logits[0]
+        logprobs = torch.log_softmax(logits.float(), -1)[:-1].gather(
+            -1, torch.tensor(sequence[1:])[:, None]
+        )[:, 0]
+        kept = torch.nn.functional.pad(logprobs, (0, trained.shape[1] - len(logprobs)))
+        kept = torch.where(trained[row], kept, 0.0)
+        (kept * weights).sum().backward()
+        alone[row] = kept.detach()
+    alone_grads = gradients()
+
+    assert int(trained.sum()) > 30
+    assert torch.allclose(tree_logprobs, alone, atol=1e-5)
+    assert (tree_logprobs[trained] != 0).all() and (tree_logprobs[~trained] == 0).all()
+    assert len(tree_grads) == len(alone_grads) > 0
+    for a, b in zip(tree_grads, alone_grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
+    if budget > 1000:
+        assert computed == distinct_prefixes(sequences) < sum(map(len, sequences)) // 2
+
+
+def test_rows_whose_positions_are_not_their_indices_are_refused():
+    inputs = rows([[1, 2, 3, 4]], [2], width=4)
+    inputs["input_pos"][0, 2] = 7
+    with pytest.raises(ValueError, match=r"training row 0: positions are not 0\.\.3"):
+        sequences_of(inputs)
