@@ -124,13 +124,23 @@ GROUP = [
 ]
 
 
-@pytest.mark.parametrize("budget", [10_000, 30], ids=["one-tree", "several-trees"])
+@pytest.mark.parametrize(
+    "budget", [10_000, 30, 10], ids=["one-tree", "several-trees", "alone-and-recomputed"]
+)
 def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
     tmp_path, monkeypatch, budget
 ):
     import rlvr.policy.trainer as trainer_module
 
     monkeypatch.setattr(trainer_module, "TREE_TOKENS", budget)
+    recomputed = []
+    plain = trainer_module.TreeForward._recomputing
+
+    def counted(self):
+        recomputed.append(self.causal_lm.training)
+        return plain(self)
+
+    monkeypatch.setattr(trainer_module.TreeForward, "_recomputing", counted)
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
     trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
@@ -173,6 +183,8 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
     if budget > 1000:
         assert computed == distinct_prefixes(sequences) < sum(map(len, sequences)) // 2
+    # every sequence is longer than 10 tokens: each alone in its chunk, recomputed in backward
+    assert len(recomputed) == (len(GROUP) if budget == 10 else 0)
 
 
 def test_rows_whose_positions_are_not_their_indices_are_refused():

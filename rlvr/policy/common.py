@@ -23,7 +23,7 @@ THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 
 # A training pass computes the tree of at most this many tokens of its sequences
 # (rlvr.policy.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
 # for the backward pass, so this bounds a step's memory.
-TREE_TOKENS = 4096
+TREE_TOKENS = 2048
 # A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
 # attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
 # ~900-token email prompts at once peaked 1 GB above the rest of a step.

@@ -14,6 +14,8 @@ ART's `loss_fn` then sees the sequences as ART laid them out.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -130,19 +132,28 @@ class TreeForward:
         mask = torch.zeros(len(runs), past + width, dtype=torch.long, device=device)
         for b, run in enumerate(runs):
             mask[b, past - run.start : past + run.length] = 1
-        cache = DynamicCache(config=self.causal_lm.config)
-        if past:
-            cache = DynamicCache(
-                ddp_cache_data=self._contexts([run.parent for run in runs], past),
-                config=self.causal_lm.config,
+        keep = any(index in continued for index in indices)
+        if not past and not keep and len(runs) * width > TREE_TOKENS:
+            # Sequences longer than a chunk's budget that share nothing (one of them, alone in its
+            # chunk): no keys or values to keep, so the pass recomputes its activations in backward.
+            with self._recomputing():
+                out = self.causal_lm.model(
+                    input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
+                )
+        else:
+            cache = DynamicCache(config=self.causal_lm.config)
+            if past:
+                cache = DynamicCache(
+                    ddp_cache_data=self._contexts([run.parent for run in runs], past),
+                    config=self.causal_lm.config,
+                )
+            out = self.causal_lm.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
             )
-        out = self.causal_lm.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-        )
         for b, (index, run) in enumerate(zip(indices, runs, strict=True)):
             self.hidden[index] = out.last_hidden_state[b, : run.length]
             if index in continued:
@@ -153,6 +164,19 @@ class TreeForward:
                     )
                     for layer in out.past_key_values.layers
                 ]
+
+    @contextmanager
+    def _recomputing(self) -> Iterator[None]:
+        """Gradient checkpointing for one forward where a gradient is taken (the PEFT model has
+        it enabled; transformers' layers checkpoint in train mode only; dropout is 0)."""
+        if not torch.is_grad_enabled():
+            yield
+            return
+        self.causal_lm.train()
+        try:
+            yield
+        finally:
+            self.causal_lm.eval()
 
     def _contexts(self, parents: list[int], past: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the keys and values [B, heads, past, dim] each row continues: its parent's
