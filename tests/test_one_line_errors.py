@@ -229,3 +229,30 @@ def test_every_command_against_the_same_broken_task(
     ]
     assert all("its config.json names" in x for x in others), others
     assert not (tmp_path / "runs").exists()  # nothing written
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("RLVR_PRECISION", "fp16"),
+        ("RLVR_PACKED_WEIGHTS", "yes"),
+        ("RLVR_TORCH_THREADS", "two"),
+        ("RLVR_PREFIX_CACHE_MB", "-1"),
+        ("RLVR_TREE_TOKENS", "0"),
+    ],
+)
+def test_a_bad_engine_setting_stops_a_run_before_it_writes_anything(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    from tests import warm
+
+    runs = tmp_path / "runs"
+    done = warm.rlvr(
+        "train", "math", "judge=none", f"runs_root={runs}", env={variable: value}, timeout_s=300
+    )
+    errors = [x for x in done.stderr.splitlines() if x.startswith("error:")]
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert errors == [errors[0]] and errors[0].startswith(f"error: {variable}={value!r}: expected")
+    assert not runs.exists()  # nothing written

@@ -9,7 +9,8 @@ import random
 import pytest
 import torch
 
-from rlvr.policy.common import OptimSettings
+from rlvr.config import ConfigError
+from rlvr.policy.common import TREE_TOKENS, TREE_TOKENS_ENV, OptimSettings, tree_tokens
 from rlvr.policy.prefix_tree import build_tree, tree_chunks
 from rlvr.policy.trainer import Trainer, sequences_of, trained_positions
 from tests.test_merged import perturb, store, tiny_loaded
@@ -132,7 +133,6 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
 ):
     import rlvr.policy.trainer as trainer_module
 
-    monkeypatch.setattr(trainer_module, "TREE_TOKENS", budget)
     recomputed = []
     plain = trainer_module.TreeForward._recomputing
 
@@ -144,6 +144,7 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
     trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
+    trainer.tree_tokens = budget
     inputs = rows(GROUP, [len(STEM)] * 6 + [5], width=32)
     trained = trained_positions(inputs)
     weights = torch.linspace(0.5, 1.5, trained.shape[1])  # gradients of a non-trivial loss
@@ -192,3 +193,19 @@ def test_rows_whose_positions_are_not_their_indices_are_refused():
     inputs["input_pos"][0, 2] = 7
     with pytest.raises(ValueError, match=r"training row 0: positions are not 0\.\.3"):
         sequences_of(inputs)
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, TREE_TOKENS), ("512", 512), (" 64 ", 64)])
+def test_the_tree_budget_comes_from_the_environment(monkeypatch, value, expected):
+    if value is None:
+        monkeypatch.delenv(TREE_TOKENS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TREE_TOKENS_ENV, value)
+    assert tree_tokens() == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "many", "1.5"])
+def test_a_bad_tree_budget_is_one_line_naming_it(monkeypatch, value):
+    monkeypatch.setenv(TREE_TOKENS_ENV, value)
+    with pytest.raises(ConfigError, match=f"^{TREE_TOKENS_ENV}=.*expected a whole number"):
+        tree_tokens()

@@ -4,9 +4,12 @@ settings models, the rows a caller samples and what comes back."""
 from __future__ import annotations
 
 import logging
+import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from rlvr.config import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -22,8 +25,27 @@ PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the au
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 # A training pass computes the tree of at most this many tokens of its sequences
 # (rlvr.policy.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
-# for the backward pass, so this bounds a step's memory.
+# for the backward pass, so this bounds a step's memory (README, "Performance").
 TREE_TOKENS = 2048
+TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory
+
+
+def whole_number(name: str, default: int, least: int = 1) -> int:
+    """The environment variable `name` as a whole number of at least `least` (`default` where
+    it is unset or empty); ConfigError naming it otherwise."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < least:
+        raise ConfigError(f"{name}={value!r}: expected a whole number >= {least} (or unset)")
+    return int(value)
+
+
+def tree_tokens() -> int:
+    """RLVR_TREE_TOKENS, or TREE_TOKENS where it is unset."""
+    return whole_number(TREE_TOKENS_ENV, TREE_TOKENS)
+
+
 # A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
 # attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
 # ~900-token email prompts at once peaked 1 GB above the rest of a step.

@@ -4,7 +4,6 @@ tokens, context length). The sampler, the adapter store and the trainer are each
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +14,10 @@ from typing import Any
 import torch
 
 from rlvr.policy.attention import use_grouped_sdpa
-from rlvr.policy.common import THREADS_ENV, Phase, Precision
+from rlvr.policy.common import THREADS_ENV, Phase, Precision, tree_tokens, whole_number
 from rlvr.policy.device import choose_autocast, choose_device, run_head_in_fp32
-from rlvr.policy.packed import pack_head, packs
+from rlvr.policy.packed import pack_head, packing_wanted, packs
+from rlvr.policy.prefix import budget_bytes
 
 DEFAULT_CONTEXT = 4096  # for a config that names no max_position_embeddings
 
@@ -85,6 +85,17 @@ def sampling_products(
     return sample or torch.float32, False
 
 
+def check_environment() -> None:
+    """Read the engine's environment knobs now (RLVR_PRECISION, RLVR_PACKED_WEIGHTS,
+    RLVR_TORCH_THREADS, RLVR_PREFIX_CACHE_MB, RLVR_TREE_TOKENS), so that a bad value stops a run
+    with one line before it writes anything; each raises ConfigError naming its variable."""
+    choose_autocast(torch.device("cpu"))
+    packing_wanted()
+    whole_number(THREADS_ENV, 0)
+    budget_bytes()
+    tree_tokens()
+
+
 def load_model(model_dir: Path, device: str | None, precision: Precision | None) -> LoadedModel:
     """Load the tokenizer and the base model (fp32 weights, eval mode) on the chosen device.
     `precision`: see `choose_autocast` (None: automatic)."""
@@ -92,8 +103,8 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    if threads := os.environ.get(THREADS_ENV):
-        torch.set_num_threads(int(threads))
+    if threads := whole_number(THREADS_ENV, 0):
+        torch.set_num_threads(threads)
     chosen = choose_device(device)
     train_dtype = choose_autocast(chosen, precision, "train")
     sample_dtype = choose_autocast(chosen, precision, "sample")

@@ -11,13 +11,14 @@ byte budget, and everything is dropped when the live adapter's weights change.
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Hashable
 from itertools import pairwise
 
 import torch
 from pydantic import BaseModel, ConfigDict
+
+from rlvr.policy.common import whole_number
 
 BUDGET_ENV = "RLVR_PREFIX_CACHE_MB"  # 0 turns the cache off
 DEFAULT_BUDGET_MB = 384
@@ -104,7 +105,8 @@ def shared_prefixes(prompts: list[list[int]], have: list[int]) -> list[list[list
 
 
 def budget_bytes() -> int:
-    return int(float(os.environ.get(BUDGET_ENV, DEFAULT_BUDGET_MB)) * 2**20)
+    """RLVR_PREFIX_CACHE_MB in bytes (0: the cache is off)."""
+    return whole_number(BUDGET_ENV, DEFAULT_BUDGET_MB, least=0) * 2**20
 
 
 class PrefixCache:

@@ -38,9 +38,9 @@ from rlvr.policy.common import (
     NUM_SEQUENCES,
     NUM_TOKENS,
     PASS_COLUMNS,
-    TREE_TOKENS,
     EngineCounters,
     OptimSettings,
+    tree_tokens,
     width_groups,
 )
 from rlvr.policy.device import release_memory
@@ -98,9 +98,9 @@ class TreeForward:
     logits are computed for the wanted positions only (full-vocabulary logits for every position
     would be most of a step's memory)."""
 
-    def __init__(self, model: Any, sequences: list[list[int]], tree: Tree) -> None:
+    def __init__(self, model: Any, sequences: list[list[int]], tree: Tree, budget: int) -> None:
         self.causal_lm = model.get_base_model()  # the LoRA layers are inside it
-        self.sequences, self.tree = sequences, tree
+        self.sequences, self.tree, self.budget = sequences, tree, budget
         self.device = next(self.causal_lm.parameters()).device
         self.hidden: dict[int, torch.Tensor] = {}  # run -> its tokens' hidden states [L, H]
         # run -> per layer the keys and values [heads, end, dim] of its whole path (runs that
@@ -133,7 +133,7 @@ class TreeForward:
         for b, run in enumerate(runs):
             mask[b, past - run.start : past + run.length] = 1
         keep = any(index in continued for index in indices)
-        if not past and not keep and len(runs) * width > TREE_TOKENS:
+        if not past and not keep and len(runs) * width > self.budget:
             # Sequences longer than a chunk's budget that share nothing (one of them, alone in its
             # chunk): no keys or values to keep, so the pass recomputes its activations in backward.
             with self._recomputing():
@@ -266,6 +266,7 @@ class Trainer:
         if optimizer_state is not None:
             self.optimizer.load_state_dict(optimizer_state)
         self._counters = EngineCounters()
+        self.tree_tokens = tree_tokens()  # a chunk's tree at most (RLVR_TREE_TOKENS)
 
     def counters(self) -> EngineCounters:
         """The training work done so far (running totals; sampling's stay 0 here)."""
@@ -304,7 +305,7 @@ class Trainer:
 
         The rows are split into `num_substeps` chunks; each chunk accumulates gradients of ART's
         `loss_fn` (summed, divided by the chunk's trained tokens) and takes one AdamW step. Within
-        a chunk the sequences are computed as trees of at most TREE_TOKENS tokens (`TreeForward`).
+        a chunk the sequences are computed as trees of at most `tree_tokens` tokens (`TreeForward`).
         `config` is ART's `TrainConfig` (learning rate, kl_penalty_coef), `dev_config` ART's
         `dev.TrainConfig` (loss variant, clipping). Returns the metrics named at the top.
         """
@@ -325,7 +326,7 @@ class Trainer:
                 for group in self.optimizer.param_groups:
                     group["lr"] = config.learning_rate
                 chunk_tokens = float(trained[chunk].sum())
-                for part in tree_chunks([sequences[row] for row in chunk], TREE_TOKENS):
+                for part in tree_chunks([sequences[row] for row in chunk], self.tree_tokens):
                     rows = [chunk[i] for i in part]
                     for key, value in self._train_rows(
                         {key: value[rows] for key, value in tensors.items()},
@@ -372,7 +373,7 @@ class Trainer:
                 group["lr"] = learning_rate
             tokens = max(float(trained_positions(tensors).sum()), 1.0)
             total, computed = 0.0, 0
-            for part in tree_chunks(sequences, TREE_TOKENS):
+            for part in tree_chunks(sequences, self.tree_tokens):
                 scored = self.forward_logprobs(
                     {key: value[part] for key, value in tensors.items()},
                     [sequences[row] for row in part],
@@ -398,7 +399,7 @@ class Trainer:
         sequence a row), computed as the rows' tree (`TreeForward`); `sequences`: the rows'
         tokens, where the caller has them already."""
         sequences = sequences if sequences is not None else sequences_of(inputs)
-        forward = TreeForward(self.loaded.model, sequences, build_tree(sequences))
+        forward = TreeForward(self.loaded.model, sequences, build_tree(sequences), self.tree_tokens)
         with self.loaded.autocast("train"):
             forward.run()
             return forward.scored(trained_positions(inputs))

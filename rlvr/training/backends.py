@@ -38,6 +38,15 @@ class Policy(BaseModel):
     backend: SkipValidation[art.Backend]
 
 
+def check_engine_environment(cfg: TrainConfig) -> None:
+    """For rlvr's own engine, its environment knobs read before a run writes anything (a bad
+    value is one line naming it: rlvr.policy.loaded.check_environment)."""
+    if cfg.backend == "local":
+        from rlvr.policy.loaded import check_environment
+
+        check_environment()
+
+
 def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[art.Backend, str]:
     """(backend, base_model) for the configured backend."""
     if cfg.backend == "local":

@@ -34,7 +34,13 @@ from rlvr.runs import layout, runlock, store
 from rlvr.tasks.api import Task
 from rlvr.tasks.plugins import open_judge, resolve_task
 from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
-from rlvr.training.backends import ART_DIR, Policy, open_policy, rewind_policy
+from rlvr.training.backends import (
+    ART_DIR,
+    Policy,
+    check_engine_environment,
+    open_policy,
+    rewind_policy,
+)
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import evaluate
 from rlvr.training.failures import Failure, FailureLog, RunFailed
@@ -284,6 +290,7 @@ async def open_session(
         given = scorer is not None and not isinstance(scorer, str)
         compared = given or compared_with_truth(cfg, built)
         check_can_demonstrate(cfg, built)
+        check_engine_environment(cfg)
         items = built.load()
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
         # One writer per run directory, held until summary.json is written; then a fresh run
