@@ -103,10 +103,12 @@ async def endpoint(tmp_path_factory):
 @pytest.mark.parametrize("kind", list(KINDS))
 async def test_abandoned_long_requests_never_delay_a_short_one(endpoint, kind: str) -> None:
     """8 requests for 1,500 tokens whose clients give up after 0.5 s, then a short request: it
-    takes about what it takes on a quiet engine (measured here first), not the abandoned work."""
+    takes about what it takes on a quiet engine (measured here first), not the abandoned work.
+    The faster of two tries is compared, as rows still decoding would delay both alike while a
+    test worker beside this one delays only one."""
     options = KINDS[kind]
     short = endpoint.body("Say hello.", 8, temperature=0.0, **options)
-    quiet = statistics.median([await endpoint.timed(short) for _ in range(2)])
+    quiet = statistics.median([await endpoint.timed(short) for _ in range(3)])
     before = endpoint.counters()
 
     async def abandoned(i: int) -> None:
@@ -115,7 +117,7 @@ async def test_abandoned_long_requests_never_delay_a_short_one(endpoint, kind: s
             await endpoint.post(body, timeout=0.5)
 
     await asyncio.gather(*(abandoned(i) for i in range(8)))
-    after_abandoned = await endpoint.timed(short)
+    after_abandoned = min([await endpoint.timed(short) for _ in range(2)])
     done = endpoint.counters().minus(before)
     print(f"{kind}: quiet {quiet:.2f} s, after abandoned requests {after_abandoned:.2f} s")
     assert done.cancelled_rows == 8
