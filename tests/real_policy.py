@@ -1,5 +1,6 @@
 """One real rollout of a scenario with the real SmolLM2-135M policy on a fresh TorchBackend (for
-the slow tier's "a real episode is well-formed" tests)."""
+the slow tier's "a real episode is well-formed" tests), and a sequence's log-probabilities computed
+alone, the reference the trainer's shared passes are held to."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 
 import art
+import torch
 
 from rlvr.policy.backend import TorchBackend
 from rlvr.policy.models import resolve_model
@@ -29,3 +31,11 @@ async def real_rollout(
         return await scenario.rollout(model, item, sampling)
     finally:
         await backend.close()
+
+
+def logprobs_alone(model: torch.nn.Module, sequence: list[int]) -> torch.Tensor:
+    """Each token's log-probability after the tokens before it, the sequence alone in `model`."""
+    logits = model(input_ids=torch.tensor([sequence])).logits[0]
+    return torch.log_softmax(logits.float(), -1)[:-1].gather(
+        -1, torch.tensor(sequence[1:])[:, None]
+    )[:, 0]

@@ -21,6 +21,7 @@ from art.preprocessing.tokenize import tokenize_trajectory_groups
 from rlvr.policy.backend import TorchBackend
 from rlvr.policy.models import DEFAULT_MODEL, resolve_model
 from rlvr.policy.toolcalls import call_prefix
+from tests.real_policy import logprobs_alone
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -306,10 +307,7 @@ async def test_training_logprobs_are_each_sequences_own_full_forward(backend, po
     with torch.no_grad():
         fast = engine.trainer.forward_logprobs(tensors).logprobs
         for row, sequence in enumerate(sequences_of(tensors)):
-            logits = engine.loaded.model(input_ids=torch.tensor([sequence])).logits[0]
-            full = torch.log_softmax(logits.float(), -1)[:-1].gather(
-                -1, torch.tensor(sequence[1:])[:, None]
-            )[:, 0]
+            full = logprobs_alone(engine.loaded.model, sequence)
             at = trained[row, : len(full)]
             assert at.sum() > 0
             assert torch.allclose(fast[row, : len(full)][at], full[at], atol=1e-4)

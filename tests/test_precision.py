@@ -33,6 +33,7 @@ from rlvr.policy.trainer import (
     sequences_of,
     trained_positions,
 )
+from tests.real_policy import logprobs_alone
 
 # Upper bounds on step-1 `train/kl` (k3, per sampled token), with margin over what was measured:
 # 4 × 16 sampled tokens make the bf16 figures vary by draw (README, "Precision, per phase").
@@ -218,10 +219,7 @@ async def test_training_logprobs_equal_each_sequences_full_forward(trained) -> N
     with torch.no_grad(), engine.loaded.autocast("train"):
         tree = engine.trainer.forward_logprobs(tensors)
         for row, sequence in enumerate(sequences_of(tensors)):
-            logits = engine.loaded.model(input_ids=torch.tensor([sequence])).logits[0]
-            full = torch.log_softmax(logits.float(), -1)[:-1].gather(
-                -1, torch.tensor(sequence[1:])[:, None]
-            )[:, 0]
+            full = logprobs_alone(engine.loaded.model, sequence)
             at = trained_at[row, : len(full)]
             gaps.append((tree.logprobs[row, : len(full)][at] - full[at]).abs())
     gap = torch.cat(gaps)
