@@ -113,8 +113,8 @@ def bench_train(
     repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
     threads: ThreadsOption = None,
 ) -> None:
-    """backend.train step time ÷ a bare forward+backward+AdamW on the same packed tokens
-    (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
+    """backend.train step time (over the sequences' prefix tree) ÷ a bare forward+backward+AdamW
+    of each sequence in full (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
     from rlvr.bench.policy import run_train_bench
 
     _print_figures(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
@@ -156,7 +156,7 @@ def bench_step(
     """Real RL steps of TASK at its defaults (its warm start first): seconds in rollouts,
     scoring and the update, tokens prompted (prefix-cached), decoded and trained, each against
     its bare figure (a batched generate of the same turn prompts; a bare forward+backward+AdamW
-    of the same packed tokens). Prints one JSON line last."""
+    of each sequence in full). Prints one JSON line last."""
     from rlvr.bench.step import run_step_bench
 
     _print_figures(run_step_bench(task, steps, bare, **_overrides(overrides)))
