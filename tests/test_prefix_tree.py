@@ -5,6 +5,7 @@ gradients it gets computed alone, with a tiny Llama (random weights) and a real 
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -136,9 +137,13 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
     recomputed = []
     plain = trainer_module.TreeForward._recomputing
 
+    @contextmanager
     def counted(self):
-        recomputed.append(self.causal_lm.training)
-        return plain(self)
+        with plain(self):  # inside, transformers' layers must checkpoint
+            recomputed.append(
+                self.causal_lm.training and self.causal_lm.model.gradient_checkpointing
+            )
+            yield
 
     monkeypatch.setattr(trainer_module.TreeForward, "_recomputing", counted)
     loaded = tiny_loaded()
@@ -185,7 +190,7 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
     if budget > 1000:
         assert computed == distinct_prefixes(sequences) < sum(map(len, sequences)) // 2
     # every sequence is longer than 10 tokens: each alone in its chunk, recomputed in backward
-    assert len(recomputed) == (len(GROUP) if budget == 10 else 0)
+    assert recomputed == ([True] * len(GROUP) if budget == 10 else [])
 
 
 def test_rows_whose_positions_are_not_their_indices_are_refused():
