@@ -12,7 +12,14 @@ import torch
 
 from rlvr.config import ConfigError
 from rlvr.policy.common import TREE_TOKENS, TREE_TOKENS_ENV, OptimSettings, tree_tokens
-from rlvr.policy.prefix_tree import build_tree, tree_chunks
+from rlvr.policy.prefix_tree import (
+    Tree,
+    build_tree,
+    cheapest_tree,
+    cut_tree,
+    tree_chunks,
+    tree_cost,
+)
 from rlvr.policy.trainer import Trainer, sequences_of, trained_positions
 from tests.test_merged import perturb, store, tiny_loaded
 
@@ -24,8 +31,11 @@ def distinct_prefixes(sequences: list[list[int]]) -> int:
     return len({tuple(s[: i + 1]) for s in sequences for i in range(len(s))})
 
 
-def check_tree(sequences: list[list[int]]) -> None:
-    tree = build_tree(sequences)
+def check_tree(sequences: list[list[int]], tree: Tree | None = None) -> None:
+    """`tree` (the sequences' whole tree where None) spells every sequence along its path, one
+    run a level; the whole tree holds each shared token once."""
+    whole = tree is None
+    tree = build_tree(sequences) if tree is None else tree
     for index, run in enumerate(tree.runs):
         assert run.length > 0
         if run.parent == -1:
@@ -43,7 +53,9 @@ def check_tree(sequences: list[list[int]]) -> None:
             next(k for k, level in enumerate(tree.levels) if i in level) for i in tree.paths[row]
         ]
         assert levels == list(range(len(levels)))  # one run a level, root first
-    assert tree.tokens() == distinct_prefixes(sequences)
+    assert sorted(i for level in tree.levels for i in level) == list(range(len(tree.runs)))
+    if whole:
+        assert tree.tokens() == distinct_prefixes(sequences)
 
 
 @pytest.mark.parametrize(
@@ -71,6 +83,57 @@ def test_random_sequences_with_shared_stems_make_a_valid_tree(seed):
         for _ in range(rng.randrange(1, 14))
     ]
     check_tree(sequences)
+
+
+BRANCHING = [[1, 2, 3, 4, 5], [1, 2, 3, 9, 9], [1, 2, 7], [1, 2, 3, 4, 6], [1, 2, 3, 4, 5], [8]]
+
+
+@pytest.mark.parametrize("depth", range(5))
+def test_a_cut_tree_spells_every_sequence_and_computes_the_rest_in_full(depth):
+    tree = build_tree(BRANCHING)
+    cut = cut_tree(tree, BRANCHING, depth)
+    check_tree(BRANCHING, cut)
+    assert len(cut.levels) == min(depth + 1, len(tree.levels))
+    # the whole tree's first `depth` levels once, then each distinct sequence's rest in full
+    upper = sum(tree.runs[i].length for level in tree.levels[:depth] for i in level)
+    ends = {
+        tuple(sequence): tree.runs[path[min(depth, len(path)) - 1]].end if depth else 0
+        for sequence, path in zip(BRANCHING, tree.paths, strict=True)
+    }
+    assert cut.tokens() == upper + sum(len(s) - end for s, end in ends.items())
+    if depth >= len(tree.levels) - 1:
+        assert cut.tokens() == tree.tokens()
+
+
+@pytest.mark.parametrize(
+    ("sequences", "depth"),
+    [
+        # a long shared prompt, completions that part at once: the prompt once, each rest in one pass
+        ([[7] * 200 + [i, 5, 6, 7] for i in range(8)], 1),
+        # pairs of rollouts that share one token after their 200-token prompt, then run 30 tokens
+        # each: the prompt once and each rest in one pass, not a level for the shared tokens
+        ([[7] * 200 + [i // 2] + [i] * 30 for i in range(8)], 1),
+        # two short sequences sharing 3 tokens: one pass of both in full beats two passes
+        ([[1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9, 9]], 0),
+        # long turns played alike: every level is worth its pass
+        ([[7] * 200 + [1] * 100 + [i] * 50 for i in range(2)] + [[7] * 200 + [2] * 100], 2),
+    ],
+    ids=["prompt-then-rests", "one-shared-token", "short-pair", "deep-turns"],
+)
+def test_the_cheapest_cut_pays_a_level_only_where_it_saves_more_than_a_pass(sequences, depth):
+    tree = build_tree(sequences)
+    chosen = cheapest_tree(sequences, budget=10_000)
+    assert chosen == cut_tree(tree, sequences, depth) or (
+        depth >= len(tree.levels) - 1 and chosen.tokens() == tree.tokens()
+    )
+    cuts = [cut_tree(tree, sequences, d) for d in range(len(tree.levels) + 1)]
+    assert tree_cost(chosen) == min(tree_cost(cut) for cut in cuts)
+
+
+def test_the_cheapest_cut_holds_no_more_tokens_than_the_budget_or_the_whole_tree():
+    sequences = [[1, 2, 3, 4, 5, 6], [1, 2, 3, 9, 9, 9]]
+    assert cheapest_tree(sequences, budget=10_000).tokens() == 12  # both in full: one pass
+    assert cheapest_tree(sequences, budget=9).tokens() == 9  # over budget: the tree
 
 
 @pytest.mark.parametrize("budget", [1, 6, 20, 1000])
@@ -127,13 +190,31 @@ GROUP = [
 
 
 @pytest.mark.parametrize(
-    "budget", [10_000, 30, 10], ids=["one-tree", "several-trees", "alone-and-recomputed"]
+    ("budget", "depth"),
+    [
+        (10_000, "whole"),
+        (30, "whole"),
+        (10, "whole"),
+        (10_000, None),
+        (10_000, 0),
+        (10_000, 1),
+        (10_000, 2),
+    ],
+    ids=["one-tree", "several-trees", "alone-and-recomputed", "cheapest", "flat", "cut-1", "cut-2"],
 )
 def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
-    tmp_path, monkeypatch, budget
+    tmp_path, monkeypatch, budget, depth
 ):
+    """`depth`: "whole", every level of the tree; None, the trainer's own cut (`cheapest_tree`);
+    a number, the tree cut there."""
     import rlvr.policy.trainer as trainer_module
 
+    def cut(sequences: list[list[int]], budget: int) -> Tree:
+        tree = build_tree(sequences)
+        return tree if depth == "whole" else cut_tree(tree, sequences, depth)
+
+    if depth is not None:
+        monkeypatch.setattr(trainer_module, "cheapest_tree", cut)
     recomputed = []
     plain = trainer_module.TreeForward._recomputing
 
@@ -187,8 +268,12 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
     assert len(tree_grads) == len(alone_grads) > 0
     for a, b in zip(tree_grads, alone_grads, strict=True):
         assert torch.allclose(a, b, atol=1e-5, rtol=1e-4)
-    if budget > 1000:
+    if depth == "whole" and budget > 1000:
         assert computed == distinct_prefixes(sequences) < sum(map(len, sequences)) // 2
+    if depth is None:
+        assert computed == cheapest_tree(sequences, budget).tokens()
+    if depth == 0:
+        assert computed == sum(map(len, sequences)) - len(STEM) - 6  # the identical pair once
     # every sequence is longer than 10 tokens: each alone in its chunk, recomputed in backward
     assert recomputed == ([True] * len(GROUP) if budget == 10 else [])
 

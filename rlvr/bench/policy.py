@@ -9,7 +9,8 @@
   cache / the same engine with it off: what reusing earlier turns' keys/values saves.
 - train: wall time of `backend.train` on real sampled groups / a bare forward + backward + AdamW
   of each sequence in full (plain causal attention, cross-entropy on the trained tokens), where
-  the backend computes the sequences' prefix tree (`tree_tokens` of `sequence_tokens`).
+  the backend computes the sequences' prefix tree, cut where its levels cost more than they save
+  (`tree_tokens` of `sequence_tokens`).
 
 Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Runs alternate
 (bare, ours, bare, ours, ...) and report medians, because the machine may be shared.
@@ -40,7 +41,6 @@ from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.common import SampleRow
 from rlvr.policy.engine import Engine
 from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.prefix_tree import build_tree
 from rlvr.policy.sampler import Sampler
 from rlvr.policy.server import Route, ServerThread, create_app
 from rlvr.policy.weights import WeightsView
@@ -356,18 +356,17 @@ async def run_train_bench(
             if packed is None:
                 raise RuntimeError("bench train: the sampled groups carry no learning signal")
             lengths = (packed["group_ids"] != -1).sum(1).tolist()
-            sequences = [row[:n] for row, n in zip(packed["tokens"].tolist(), lengths, strict=True)]
-            tree_tokens = build_tree(sequences).tokens()
             optimizer = torch.optim.AdamW(engine.adapters.trainable_parameters(), lr=1e-6)
             await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)  # warm-up
-            bare_times, ours_times, metrics = [], [], {}
+            bare_times, ours_times, metrics, tree_tokens = [], [], {}, 0
             for r in range(repeats):
                 bare_times.append(
                     await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)
                 )
-                started = time.perf_counter()
+                started, before = time.perf_counter(), engine.trainer.counters()
                 result = await backend.train(model, sampled, learning_rate=1e-6)
                 ours_times.append(time.perf_counter() - started)
+                tree_tokens = engine.trainer.counters().minus(before).forwarded_tokens
                 metrics = result.metrics
                 log(
                     f"train repeat {r}: bare {bare_times[-1]:.2f} s, backend {ours_times[-1]:.2f} s"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from rlvr.policy.common import PASS_COLUMNS, width_groups
 from rlvr.policy.prefix import common_prefix
 
 
@@ -71,6 +72,56 @@ def build_tree(sequences: list[list[int]]) -> Tree:
         for children in _split_by_token(going_on, sequences, end):
             pending.append((children, end, parent, level))
     return Tree(runs, levels, paths)
+
+
+def cut_tree(tree: Tree, sequences: list[list[int]], depth: int) -> Tree:
+    """`tree` with its levels from `depth` on merged: each sequence's tokens after its first
+    `depth` runs are one run of its own (identical sequences still share it). Depth 0: every
+    sequence computed in full; the tree's own depth: the tree itself."""
+    runs = [tree.runs[index] for level in tree.levels[:depth] for index in level]
+    renumber = {index: k for k, index in enumerate(i for lv in tree.levels[:depth] for i in lv)}
+    runs = [run._replace(parent=renumber.get(run.parent, -1)) for run in runs]
+    levels = [[renumber[index] for index in level] for level in tree.levels[:depth]]
+    paths: list[list[int]] = []
+    rests: dict[tuple[int, tuple[int, ...]], int] = {}
+    for row, path in enumerate(tree.paths):
+        kept = [renumber[index] for index in path[:depth]]
+        start = runs[kept[-1]].end if kept else 0
+        if start < len(sequences[row]):
+            key = (kept[-1] if kept else -1, tuple(sequences[row][start:]))
+            if key not in rests:
+                rests[key] = len(runs)
+                runs.append(Run(row, start, len(sequences[row]), key[0]))
+                if len(levels) == len(kept):
+                    levels.append([])
+                levels[len(kept)].append(rests[key])
+            kept.append(rests[key])
+        paths.append(kept)
+    return Tree(runs, levels, paths)
+
+
+def tree_cost(tree: Tree, pass_columns: int = PASS_COLUMNS) -> int:
+    """What computing `tree` costs in token columns: each level's runs fed in passes of similar
+    widths (`width_groups`), a pass as wide as its longest run, plus `pass_columns` a pass."""
+    cost = 0
+    for level in tree.levels:
+        lengths = [tree.runs[index].length for index in level]
+        for group in width_groups(lengths, pass_columns):
+            cost += pass_columns + len(group) * max(lengths[i] for i in group)
+    return cost
+
+
+def cheapest_tree(
+    sequences: list[list[int]], budget: int, pass_columns: int = PASS_COLUMNS
+) -> Tree:
+    """The sequences' tree cut at the depth that costs least (`cut_tree`, `tree_cost`), among the
+    cuts that hold at most `budget` tokens or no more than the whole tree: a level whose runs are
+    short (rollouts that part a few tokens after their prompt) costs more passes than the tokens
+    it shares save."""
+    tree = build_tree(sequences)
+    cuts = [cut_tree(tree, sequences, depth) for depth in range(len(tree.levels))] + [tree]
+    held = [cut for cut in cuts if cut.tokens() <= max(budget, tree.tokens())]
+    return min(held, key=lambda cut: tree_cost(cut, pass_columns))
 
 
 def _split_by_token(members: list[int], sequences: list[list[int]], at: int) -> list[list[int]]:

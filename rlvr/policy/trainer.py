@@ -45,7 +45,7 @@ from rlvr.policy.common import (
 )
 from rlvr.policy.device import release_memory
 from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.prefix_tree import Tree, build_tree, tree_chunks
+from rlvr.policy.prefix_tree import Tree, cheapest_tree, tree_chunks
 
 
 def _trimmed(packed: PackedTensors, device: torch.device) -> dict[str, torch.Tensor]:
@@ -396,10 +396,12 @@ class Trainer:
         self, inputs: dict[str, torch.Tensor], sequences: list[list[int]] | None = None
     ) -> Scored:
         """log p(next token) at the trained positions of `inputs`' rows (ART's tensors, one
-        sequence a row), computed as the rows' tree (`TreeForward`); `sequences`: the rows'
-        tokens, where the caller has them already."""
+        sequence a row), computed as the rows' tree, cut where its levels would cost more passes
+        than they save (`cheapest_tree`, `TreeForward`); `sequences`: the rows' tokens, where the
+        caller has them already."""
         sequences = sequences if sequences is not None else sequences_of(inputs)
-        forward = TreeForward(self.loaded.model, sequences, build_tree(sequences), self.tree_tokens)
+        tree = cheapest_tree(sequences, self.tree_tokens)
+        forward = TreeForward(self.loaded.model, sequences, tree, self.tree_tokens)
         with self.loaded.autocast("train"):
             forward.run()
             return forward.scored(trained_positions(inputs))
