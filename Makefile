@@ -72,15 +72,19 @@ lint: $(STAMP)
 
 # Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
-# cores); the model conversion is done once before the workers start, beside mypy (one core
-# each). Groups start heaviest first (tests/durations.json), in that order (no xdist reorder).
+# cores); the model conversion is done once before the workers start. mypy runs at the lowest
+# priority from the start, on the cycles the tests leave (a cold check is half a minute of one
+# core); its report follows the tests', and either failing fails the target. Groups start
+# heaviest first (tests/durations.json), in that order (no xdist reorder).
 PYTEST_XDIST := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy & mypy=$$!; \
+	nice -n 19 $(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
 	  $(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')" \
-	  || { wait $$mypy; exit 1; }; wait $$mypy
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) --durations=25
+	  || { kill $$mypy; exit 1; }; \
+	  RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) \
+	  --durations=25; tests=$$?; \
+	  wait $$mypy; checked=$$?; cat $(VENV)/mypy.log; exit $$(( tests || checked ))
 
 # Each test group's seconds on this machine into tests/durations.json (the order `make test`
 # starts them in): rerun after adding or much changing a slow test module.

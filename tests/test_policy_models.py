@@ -12,6 +12,7 @@ from rlvr.policy.models import (
     GgufSource,
     ModelError,
     _converted,
+    convert_gguf,
     resolve_model,
 )
 
@@ -97,7 +98,7 @@ def test_conversion_is_cached_and_complete(converted: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tokenizers(converted: Path) -> tuple:
-    """Ours, built from the GGUF's fields (rlvr.policy.models.tokenizer_from_gguf), and the one
+    """Ours, built from the GGUF's fields (rlvr.policy.models.tokenizer_from_fields), and the one
     transformers' GGUF loader builds from the same file (an independent reference; ~6 s)."""
     from transformers import AutoTokenizer
 
@@ -172,3 +173,117 @@ def test_the_template_describes_tools_and_renders_calls(converted: Path) -> None
         in text
     )
     assert "<|im_start|>tool\n3<|im_end|>" in text
+
+
+# ------------------------------------------------- the converter against transformers' own loader
+
+SMALL = {"hidden": 64, "heads": 4, "kv_heads": 2, "head_dim": 16, "layers": 2, "ffn": 128}
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def write_small_llama_gguf(path: Path, untied: bool) -> None:
+    """A two-layer llama GGUF with random weights, quantised as the shipped model is (Q4_1
+    projections, Q8_0 embedding, fp32 norms), written by gguf-py, and a byte-level vocabulary."""
+    import gguf
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    tokens = SPECIAL + [chr(c) for c in range(ord("a"), ord("z") + 1)] + ["ab", "abc"]
+    tokens += [f"t{i}" for i in range(64 - len(tokens))]  # 64: a whole number of quant blocks
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("small test llama")
+    writer.add_context_length(256)
+    writer.add_embedding_length(SMALL["hidden"])
+    writer.add_block_count(SMALL["layers"])
+    writer.add_feed_forward_length(SMALL["ffn"])
+    writer.add_head_count(SMALL["heads"])
+    writer.add_head_count_kv(SMALL["kv_heads"])
+    writer.add_rope_dimension_count(SMALL["head_dim"])
+    writer.add_rope_freq_base(50000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([3 if t in SPECIAL else 1 for t in tokens])
+    writer.add_token_merges(["a b", "ab c"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(2)
+    writer.add_unk_token_id(0)
+
+    def add(name: str, shape: tuple[int, ...], kind: gguf.GGMLQuantizationType) -> None:
+        values = rng.standard_normal(shape).astype(np.float32) * 0.1
+        if kind == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(name, values)
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(values, kind), raw_dtype=kind)
+
+    q4, q8, f32 = (
+        gguf.GGMLQuantizationType.Q4_1,
+        gguf.GGMLQuantizationType.Q8_0,
+        gguf.GGMLQuantizationType.F32,
+    )
+    hidden, kv = SMALL["hidden"], SMALL["kv_heads"] * SMALL["head_dim"]
+    add("token_embd.weight", (len(tokens), hidden), q8)
+    for layer in range(SMALL["layers"]):
+        block = f"blk.{layer}"
+        add(f"{block}.attn_norm.weight", (hidden,), f32)
+        add(f"{block}.attn_q.weight", (SMALL["heads"] * SMALL["head_dim"], hidden), q4)
+        add(f"{block}.attn_k.weight", (kv, hidden), q4)
+        add(f"{block}.attn_v.weight", (kv, hidden), q4)
+        add(f"{block}.attn_output.weight", (hidden, SMALL["heads"] * SMALL["head_dim"]), q4)
+        add(f"{block}.ffn_norm.weight", (hidden,), f32)
+        add(f"{block}.ffn_gate.weight", (SMALL["ffn"], hidden), q4)
+        add(f"{block}.ffn_up.weight", (SMALL["ffn"], hidden), q4)
+        add(f"{block}.ffn_down.weight", (hidden, SMALL["ffn"]), q4)
+    add("output_norm.weight", (hidden,), f32)
+    if untied:
+        add("output.weight", (len(tokens), hidden), q8)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.mark.parametrize("untied", [False, True], ids=["tied-head", "own-head"])
+def test_the_converter_gives_what_transformers_gguf_loader_gives(tmp_path, untied) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf_file = tmp_path / "small.gguf"
+    write_small_llama_gguf(gguf_file, untied)
+    convert_gguf(gguf_file, tmp_path / "ours", "You are a test.")
+    ours = AutoModelForCausalLM.from_pretrained(tmp_path / "ours", dtype=torch.float32)
+    reference = AutoModelForCausalLM.from_pretrained(
+        tmp_path, gguf_file=gguf_file.name, dtype=torch.float32
+    )
+    mine, theirs = ours.state_dict(), reference.state_dict()
+    assert set(mine) == set(theirs)
+    for name, tensor in theirs.items():
+        assert torch.equal(mine[name], tensor), name
+    fields = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
+    fields += ("num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps")
+    fields += ("max_position_embeddings", "tie_word_embeddings", "rope_parameters")
+    for field in fields:
+        assert getattr(ours.config, field) == getattr(reference.config, field), field
+    assert ours.config.tie_word_embeddings is not untied
+    ids = torch.tensor([[1, 5, 9, 30, 2, 7]])
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids=ids).logits, reference(input_ids=ids).logits)
+    assert ours.config.eos_token_id == ours.config.pad_token_id == 2  # <|im_end|>
+
+
+def test_a_gguf_of_another_architecture_is_a_one_line_error(tmp_path) -> None:
+    import gguf
+
+    path = tmp_path / "other.gguf"
+    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelError) as error:
+        convert_gguf(path, tmp_path / "out", "s")
+    assert str(error.value) == (
+        "model: other.gguf: architecture 'gpt2'; only llama GGUFs are converted"
+    )
+    assert not (tmp_path / "out").exists()

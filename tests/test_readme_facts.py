@@ -215,6 +215,12 @@ def tree_tokens(groups: tuple[str, ...]) -> None:
     assert number(groups[0]) == TREE_TOKENS
 
 
+def pass_columns(groups: tuple[str, ...]) -> None:
+    from rlvr.policy.common import PASS_COLUMNS
+
+    assert number(groups[0]) == PASS_COLUMNS
+
+
 def hack_bench(groups: tuple[str, ...]) -> None:
     from rlvr.bench.loop import HACK_DEFAULTS
 
@@ -283,6 +289,7 @@ FACTS = [
     (HOW, r"prefilled in slices of ~(\d+)k tokens", prefill_slices),
     (HOW, r"\(`rlvr/policy/prefix\.py`, `(\w+)`, default (\d+), 0 = off\)", prefix_cache_budget),
     (HOW, r"`TREE_TOKENS` \((\d+)\)", tree_tokens),
+    (HOW, r"`cheapest_tree`: a pass counts as (\d+) token columns", pass_columns),
     (HOW, r"`rlvr bench hack` trains (\w+) on `scorer=(\w+)`", hack_bench),
     (CONFIG, r"`judge\.timeout_s` \((\d+) s; (\d+) s for the local engine", judge_timeouts),
     (CONFIG, r"`loss_fn` \((\w+)/(\w+)\)", choices_of(TrainConfig, "loss_fn")),

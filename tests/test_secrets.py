@@ -20,6 +20,7 @@ import pytest
 
 from rlvr import redact
 from rlvr.config import ConfigError, TrainConfig, parse_overrides
+from rlvr.policy.models import CACHE_ENV, cache_root
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
 WANDB_KEY = "PLANTEDwandb" + "0" * 28  # W&B keys are 40 characters
@@ -353,6 +354,8 @@ async def test_a_real_run_writes_and_prints_no_credential(
     wandb_dir = tmp_path / "wb"
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    # the converted model stays where it is (a new HOME would convert it again)
+    monkeypatch.setenv(CACHE_ENV, str(cache_root()))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no W&B settings
     monkeypatch.setattr(sys, "argv", ["rlvr", "train", f"judge_base_url={BASE_URL}"])
     caplog.set_level(logging.INFO)

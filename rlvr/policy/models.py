@@ -18,14 +18,15 @@ import importlib.util
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.runs import atomic
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerFast
+    from gguf import GGUFReader
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 DEFAULT_MODEL = "smollm2-135m"
 CACHE_ENV = "RLVR_CACHE"
@@ -166,52 +167,138 @@ def _converted(source: GgufSource) -> Path:
 
 
 def convert_gguf(gguf: Path, out: Path, default_system: str) -> None:
-    """Dequantise `gguf` into an fp32 HF checkpoint plus a tokenizer rebuilt from its vocabulary."""
+    """Dequantise `gguf` (a llama-architecture GGUF) into an fp32 HF checkpoint plus a tokenizer
+    rebuilt from its vocabulary, reading the file once. gguf-py reads the file, names the tensors
+    and dequantises them; transformers' own GGUF loader gives the same weights (a test compares)
+    but parses the vocabulary's strings three times and builds gguf-py's tensor-name table once
+    per module, most of a conversion's time."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from gguf import GGUFReader
+    from transformers import LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    tokenizer = tokenizer_from_gguf(gguf, default_system)
+    reader = GGUFReader(str(gguf))
+    config = llama_config(reader)
+    tokenizer = tokenizer_from_fields(reader, default_system)
+    config.eos_token_id = config.pad_token_id = tokenizer.eos_token_id
+    with torch.device("meta"):  # no random initialisation: every weight is assigned below
+        model = LlamaForCausalLM(config)
+    state = llama_weights(reader, config, list(model.state_dict()))
+    model.load_state_dict(state, strict=False, assign=True)
+    model.tie_weights()
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.config.eos_token_id = tokenizer.eos_token_id
-    model.config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
 
-def tokenizer_from_gguf(gguf: Path, default_system: str) -> PreTrainedTokenizerFast:
+def _file(reader: GGUFReader) -> str:
+    """The GGUF's file name, for errors."""
+    return Path(reader.data.filename or "the GGUF").name
+
+
+def _value(reader: GGUFReader, key: str) -> Any:
+    if key not in reader.fields:
+        raise ModelError(f"model: {_file(reader)}: no '{key}' field")
+    return reader.fields[key].contents()
+
+
+def llama_config(reader: GGUFReader) -> LlamaConfig:
+    """The transformers config of a llama GGUF (the metadata keys transformers' GGUF loader
+    maps; the LM head tied to the embedding where the file has no `output.weight`)."""
+    from transformers import LlamaConfig
+
+    architecture = _value(reader, "general.architecture")
+    if architecture != "llama":
+        raise ModelError(
+            f"model: {_file(reader)}: architecture '{architecture}'; only llama GGUFs are converted"
+        )
+
+    def llama(key: str) -> Any:
+        return _value(reader, f"llama.{key}")
+
+    vocab = (
+        llama("vocab_size")
+        if "llama.vocab_size" in reader.fields
+        else len(reader.fields["tokenizer.ggml.tokens"].data)
+    )
+    return LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=llama("embedding_length"),
+        intermediate_size=llama("feed_forward_length"),
+        num_hidden_layers=llama("block_count"),
+        num_attention_heads=llama("attention.head_count"),
+        num_key_value_heads=llama("attention.head_count_kv"),
+        head_dim=llama("rope.dimension_count"),
+        max_position_embeddings=llama("context_length"),
+        rms_norm_eps=llama("attention.layer_norm_rms_epsilon"),
+        rope_parameters={"rope_theta": llama("rope.freq_base"), "rope_type": "default"},
+        tie_word_embeddings=all(tensor.name != "output.weight" for tensor in reader.tensors),
+        bos_token_id=_value(reader, "tokenizer.ggml.bos_token_id"),
+        eos_token_id=_value(reader, "tokenizer.ggml.eos_token_id"),
+        pad_token_id=_value(reader, "tokenizer.ggml.padding_token_id"),
+        unk_token_id=_value(reader, "tokenizer.ggml.unknown_token_id"),
+    )
+
+
+def llama_weights(reader: GGUFReader, config: LlamaConfig, names: list[str]) -> dict[str, Any]:
+    """The GGUF's tensors dequantised to fp32 under the model's parameter `names` (gguf-py's
+    name table); the query and key projections unpermuted (llama.cpp interleaves the two halves
+    of each head's rotary dimensions)."""
+    import numpy as np
+    import torch
+    from gguf import MODEL_ARCH, dequantize, get_tensor_name_map
+
+    table = get_tensor_name_map(MODEL_ARCH.LLAMA, config.num_hidden_layers)
+    ours = {}
+    for name in names:
+        base, _, suffix = name.rpartition(".")
+        mapped = table.get_name(base)
+        if mapped is not None:
+            ours[f"{mapped}.{suffix}"] = name
+    heads = {"attn_q": config.num_attention_heads, "attn_k": config.num_key_value_heads}
+    state = {}
+    for tensor in reader.tensors:
+        if tensor.name not in ours:
+            continue
+        weights = dequantize(tensor.data, tensor.tensor_type)
+        kind = tensor.name.split(".")[-2]
+        if kind in heads:
+            weights = _unpermuted(weights, heads[kind])
+        state[ours[tensor.name]] = torch.from_numpy(np.array(weights, np.float32))  # a copy
+    wanted = set(names) - ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    if missing := sorted(wanted - set(state)):
+        raise ModelError(
+            f"model: {_file(reader)}: no tensor for {missing[0]} (and {len(missing) - 1} more)"
+        )
+    return state
+
+
+def _unpermuted(weights: Any, heads: int) -> Any:
+    """Rows of each head back in the order of the original checkpoint: llama.cpp stores a head's
+    rows as (pair, half) where the checkpoint has (half, pair)."""
+    rows = weights.shape[0] // heads
+    split = weights.reshape(heads, rows // 2, 2, *weights.shape[1:])
+    return split.swapaxes(1, 2).reshape(weights.shape)
+
+
+def tokenizer_from_fields(reader: GGUFReader, default_system: str) -> PreTrainedTokenizerFast:
     """A fast byte-level BPE tokenizer from a GGUF's `tokenizer.ggml.*` fields.
 
     Pre-tokenisation follows llama.cpp's `smollm` pre-type: digits split one by one, then the
     GPT-2 byte-level regex. Control tokens (type 3) become special tokens.
     """
-    from gguf import GGUFReader
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    fields = GGUFReader(str(gguf)).fields
-
-    def strings(key: str) -> list[str]:
-        field = fields[key]
-        return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-
-    def scalar(key: str) -> int:
-        field = fields[key]
-        return int(field.parts[field.data[0]][0])
-
-    if strings("tokenizer.ggml.model") != ["gpt2"]:
+    if _value(reader, "tokenizer.ggml.model") != "gpt2":
         raise ModelError(
-            f"model: {gguf.name}: only byte-level BPE (gpt2) GGUF tokenizers are supported"
+            f"model: {_file(reader)}: only byte-level BPE (gpt2) GGUF tokenizers are supported"
         )
-    tokens = strings("tokenizer.ggml.tokens")
-    type_field = fields["tokenizer.ggml.token_type"]
-    types = [int(type_field.parts[i][0]) for i in type_field.data]
-    merges = [tuple(merge.split(" ", 1)) for merge in strings("tokenizer.ggml.merges")]
+    tokens: list[str] = _value(reader, "tokenizer.ggml.tokens")
+    types: list[int] = _value(reader, "tokenizer.ggml.token_type")
+    merges = [tuple(merge.split(" ", 1)) for merge in _value(reader, "tokenizer.ggml.merges")]
     backend = Tokenizer(
         models.BPE(
             vocab={token: i for i, token in enumerate(tokens)}, merges=merges, fuse_unk=False
@@ -234,10 +321,10 @@ def tokenizer_from_gguf(gguf: Path, default_system: str) -> PreTrainedTokenizerF
     )
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
-        bos_token=tokens[scalar("tokenizer.ggml.bos_token_id")],
-        eos_token=tokens[scalar("tokenizer.ggml.eos_token_id")],
-        pad_token=tokens[scalar("tokenizer.ggml.padding_token_id")],
-        unk_token=tokens[scalar("tokenizer.ggml.unknown_token_id")],
+        bos_token=tokens[_value(reader, "tokenizer.ggml.bos_token_id")],
+        eos_token=tokens[_value(reader, "tokenizer.ggml.eos_token_id")],
+        pad_token=tokens[_value(reader, "tokenizer.ggml.padding_token_id")],
+        unk_token=tokens[_value(reader, "tokenizer.ggml.unknown_token_id")],
         chat_template=CHATML_TOOLS_TEMPLATE.replace("@DEFAULT_SYSTEM@", default_system),
         clean_up_tokenization_spaces=False,
     )
