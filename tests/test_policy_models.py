@@ -272,18 +272,30 @@ def test_the_converter_gives_what_transformers_gguf_loader_gives(tmp_path, untie
     assert ours.config.eos_token_id == ours.config.pad_token_id == 2  # <|im_end|>
 
 
-def test_a_gguf_of_another_architecture_is_a_one_line_error(tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("architecture", "message"),
+    [
+        ("gpt2", "architecture 'gpt2'; only llama GGUFs are converted"),
+        (
+            "llama",
+            "no 'llama.embedding_length' field; expected a llama GGUF as llama.cpp's "
+            "converter writes it",
+        ),
+    ],
+    ids=["other-architecture", "missing-field"],
+)
+def test_a_gguf_that_cannot_be_converted_is_a_one_line_error(
+    tmp_path, architecture, message
+) -> None:
     import gguf
 
     path = tmp_path / "other.gguf"
-    writer = gguf.GGUFWriter(str(path), "gpt2")
+    writer = gguf.GGUFWriter(str(path), architecture)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     with pytest.raises(ModelError) as error:
         convert_gguf(path, tmp_path / "out", "s")
-    assert str(error.value) == (
-        "model: other.gguf: architecture 'gpt2'; only llama GGUFs are converted"
-    )
+    assert str(error.value) == f"model: other.gguf: {message}"
     assert not (tmp_path / "out").exists()

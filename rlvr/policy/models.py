@@ -200,7 +200,10 @@ def _file(reader: GGUFReader) -> str:
 
 def _value(reader: GGUFReader, key: str) -> Any:
     if key not in reader.fields:
-        raise ModelError(f"model: {_file(reader)}: no '{key}' field")
+        raise ModelError(
+            f"model: {_file(reader)}: no '{key}' field; expected a llama GGUF as llama.cpp's "
+            "converter writes it"
+        )
     return reader.fields[key].contents()
 
 
@@ -218,14 +221,15 @@ def llama_config(reader: GGUFReader) -> LlamaConfig:
     def llama(key: str) -> Any:
         return _value(reader, f"llama.{key}")
 
+    hidden = llama("embedding_length")
     vocab = (
         llama("vocab_size")
         if "llama.vocab_size" in reader.fields
-        else len(reader.fields["tokenizer.ggml.tokens"].data)
+        else len(_value(reader, "tokenizer.ggml.tokens"))
     )
     return LlamaConfig(
         vocab_size=vocab,
-        hidden_size=llama("embedding_length"),
+        hidden_size=hidden,
         intermediate_size=llama("feed_forward_length"),
         num_hidden_layers=llama("block_count"),
         num_attention_heads=llama("attention.head_count"),

@@ -394,14 +394,17 @@ class Trainer:
             return {LOSS: total / tokens, GRAD_NORM: float(norm), NUM_TOKENS: tokens}
 
     def forward_logprobs(
-        self, inputs: dict[str, torch.Tensor], sequences: list[list[int]] | None = None
+        self,
+        inputs: dict[str, torch.Tensor],
+        sequences: list[list[int]] | None = None,
+        tree: Tree | None = None,
     ) -> Scored:
         """log p(next token) at the trained positions of `inputs`' rows (ART's tensors, one
         sequence a row), computed as the rows' tree, cut where its levels would cost more passes
-        than they save (`cheapest_tree`, `TreeForward`); `sequences`: the rows' tokens, where the
-        caller has them already."""
+        than they save (`cheapest_tree`, `TreeForward`); `sequences` and `tree`: the rows' tokens
+        and that tree, where the caller has them already."""
         sequences = sequences if sequences is not None else sequences_of(inputs)
-        tree = cheapest_tree(sequences, self.tree_tokens)
+        tree = tree if tree is not None else cheapest_tree(sequences, self.tree_tokens)
         forward = TreeForward(self.loaded.model, sequences, tree, self.tree_tokens)
         with self.loaded.autocast("train"):
             forward.run()
@@ -416,11 +419,12 @@ class Trainer:
         chunk_tokens: float,
     ) -> dict[str, float]:
         """Forward + backward of some rows (one tree); returns sums for the step's metrics."""
-        scored = self.forward_logprobs(inputs, sequences)
+        tree = cheapest_tree(sequences, self.tree_tokens)  # once, for the reference pass too
+        scored = self.forward_logprobs(inputs, sequences, tree)
         ref_logprobs = None
         if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
             with torch.no_grad(), self.loaded.model.disable_adapter():
-                ref_logprobs = self.forward_logprobs(inputs, sequences).logprobs
+                ref_logprobs = self.forward_logprobs(inputs, sequences, tree).logprobs
         loss = loss_fn(
             cast(TrainInputs, inputs),
             scored.logprobs,
