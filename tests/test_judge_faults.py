@@ -82,7 +82,7 @@ def config(server: FaultServer, **overrides: object) -> TrainConfig:
         "judge.base_url": server.base_url,
         # The server's hang is 3 s; a good reply takes milliseconds. Every timeout is waited out
         # (a call failing after its retries waits 9 of them: 4 calls, one at a time, in turn).
-        "judge.timeout_s": 1.0,
+        "judge.timeout_s": 0.5,
         "judge.backoff_s": 0.01,
         "judge.max_retries": 3,
     }

@@ -229,7 +229,7 @@ def independent_logprobs(adapter: Path, prompt: list[int], completion: list[int]
 
 
 async def rollout_group(
-    model: art.TrainableModel, question: str, seeds: list[int], reward
+    model: art.TrainableModel, question: str, seeds: list[int], reward, max_tokens: int = 12
 ) -> art.TrajectoryGroup:
     messages = [{"role": "user", "content": question}]
 
@@ -239,7 +239,7 @@ async def rollout_group(
             messages=messages,
             logprobs=True,
             temperature=1.0,
-            max_tokens=12,
+            max_tokens=max_tokens,
             seed=seed,
         )
         choice = response.choices[0]
@@ -349,7 +349,8 @@ def starts_with_the(text: str | None) -> float:
 
 
 async def test_grpo_steps_raise_a_simple_preference(backend) -> None:
-    """Reward 1 when the reply starts with "The" (the model does so ~1 time in 4)."""
+    """Reward 1 when the reply starts with "The" (the model does so ~1 time in 4). The rollouts
+    stop after 4 tokens, which show whether a reply starts so: 3 steps raise it past 0.8."""
     random.seed(0)
     model = await registered(backend, "grpo")
     questions = ["Name a color.", "Name an animal. One word."]
@@ -362,7 +363,7 @@ async def test_grpo_steps_raise_a_simple_preference(backend) -> None:
         return sum(starts_with_the(c.message.content) for c in replies) / len(replies)
 
     baseline = await mean_reward()
-    for step in range(4):
+    for step in range(3):
         groups = await asyncio.gather(
             *(
                 rollout_group(
@@ -370,6 +371,7 @@ async def test_grpo_steps_raise_a_simple_preference(backend) -> None:
                     q,
                     [100 * step + 10 * i + j for j in range(8)],
                     lambda _, c: starts_with_the(c.message.content),
+                    max_tokens=4,
                 )
                 for i, q in enumerate(questions)
             )
