@@ -29,7 +29,17 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 ROOT = Path(__file__).resolve().parents[1]
-PRELOAD = ["rlvr.cli", "rlvr.training.loop", "rlvr.policy.backend", "tests.warm"]
+# What a run imports on first use too (the policy client's chat resources, PEFT where the engine
+# loads, pyplot for report.png): each forked run would import them again.
+PRELOAD = [
+    "rlvr.cli",
+    "rlvr.training.loop",
+    "rlvr.policy.backend",
+    "tests.warm",
+    "openai.resources.chat.completions",
+    "peft",
+    "matplotlib.pyplot",
+]
 
 
 class Finished(BaseModel):
