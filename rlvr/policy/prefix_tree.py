@@ -78,9 +78,9 @@ def cut_tree(tree: Tree, sequences: list[list[int]], depth: int) -> Tree:
     """`tree` with its levels from `depth` on merged: each sequence's tokens after its first
     `depth` runs are one run of its own (identical sequences still share it). Depth 0: every
     sequence computed in full; the tree's own depth: the tree itself."""
-    runs = [tree.runs[index] for level in tree.levels[:depth] for index in level]
-    renumber = {index: k for k, index in enumerate(i for lv in tree.levels[:depth] for i in lv)}
-    runs = [run._replace(parent=renumber.get(run.parent, -1)) for run in runs]
+    upper = [index for level in tree.levels[:depth] for index in level]
+    renumber = {index: k for k, index in enumerate(upper)}
+    runs = [tree.runs[i]._replace(parent=renumber.get(tree.runs[i].parent, -1)) for i in upper]
     levels = [[renumber[index] for index in level] for level in tree.levels[:depth]]
     paths: list[list[int]] = []
     rests: dict[tuple[int, tuple[int, ...]], int] = {}

@@ -8,8 +8,8 @@ by row most of a step's tokens would be computed several times. The trainer comp
 of sequences as their tree (rlvr.policy.prefix_tree): level by level, a pass feeds every run of
 one level side by side, each continuing from the keys and values of the runs before it on its
 path (`TreeForward`); below the depth where a level costs more passes than it saves, each
-sequence's rest is one run (`cheapest_tree`). The log-probabilities every sequence gets are those it would get alone, and
-ART's `loss_fn` then sees the sequences as ART laid them out.
+sequence's rest is one run (`cheapest_tree`). The log-probabilities every sequence gets are
+those it would get alone, and ART's `loss_fn` then sees the sequences as ART laid them out.
 """
 
 from __future__ import annotations
