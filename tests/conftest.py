@@ -11,7 +11,7 @@ for it. Treat its run directory as read-only: write nothing into it, resume noth
 
 `agent_run` (session scope, for slow tests): ONE `rlvr train` of a user's tool agent from its own
 file (tests/test_agent.py's USER_AGENT, text protocol), output piped to a file: a 3-step warm start
-on 6 demonstrations, then 2 RL steps. tests/test_agent.py reads its metrics, tests/test_progress.py
+on 6 demonstrations, then 1 RL step. tests/test_agent.py reads its metrics, tests/test_progress.py
 its piped output. Read-only too.
 """
 

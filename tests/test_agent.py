@@ -4,7 +4,7 @@ Fast tests drive `tool_episode` with a scripted stand-in for the policy endpoint
 injection: tools that raise, unknown tools, bad arguments, truncated and refused turns) and with
 a scripted policy (demonstrations). The slow test reads the session's `agent_run`
 (tests/conftest.py): the tool agent below, written in a folder outside the repository and trained
-2 real steps after a warm start with `rlvr train file.py:make`.
+1 real step after a warm start with `rlvr train file.py:make`.
 """
 
 from __future__ import annotations
@@ -639,11 +639,11 @@ def make():
 @pytest.mark.slow
 def test_a_users_tool_agent_trains_from_its_file(agent_run) -> None:
     """`rlvr train` of USER_AGENT (text protocol) from its own file: the session's shared run
-    (tests/conftest.py), a 3-step warm start on 6 demonstrations, then 2 RL steps."""
+    (tests/conftest.py), a 3-step warm start on 6 demonstrations, then 1 RL step."""
     from rlvr.runs import store
 
     rows = [r for r in store.read_metrics(agent_run.run_dir) if M.REWARD_MEAN in r]
-    assert [r[M.STEP] for r in rows] == [1, 2]
+    assert [r[M.STEP] for r in rows] == [1]
     for row in rows:
         for key in (
             "rollout/turns",

@@ -3,7 +3,8 @@ model's OpenAI client filling in the run's sampling settings and logprobs, choic
 logprobs trained anyway, and rewards of any sign kept as given.
 
 Fast tests use the scripted policy stand-in (tests/scripted.py) for the endpoint; the slow test
-trains a task file written exactly as ART's examples are, 2 real steps on the CPU policy.
+trains a task file written exactly as ART's examples are on the CPU policy: 2 real steps as
+written (the second asks `get_inference_name()` for the latest weights), 1 with logprobs refused.
 """
 
 from __future__ import annotations
@@ -235,13 +236,14 @@ def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str)
     """As ART's examples are written (the client asks for logprobs for them), and with logprobs
     explicitly refused: the turns are then trained with recomputed logprobs, not skipped."""
     from rlvr.runs import store
-    from tests.test_custom_task import TINY, cli, only_run
+    from tests.test_custom_task import TINY, TWO_STEPS, cli, only_run
 
     task = tmp_path / "elsewhere" / "art_style.py"
     task.parent.mkdir()
     task.write_text(ART_STYLE_TASK.replace("EXTRA", logprobs))
     runs = tmp_path / "runs"
-    settings = {**TINY, "temperature": 1.0, "max_tokens": 64}
+    steps = {} if logprobs else TWO_STEPS
+    settings = {**TINY, "temperature": 1.0, "max_tokens": 64, **steps}
     out = cli(
         "train", f"{task}:make", *(f"{k}={v}" for k, v in settings.items()), f"runs_root={runs}"
     )
@@ -250,7 +252,7 @@ def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["scorer"] == "default"
     rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
-    assert [r[M.STEP] for r in rows] == [1, 2]
+    assert [r[M.STEP] for r in rows] == list(range(1, settings["max_steps"] + 1))
     trained = [r for r in rows if r[M.TRAINED_GROUPS] > 0]
     assert trained, "no step had a group with signal"
     assert all(r[M.LOSS] is not None and r[M.LOSS] != 0.0 for r in trained)

@@ -1,8 +1,10 @@
 """A user's own task, written outside the repository (its own items, rollout and check, nothing
-from `scenarios/`), trained for 2 real steps on the CPU policy two ways: a file reference on the
-CLI and an installed entry point (`run_training(cfg, scenario=..., scorer=...)` with objects is
-the custom-task notebook's run, tests/test_notebooks.py). Its own scorer is used alone and inside
-a composite. Also the `rlvr new` scaffold and the no-code dataset task."""
+from `scenarios/`), trained on the CPU policy two ways: a file reference on the CLI (2 real
+steps: the second asks, by `get_inference_name(sampling.step)`, for the first update's weights)
+and an installed entry point (1 step). `run_training(cfg, scenario=..., scorer=...)` with objects
+is the custom-task notebook's run (tests/test_notebooks.py). Its own scorer is used alone and
+inside a composite. Also the `rlvr new` scaffold and the no-code dataset task (1 step each).
+"""
 
 from __future__ import annotations
 
@@ -65,15 +67,18 @@ def brevity(group, item):
     return [1.0 / (1 + len(rlvr.completion_text(t))) for t in group.trajectories]
 '''
 
+# One step: these runs test a route (loading, scoring, the run directory), and a second step
+# would only repeat the first; TWO_STEPS where the second step is what a test checks.
 TINY = {
     "group_size": 4,
     "groups_per_batch": 2,
-    "max_steps": 2,
-    "eval_every": 2,
+    "max_steps": 1,
+    "eval_every": 1,
     "max_tokens": 8,
     "judge": "none",
-    "stopping.on_divergence": "warn",  # 4 validation items are noisy: the run must reach its 2 steps
+    "stopping.on_divergence": "warn",  # 4 validation items are noisy: the run must reach its steps
 }
+TWO_STEPS = {"max_steps": 2, "eval_every": 2}
 
 
 @pytest.fixture
@@ -93,16 +98,18 @@ def user_dir(tmp_path: Path) -> Path:
     return folder
 
 
-def assert_complete(run_dir: Path, steps: int = 2) -> dict:
+def assert_complete(run_dir: Path, steps: int = 1) -> dict:
     """Every file of the run-directory contract is there; returns the summary."""
     for name in ("config.json", "metrics.jsonl", "summary.json", "report.png"):
         assert (run_dir / name).is_file(), name
-    for name in ("step-0001", "step-0002", "val-0000", "test"):
+    every_step = [f"step-{n:04d}" for n in range(1, steps + 1)]
+    for name in [*every_step, "val-0000", f"val-{steps:04d}", "test"]:
         assert (run_dir / "trajectories" / f"{name}.parquet").is_file(), name
     assert (run_dir / "checkpoints" / "best" / "adapter_config.json").is_file()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == steps and 0.0 <= summary["test_accuracy"] <= 1.0
-    assert [r[M.STEP] for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r] == [1, 2]
+    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    assert [r[M.STEP] for r in rows] == list(range(1, steps + 1))
     return summary
 
 
@@ -131,8 +138,8 @@ def only_run(runs: Path) -> Path:
     return run_dir
 
 
-def tiny_args(runs: Path) -> list[str]:
-    return [f"{k}={v}" for k, v in TINY.items()] + [f"runs_root={runs}"]
+def tiny_args(runs: Path, **more: object) -> list[str]:
+    return [f"{k}={v}" for k, v in (TINY | more).items()] + [f"runs_root={runs}"]
 
 
 def test_a_file_reference_trains_with_the_users_scorer_alone(
@@ -140,10 +147,10 @@ def test_a_file_reference_trains_with_the_users_scorer_alone(
 ) -> None:
     ref = f"{user_dir}/__init__.py"
     runs = tmp_path / "runs"
-    fresh_cli("train", f"{ref}:make", f"scorer={ref}:brevity", *tiny_args(runs))
+    fresh_cli("train", f"{ref}:make", f"scorer={ref}:brevity", *tiny_args(runs, **TWO_STEPS))
     run_dir = only_run(runs)
     assert run_dir.name.startswith("user-sums-")
-    assert_complete(run_dir)
+    assert_complete(run_dir, steps=2)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["task"] == f"{ref}:make" and config["scorer"] == f"{ref}:brevity"
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")

@@ -190,7 +190,7 @@ def test_negative_rewards_train_as_set_or_are_counted_when_clipped(
     task.write_text(SHAPED_TASK)
     runs = tmp_path / "runs"
     spec = "default" if scorer == "default" else f"{task}:shaped"
-    settings = {**TINY, "temperature": 1.0, "max_tokens": 24, "max_steps": 1, "eval_every": 1}
+    settings = {**TINY, "temperature": 1.0, "max_tokens": 24}
     out = cli(
         "train",
         f"{task}:make",
