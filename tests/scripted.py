@@ -20,12 +20,19 @@ Turn = str | list[tuple[str, str]] | Exception | None
 
 class ScriptedPolicy:
     def __init__(
-        self, turns: list[Turn], *, then: Turn = "...", finish_reason: str = "stop"
+        self,
+        turns: list[Turn],
+        *,
+        then: Turn = "...",
+        finish_reason: str = "stop",
+        cut: frozenset[int] = frozenset(),
     ) -> None:
-        """`then` answers every request after the scripted turns run out."""
+        """`then` answers every request after the scripted turns run out; the requests numbered
+        in `cut` (from 0) finish with "length", as a turn cut at max_tokens does."""
         self.turns: Iterator[Turn] = iter(turns)
         self.then = then
         self.finish_reason = finish_reason
+        self.cut = cut
         self.requests: list[dict[str, Any]] = []
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self._create))
 
@@ -40,6 +47,7 @@ class ScriptedPolicy:
         turn = next(self.turns, self.then)
         if isinstance(turn, Exception):
             raise turn
+        finish_reason = "length" if len(self.requests) - 1 in self.cut else self.finish_reason
         calls = (
             [
                 ChatCompletionMessageFunctionToolCall(
@@ -60,5 +68,5 @@ class ScriptedPolicy:
             object="chat.completion",
             created=0,
             model=request["model"],
-            choices=[Choice(index=0, finish_reason=self.finish_reason, message=message)],
+            choices=[Choice(index=0, finish_reason=finish_reason, message=message)],
         )

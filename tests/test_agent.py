@@ -254,6 +254,7 @@ async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> Non
         "tool_errors": 1,
         "truncated": 0.0,
         "turn_limit": 0.0,
+        "cut_call": 0.0,
         "observation_tokens": shown,
         "trimmed_observations": 0.0,
         "observation_tokens_cut": 0.0,
@@ -283,8 +284,8 @@ async def test_the_tools_protocol_ends_at_a_reply_without_tool_calls() -> None:
     assert rlvr.final_reply(trajectory) == "LOOKUP: Peru"
 
 
-async def test_the_turn_limit_and_truncation_are_counted() -> None:
-    policy = ScriptedPolicy([], then="LOOKUP: Peru", finish_reason="length")
+async def test_the_turn_limit_ends_an_episode_of_whole_calls() -> None:
+    policy = ScriptedPolicy([], then="LOOKUP: Peru")
     trajectory = await tool_episode(
         policy,  # type: ignore[arg-type]
         ITEM,
@@ -295,10 +296,57 @@ async def test_the_turn_limit_and_truncation_are_counted() -> None:
         protocol="text",
     )
     assert len(policy.requests) == 3
-    assert trajectory.metrics["turn_limit"] == 1.0 and trajectory.metrics["truncated"] == 1.0
+    assert trajectory.metrics["turn_limit"] == 1.0 and trajectory.metrics["truncated"] == 0.0
     assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
     assert rlvr.final_reply(trajectory) is None
     assert "One turn left" in policy.requests[-1]["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("protocol", ["text", "tools"])
+async def test_a_cut_turn_that_calls_a_tool_ends_the_episode_without_running_it(
+    protocol: str,
+) -> None:
+    calls = [("lookup", '{"country": "Peru"}')]
+    turn = calls if protocol == "tools" else "LOOKUP: Peru"
+    ran: list[str] = []
+
+    def lookup(country: str) -> str:
+        """Capital of a country."""
+        ran.append(country)
+        return "Lima"
+
+    policy = ScriptedPolicy([turn, turn, "Lima"], cut=frozenset({1}))
+    trajectory = await tool_episode(
+        policy,  # type: ignore[arg-type]
+        ITEM,
+        MESSAGES,
+        [lookup],
+        SAMPLING,
+        max_turns=5,
+        protocol=protocol,  # type: ignore[arg-type]
+    )
+    # The whole first call ran; the cut second one did not, and nothing was asked after it.
+    assert ran == ["Peru"] and len(policy.requests) == 2
+    assert trajectory.metadata["end"] == EpisodeEnd.CUT_CALL
+    assert trajectory.metrics["cut_call"] == 1.0 and trajectory.metrics["truncated"] == 1.0
+    assert trajectory.metrics["turns"] == 2 and trajectory.metrics["tool_calls"] == 1
+    assert trajectory.messages()[-1]["role"] == "assistant"  # the cut turn, trained on as sampled
+    assert rlvr.final_reply(trajectory) is None
+
+
+async def test_a_cut_final_reply_is_still_the_final_reply() -> None:
+    policy = ScriptedPolicy(["LOOKUP: Peru", "Lima, the capital of Peru, is"], cut=frozenset({1}))
+    trajectory = await tool_episode(
+        policy,  # type: ignore[arg-type]
+        ITEM,
+        MESSAGES,
+        TOOLS,
+        SAMPLING,
+        protocol="text",
+    )
+    assert trajectory.metadata["end"] == EpisodeEnd.REPLIED
+    assert trajectory.metrics["truncated"] == 1.0 and trajectory.metrics["cut_call"] == 0.0
+    assert rlvr.final_reply(trajectory) == "Lima, the capital of Peru, is"
 
 
 def _refused() -> openai.BadRequestError:

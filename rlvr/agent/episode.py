@@ -3,7 +3,10 @@
 `tool_episode` plays: the task's messages, then up to `max_turns` assistant turns. A turn that
 calls tools gets one observation per call (a `tool` message for an OpenAI tool call, a user
 message for a text action) and the episode goes on; the first turn without a tool call is the
-final reply and ends it (`rlvr.completion_text` returns it). Failed calls — an unknown tool, bad
+final reply and ends it (`rlvr.completion_text` returns it). A turn cut at `max_tokens` that
+calls a tool also ends it, without running the call: the cut turn is not the action the model
+meant (its arguments may be cut short), and a policy that rambles would otherwise repeat cut turns
+up to the turn limit while the rest of its group waits. Failed calls — an unknown tool, bad
 arguments, a tool that raises — are one-line errors the model reads; nothing raises out of the
 episode except a first request the policy endpoint refuses (a setup error, not the model's).
 
@@ -72,6 +75,7 @@ class EpisodeEnd(StrEnum):
 
     REPLIED = "replied"  # a turn without a tool call: the final reply
     TURN_LIMIT = "turn_limit"  # max_turns turns, all calling tools
+    CUT_CALL = "cut_call"  # a turn cut at max_tokens called a tool: the call was not run
     POLICY_ERROR = "policy_error"  # the endpoint refused a later turn (e.g. context too long)
 
 
@@ -83,6 +87,7 @@ class EpisodeMetric(StrEnum):
     TOOL_ERRORS = "tool_errors"  # unknown tools, bad arguments, tools that raised
     TRUNCATED = "truncated"  # a sampled turn hit max_tokens
     TURN_LIMIT = "turn_limit"  # ended at max_turns without a final reply
+    CUT_CALL = "cut_call"  # ended at a turn cut at max_tokens that called a tool
     OBSERVATION_TOKENS = "observation_tokens"  # tokens of the observations as shown
     TRIMMED_OBSERVATIONS = "trimmed_observations"  # observations cut to observation_tokens
     OBSERVATION_TOKENS_CUT = "observation_tokens_cut"  # tokens cut from them
@@ -135,6 +140,7 @@ class _Counts:
             EpisodeMetric.TOOL_ERRORS: float(self.errors),
             EpisodeMetric.TRUNCATED: float(self.truncated),
             EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
+            EpisodeMetric.CUT_CALL: float(end is EpisodeEnd.CUT_CALL),
             EpisodeMetric.OBSERVATION_TOKENS: float(self.observation_tokens),
             EpisodeMetric.TRIMMED_OBSERVATIONS: float(self.trimmed),
             EpisodeMetric.OBSERVATION_TOKENS_CUT: float(self.cut),
@@ -351,7 +357,7 @@ async def tool_episode(
 ) -> art.Trajectory:
     """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
     0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
-    `turn_limit`, `observation_tokens`, `trimmed_observations`, `observation_tokens_cut` and
+    `turn_limit`, `cut_call`, `observation_tokens`, `trimmed_observations`, `observation_tokens_cut` and
     `calls/<tool>` (successful calls per tool). `tools` are plain functions (or
     `rlvr.agent.Tool`s); `script` replaces the model with a scripted policy;
     `instructions=False` leaves the text protocol's instructions out of the system prompt (write
@@ -376,12 +382,16 @@ async def tool_episode(
             break
         trajectory.messages_and_choices.append(reply)
         counts.turns += 1
-        counts.truncated |= isinstance(reply, Choice) and reply.finish_reason == "length"
+        cut = isinstance(reply, Choice) and reply.finish_reason == "length"
+        counts.truncated |= cut
         # The turn as ART renders it (what the model will see next, and what is trained on).
         message = trajectory.messages()[-1]
         calls = turn_calls(message, by_name, protocol)
         if not calls:
             end = EpisodeEnd.REPLIED
+            break
+        if cut:
+            end = EpisodeEnd.CUT_CALL
             break
         note = f"\n\n{last_turn_note}" if last_turn_note and turn == max_turns - 2 else ""
         for name, arguments, rest, call_id in calls:
@@ -396,7 +406,8 @@ async def tool_episode(
 
 
 def final_reply(trajectory: art.Trajectory) -> str | None:
-    """The episode's final reply, or None when it ended without one (turn limit, refused turn)."""
+    """The episode's final reply, or None when it ended without one (turn limit, a cut call, a
+    refused turn)."""
     if trajectory.metadata.get("end") != EpisodeEnd.REPLIED:
         return None
     from rlvr.types import completion_text
