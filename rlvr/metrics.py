@@ -58,6 +58,8 @@ class M(StrEnum):
     ALL_ZERO = "train/all_zero_groups"
     ALL_ONE = "train/all_one_groups"
     TRUNCATED_RATE = "train/truncated_rate"
+    # Rollouts with a turn cut at max_tokens while it repeated itself (rlvr.metrics.is_looping).
+    LOOPING_RATE = "train/looping_rate"
     KL = "train/kl"
     LOSS = "train/loss"
     SKIPPED = "train/skipped_groups"
@@ -137,6 +139,7 @@ class GroupStats(BaseModel):
     all_zero: int
     all_one: int
     truncated_rate: float
+    looping_rate: float
     completion_tokens_mean: float
 
     @property
@@ -166,6 +169,36 @@ def is_truncated(trajectory: art.Trajectory) -> bool:
     return "length" in finish_reasons(trajectory)
 
 
+LOOP_NGRAM = 4
+# A cut turn whose 4-grams are at least half repeats is a loop: normal prose and tool calls of
+# any length repeat few 4-grams, a policy stuck on a phrase repeats nearly all of them.
+LOOP_SHARE = 0.5
+
+
+def repeat_share(tokens: list[str], n: int = LOOP_NGRAM) -> float:
+    """The share of a sequence's n-grams that occurred earlier in it (0.0: none repeats), the
+    seq-rep-n measure of degenerate text."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def choice_tokens(choice: Choice) -> list[str]:
+    """A sampled turn's tokens as sampled, or its words where it came without logprobs."""
+    if choice.logprobs is not None and choice.logprobs.content:
+        return [t.token for t in choice.logprobs.content]
+    return (choice.message.content or "").split()
+
+
+def is_looping(trajectory: art.Trajectory) -> bool:
+    """Any sampled turn cut at max_tokens while repeating itself: a loop, which more max_tokens
+    would only lengthen, not an answer cut short."""
+    return any(
+        c.finish_reason == "length" and repeat_share(choice_tokens(c)) >= LOOP_SHARE
+        for c in trajectory.messages_and_choices
+        if isinstance(c, Choice)
+    )
+
+
 def completion_tokens(trajectory: art.Trajectory) -> int:
     return sum(
         len(c.logprobs.content or [])
@@ -189,6 +222,9 @@ def group_stats(groups: list[art.TrajectoryGroup]) -> GroupStats:
         all_one=sum(g.trajectories[0].reward >= 1.0 for g in uniform),
         truncated_rate=(
             sum(is_truncated(t) for t in trajectories) / len(trajectories) if trajectories else 0.0
+        ),
+        looping_rate=(
+            sum(is_looping(t) for t in trajectories) / len(trajectories) if trajectories else 0.0
         ),
         completion_tokens_mean=(
             sum(completion_tokens(t) for t in trajectories) / len(trajectories)

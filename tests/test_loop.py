@@ -49,6 +49,7 @@ def test_run_directory_contract(finished_run):
         M.ALL_ZERO,
         M.ALL_ONE,
         M.TRUNCATED_RATE,
+        M.LOOPING_RATE,
         M.SKIPPED,
         M.KL,
     ):

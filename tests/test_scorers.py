@@ -1,8 +1,10 @@
 import art
 import pytest
+from openai.types.chat import ChatCompletionMessage, ChatCompletionTokenLogprob
+from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
 from rlvr.config import ConfigError, TrainConfig
-from rlvr.metrics import M, agreement, group_stats, has_signal
+from rlvr.metrics import M, agreement, group_stats, has_signal, is_looping, repeat_share
 from rlvr.scoring.scorers import GatedScorer, LengthScorer, VerifierScorer, WeightedScorer
 from rlvr.scoring.verifiers import contains_answer
 from rlvr.tasks.scorer_spec import make_scorer
@@ -125,6 +127,62 @@ def test_group_stats_no_signal_breakdown():
     assert (stats.groups, stats.no_signal, stats.all_zero, stats.all_one) == (4, 3, 1, 1)
     assert stats.no_signal_rate == 0.75
     assert not has_signal(g(1)) and has_signal(g(0, 0.1))
+
+
+PROSE = "The roadmap meeting with Rebecca Wall takes place at the main office on Monday at ten"
+
+
+@pytest.mark.parametrize(
+    ("tokens", "share"),
+    [
+        ([], 0.0),
+        (["a", "b", "c"], 0.0),  # shorter than one 4-gram
+        (PROSE.split(), 0.0),
+        (["e.g."] * 11, 7 / 8),  # 8 4-grams, one distinct
+        (["READ:", "ecommerce", "|", "ecommerce", "|", "ecommerce", "|", "ecommerce"], 2 / 5),
+    ],
+)
+def test_repeat_share(tokens, share):
+    assert repeat_share(tokens) == pytest.approx(share)
+
+
+def sampled(text: str, finish_reason: str, tokens: list[str] | None = None) -> Choice:
+    logprobs = (
+        ChoiceLogprobs(
+            content=[
+                ChatCompletionTokenLogprob(token=t, logprob=-1.0, top_logprobs=[]) for t in tokens
+            ]
+        )
+        if tokens is not None
+        else None
+    )
+    message = ChatCompletionMessage(role="assistant", content=text)
+    return Choice(index=0, finish_reason=finish_reason, message=message, logprobs=logprobs)  # type: ignore[arg-type]
+
+
+LOOP = "SEARCH: invoice | email id | email id | email id | email id | email id | email id"
+
+
+@pytest.mark.parametrize(
+    ("turns", "looping"),
+    [
+        ([sampled(LOOP, "length")], True),  # words, where the turn came without logprobs
+        ([sampled("x", "length", tokens=["e", "-"] * 20)], True),  # the sampled tokens count
+        ([sampled(LOOP, "stop")], False),  # a turn that ended on its own is not cut
+        ([sampled(PROSE, "length")], False),  # cut short, not a loop
+        ([sampled(PROSE, "stop"), sampled(LOOP, "length")], True),
+    ],
+)
+def test_a_loop_is_a_cut_turn_repeating_itself(turns, looping):
+    trajectory = art.Trajectory(
+        messages_and_choices=[{"role": "user", "content": "q"}, *turns], reward=0.0
+    )
+    assert is_looping(trajectory) is looping
+    stats = group_stats(
+        [art.TrajectoryGroup([trajectory, art.Trajectory(messages_and_choices=[], reward=1.0)])]
+    )
+    assert stats.looping_rate == (0.5 if looping else 0.0)
+    assert stats.truncated_rate == 0.5 * any(t.finish_reason == "length" for t in turns)
 
 
 @pytest.mark.parametrize(

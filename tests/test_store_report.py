@@ -94,6 +94,13 @@ def test_report_png_is_written(tmp_path):
     [
         ({M.GROUPS: 8, M.ALL_ZERO: 5, M.TRUNCATED_RATE: 0.4}, "raise max_tokens"),
         ({M.GROUPS: 8, M.ALL_ZERO: 5, M.TRUNCATED_RATE: 0.0}, "partial credit"),
+        ({M.GROUPS: 8, M.TRUNCATED_RATE: 0.4, M.LOOPING_RATE: 0.1}, "raise max_tokens"),
+        # the email run's step 17: half its completions cut, nearly all of them loops
+        (
+            {M.GROUPS: 4, M.ALL_ZERO: 2, M.TRUNCATED_RATE: 0.5, M.LOOPING_RATE: 0.47},
+            "47% in a loop (a cut turn repeating itself): keep max_tokens (now 48)",
+        ),
+        ({M.GROUPS: 8, M.TRUNCATED_RATE: 0.4, M.LOOPING_RATE: 0.4}, "lower learning_rate"),
         ({M.GROUPS: 8, M.ALL_ONE: 6}, "converged or data too easy"),
         ({M.GROUPS: 8, M.KL: 0.5}, "lower learning_rate"),
         ({M.GROUPS: 8, M.REWARD_ERRORS: 3}, "fix the reward function"),

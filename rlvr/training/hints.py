@@ -39,21 +39,34 @@ def _reward_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
             f"{metrics[M.REWARD_ERRORS]:.0f} reward errors: fix the reward function before "
             "training on (errors count as 0.0)"
         )
+    cut = truncation(truncated, metrics.get(M.LOOPING_RATE, 0.0), cfg)
     if all_zero >= MOSTLY:
         causes = (
             f" after {clipped:.0f} rewards were clipped to [0, 1] (above)"
             if clipped
-            else f" and {truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens})"
+            else f" and {cut}"
             if truncated >= TRUNCATION_HIGH
             else ": simplify the data, add partial credit, or raise temperature"
         )
         hints.append(f"{all_zero:.0%} of groups all-0{causes}")
     elif truncated >= TRUNCATION_HIGH:
-        hints.append(
-            f"{truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens}) "
-            "or ask for shorter answers"
-        )
+        hints.append(cut)
     return hints
+
+
+def truncation(truncated: float, looping: float, cfg: TrainConfig) -> str:
+    """What to do about truncated completions: more room for answers cut short, but not for
+    loops (most of the cut ones repeating themselves), which more max_tokens only lengthens."""
+    if truncated and looping >= truncated * MOSTLY:
+        return (
+            f"{truncated:.0%} of completions truncated, {looping:.0%} in a loop (a cut turn "
+            f"repeating itself): keep max_tokens (now {cfg.max_tokens}), read them (rlvr inspect "
+            f"RUN --step N), and if the share grows lower learning_rate (now {cfg.learning_rate:g})"
+        )
+    return (
+        f"{truncated:.0%} of completions truncated: raise max_tokens (now {cfg.max_tokens}) "
+        "or ask for shorter answers"
+    )
 
 
 def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:

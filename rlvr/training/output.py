@@ -18,10 +18,12 @@ from rlvr.training.warmstart import WarmMetric
 
 def print_step(row: dict[str, Any]) -> None:
     kl = row.get(M.KL)
+    looping = row.get(M.LOOPING_RATE) or 0.0
+    loops = f" (loops {looping:.0%})" if looping else ""
     console.print(
         f"[bold]step {row[M.STEP]}[/] reward {row[M.REWARD_MEAN]:.3f}±{row[M.REWARD_STD]:.3f}  "
         f"no-signal {row[M.NO_SIGNAL_RATE]:.0%} (all-0 {row[M.ALL_ZERO]}, all-1 {row[M.ALL_ONE]})  "
-        f"trunc {row[M.TRUNCATED_RATE]:.0%}  kl {'-' if kl is None else f'{kl:.4f}'}  "
+        f"trunc {row[M.TRUNCATED_RATE]:.0%}{loops}  kl {'-' if kl is None else f'{kl:.4f}'}  "
         f"skipped {row[M.SKIPPED]}  {row[M.STEP_SECONDS]:.0f}s",
         highlight=False,
     )

@@ -280,6 +280,7 @@ def step_row(
         M.ALL_ZERO: stats.all_zero,
         M.ALL_ONE: stats.all_one,
         M.TRUNCATED_RATE: stats.truncated_rate,
+        M.LOOPING_RATE: stats.looping_rate,
         M.COMPLETION_TOKENS: stats.completion_tokens_mean,
         M.SKIPPED: sum(r.skipped for r in batch.rounds),
         M.ROLLOUT_ERRORS: sum(r.rollout_errors for r in batch.rounds),
