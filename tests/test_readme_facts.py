@@ -35,6 +35,7 @@ CONFIG = "Configuration"
 WRITES = "What a run writes"
 PERF = "Performance"
 WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
+WORDS_SHARE = {"half": 0.5, "a third": 1 / 3, "a quarter": 0.25}
 
 Check = Callable[[tuple[str, ...]], None]
 
@@ -258,6 +259,12 @@ def rollout_concurrency(groups: tuple[str, ...]) -> None:
     assert number(groups[0]) == TrainConfig.model_fields["rollout_concurrency"].default
 
 
+def loop_measure(groups: tuple[str, ...]) -> None:
+    from rlvr.metrics import LOOP_NGRAM, LOOP_SHARE
+
+    assert (WORDS_SHARE[groups[0]], number(groups[1])) == (LOOP_SHARE, LOOP_NGRAM)
+
+
 FACTS = [
     (HOW, r"deterministic (\d+)/(\d+)/(\d+) split", split_ratios),
     (HOW, r"`ifeval` tests on half its level, (\d+) prompts", ifeval_test_items),
@@ -311,6 +318,7 @@ FACTS = [
     ),
     (CONFIG, r"The old flat names \(`(\w+)`, `(\w+)`", old_flat_names),
     (PERF, r"\(`rollout_concurrency`, (\d+)\)", rollout_concurrency),
+    (WRITES, r"at least (half|a third|a quarter) its token (\d+)-grams repeat", loop_measure),
 ]
 
 
