@@ -72,6 +72,13 @@ MESSAGES = [
 # --- tools from functions -------------------------------------------------------------------------
 
 
+async def play(
+    policy: ScriptedPolicy, tools: list[Any] | None = None, **settings: Any
+) -> art.Trajectory:
+    """One episode of the test item against a scripted policy (TOOLS unless `tools`)."""
+    return await tool_episode(policy, ITEM, MESSAGES, tools or TOOLS, SAMPLING, **settings)  # type: ignore[arg-type]
+
+
 def test_the_schema_comes_from_the_signature_and_docstring() -> None:
     schema = as_tool(lookup).schema()
     assert schema["type"] == "function"
@@ -222,15 +229,7 @@ EPISODE_TURNS = {
 @pytest.mark.parametrize("protocol", ["tools", "text"])
 async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> None:
     policy = ScriptedPolicy(EPISODE_TURNS[protocol])
-    trajectory = await tool_episode(
-        policy,  # type: ignore[arg-type]
-        ITEM,
-        MESSAGES,
-        TOOLS,
-        SAMPLING,
-        max_turns=5,
-        protocol=protocol,  # type: ignore[arg-type]
-    )
+    trajectory = await play(policy, max_turns=5, protocol=protocol)
     request = policy.requests[0]
     assert request["model"] == "policy@4" and request["logprobs"] is True
     assert (request["temperature"], request["top_p"], request["max_tokens"]) == (0.5, 0.9, 32)
@@ -268,7 +267,7 @@ async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> Non
 
 async def test_auto_uses_tool_calls_when_the_model_emits_them() -> None:
     policy = ScriptedPolicy([[("lookup", '{"country": "Kenya"}')], "LOOKUP: Peru", "Nairobi"])
-    trajectory = await tool_episode(policy, ITEM, MESSAGES, TOOLS, SAMPLING, protocol="auto")  # type: ignore[arg-type]
+    trajectory = await play(policy, protocol="auto")
     roles = [m["role"] for m in trajectory.messages()]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "user", "assistant"]
     assert (
@@ -279,22 +278,14 @@ async def test_auto_uses_tool_calls_when_the_model_emits_them() -> None:
 
 async def test_the_tools_protocol_ends_at_a_reply_without_tool_calls() -> None:
     policy = ScriptedPolicy(["LOOKUP: Peru"])
-    trajectory = await tool_episode(policy, ITEM, MESSAGES, TOOLS, SAMPLING, protocol="tools")  # type: ignore[arg-type]
+    trajectory = await play(policy, protocol="tools")
     assert trajectory.metrics["tool_calls"] == 0
     assert rlvr.final_reply(trajectory) == "LOOKUP: Peru"
 
 
 async def test_the_turn_limit_ends_an_episode_of_whole_calls() -> None:
     policy = ScriptedPolicy([], then="LOOKUP: Peru")
-    trajectory = await tool_episode(
-        policy,  # type: ignore[arg-type]
-        ITEM,
-        MESSAGES,
-        TOOLS,
-        SAMPLING,
-        max_turns=3,
-        protocol="text",
-    )
+    trajectory = await play(policy, max_turns=3, protocol="text")
     assert len(policy.requests) == 3
     assert trajectory.metrics["turn_limit"] == 1.0 and trajectory.metrics["truncated"] == 0.0
     assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
@@ -316,15 +307,7 @@ async def test_a_cut_turn_that_calls_a_tool_ends_the_episode_without_running_it(
         return "Lima"
 
     policy = ScriptedPolicy([turn, turn, "Lima"], cut=frozenset({1}))
-    trajectory = await tool_episode(
-        policy,  # type: ignore[arg-type]
-        ITEM,
-        MESSAGES,
-        [lookup],
-        SAMPLING,
-        max_turns=5,
-        protocol=protocol,  # type: ignore[arg-type]
-    )
+    trajectory = await play(policy, [lookup], max_turns=5, protocol=protocol)
     # The whole first call ran; the cut second one did not, and nothing was asked after it.
     assert ran == ["Peru"] and len(policy.requests) == 2
     assert trajectory.metadata["end"] == EpisodeEnd.CUT_CALL
@@ -336,14 +319,7 @@ async def test_a_cut_turn_that_calls_a_tool_ends_the_episode_without_running_it(
 
 async def test_a_cut_final_reply_is_still_the_final_reply() -> None:
     policy = ScriptedPolicy(["LOOKUP: Peru", "Lima, the capital of Peru, is"], cut=frozenset({1}))
-    trajectory = await tool_episode(
-        policy,  # type: ignore[arg-type]
-        ITEM,
-        MESSAGES,
-        TOOLS,
-        SAMPLING,
-        protocol="text",
-    )
+    trajectory = await play(policy, protocol="text")
     assert trajectory.metadata["end"] == EpisodeEnd.REPLIED
     assert trajectory.metrics["truncated"] == 1.0 and trajectory.metrics["cut_call"] == 0.0
     assert rlvr.final_reply(trajectory) == "Lima, the capital of Peru, is"
