@@ -357,9 +357,9 @@ async def tool_episode(
 ) -> art.Trajectory:
     """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
     0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
-    `turn_limit`, `cut_call`, `observation_tokens`, `trimmed_observations`, `observation_tokens_cut` and
-    `calls/<tool>` (successful calls per tool). `tools` are plain functions (or
-    `rlvr.agent.Tool`s); `script` replaces the model with a scripted policy;
+    `turn_limit`, `cut_call`, `observation_tokens`, `trimmed_observations`,
+    `observation_tokens_cut` and `calls/<tool>` (successful calls per tool). `tools` are plain
+    functions (or `rlvr.agent.Tool`s); `script` replaces the model with a scripted policy;
     `instructions=False` leaves the text protocol's instructions out of the system prompt (write
     your own); `last_turn_note` is added to the observations before the last turn (small models
     rarely count turns); `metadata` is added to the trajectory's; `observation_tokens` is the
