@@ -9,6 +9,7 @@ from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.runs.report import plot_report
 from rlvr.training.hints import decision_hints
+from rlvr.training.output import CUT_CALLS, truncation_detail
 
 
 def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
@@ -142,3 +143,20 @@ def test_a_lenient_scorer_is_not_called_converged():
     assert not any("converged" in h for h in decision_hints(metrics, TrainConfig()))
     agreeing = {**metrics, M.INDEPENDENT: 0.8}  # the reward is earned: no lenience hint
     assert not any("wrong answers" in h for h in decision_hints(agreeing, TrainConfig()))
+
+
+@pytest.mark.parametrize(
+    ("row", "detail"),
+    [
+        ({M.TRUNCATED_RATE: 0.0}, ""),
+        ({M.TRUNCATED_RATE: 0.2, M.LOOPING_RATE: 0.0, CUT_CALLS: 0.0}, ""),
+        ({M.TRUNCATED_RATE: 0.5, M.LOOPING_RATE: 0.47}, " (loops 47%)"),
+        (
+            {M.TRUNCATED_RATE: 0.5, M.LOOPING_RATE: 0.47, CUT_CALLS: 0.25},
+            " (loops 47%, ended at a cut call 25%)",
+        ),
+        ({M.TRUNCATED_RATE: 0.1, CUT_CALLS: 0.06}, " (ended at a cut call 6%)"),
+    ],
+)
+def test_the_step_line_says_what_the_truncated_rollouts_were(row, detail):
+    assert truncation_detail(row) == detail

@@ -8,7 +8,8 @@ from typing import Any
 
 from rich.panel import Panel
 
-from rlvr.metrics import HINT_KEY, M
+from rlvr.agent.episode import EpisodeMetric
+from rlvr.metrics import HINT_KEY, ROLLOUT_PREFIX, M
 from rlvr.runs.report import story_lines
 from rlvr.training.progress import console
 from rlvr.training.state import NoSignal
@@ -18,17 +19,29 @@ from rlvr.training.warmstart import WarmMetric
 
 def print_step(row: dict[str, Any]) -> None:
     kl = row.get(M.KL)
-    looping = row.get(M.LOOPING_RATE) or 0.0
-    loops = f" (loops {looping:.0%})" if looping else ""
     console.print(
         f"[bold]step {row[M.STEP]}[/] reward {row[M.REWARD_MEAN]:.3f}±{row[M.REWARD_STD]:.3f}  "
         f"no-signal {row[M.NO_SIGNAL_RATE]:.0%} (all-0 {row[M.ALL_ZERO]}, all-1 {row[M.ALL_ONE]})  "
-        f"trunc {row[M.TRUNCATED_RATE]:.0%}{loops}  kl {'-' if kl is None else f'{kl:.4f}'}  "
+        f"trunc {row[M.TRUNCATED_RATE]:.0%}{truncation_detail(row)}  kl {'-' if kl is None else f'{kl:.4f}'}  "
         f"skipped {row[M.SKIPPED]}  {row[M.STEP_SECONDS]:.0f}s",
         highlight=False,
     )
     for hint in row.get(HINT_KEY, []):
         console.print(f"  [yellow]hint:[/] {hint}", highlight=False)
+
+
+CUT_CALLS = f"{ROLLOUT_PREFIX}{EpisodeMetric.CUT_CALL}"
+
+
+def truncation_detail(row: dict[str, Any]) -> str:
+    """What the step's truncated rollouts were, where it is known: loops (the hint's cue to keep
+    max_tokens) and tool episodes ended at a cut call whose call was not run."""
+    parts = [
+        f"{label} {row[key]:.0%}"
+        for key, label in ((M.LOOPING_RATE, "loops"), (CUT_CALLS, "ended at a cut call"))
+        if row.get(key)
+    ]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def print_alarm(alarm: Alarm) -> None:
