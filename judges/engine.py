@@ -46,7 +46,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
-from judges.server import SERVER_KEY_ENV
+from judges.server import SERVED_NAME, SERVER_KEY_ENV
 from rlvr.redact import child_env
 
 HOST = "127.0.0.1"
@@ -276,7 +276,9 @@ def serve_forever(settings: EngineSettings) -> None:
         print(f"judge engine ready at {base_url} (pid {engine.pid}, {settings.threads} threads)")
         print(
             f"use it from a run with: {KEY_ENV}=<key> rlvr train ... judge=local "
-            f"judge.base_url={base_url}\nits key (give it to that run only): {engine.key}",
+            f"judge.base_url={base_url}\nits key (give it to that run only): {engine.key}\n"
+            f'or from ART: ruler_score_group(group, "hosted_vllm/{SERVED_NAME}", '
+            f'extra_litellm_params={{"api_base": "{base_url}", "api_key": <the key>}})',
             flush=True,
         )
         while engine.running:

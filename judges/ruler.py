@@ -6,7 +6,7 @@ all of that and only replace the wire: RULER is pointed at the model id `rlvr_ju
 a litellm custom provider whose `acompletion`
 
 1. reads the trajectory ids RULER put in its prompt (`<trajectory id="k">` lines),
-2. pins ART's schema to them: exactly that many scores, in order, each in [0, 1] — as `prefixItems`
+2. pins ART's schema to them (judges.ruler_schema): exactly that many scores, in order, each in [0, 1] — as `prefixItems`
    with constant ids, bounded explanations and a 0.05 score grid for a judge whose decoding follows
    the whole schema (the local engine, a llama.cpp server: a weak model gets nothing to get
    wrong), as `minItems`/`maxItems`, an id `enum` and `minimum`/`maximum` for hosted providers,
@@ -42,6 +42,7 @@ from judges.client import (
     clamp_score,
     redact,
 )
+from judges.ruler_schema import pin_schema, trajectory_ids
 from rlvr.metrics import INDEPENDENT_REWARD, JudgeMetric, RulerMetric, judge_fault_metric
 from rlvr.oneline import first_error
 from rlvr.types import Item, Scenario
@@ -49,43 +50,14 @@ from rlvr.types import Item, Scenario
 log = logging.getLogger("rlvr.judges")
 
 PROVIDER = "rlvr_judge"
-SCORE_GRID = [round(i * 0.05, 2) for i in range(21)]
-LOCAL_EXPLANATION_CHARS = 200
 REFERENCE_RUBRIC = """
 
 The correct final answer to this task is: {answer}
 A trajectory whose final answer matches it scores far above every trajectory whose answer does
 not; among those, prefer the one that states it most plainly."""
-_TRAJECTORY_TAG = re.compile(r'^<trajectory id="(\d+)">$', re.M)
 
 
 # ---------------------------------------------------------------- pure functions
-
-
-def trajectory_ids(messages: list[dict]) -> list[str]:
-    """The ids RULER asked about, from its prompt. ART serialises each trajectory as JSON on one
-    line, so a tag line can only come from RULER itself."""
-    text = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
-    ids = _TRAJECTORY_TAG.findall(text)
-    if not ids:
-        raise ValueError("RULER prompt has no <trajectory id=...> lines")
-    return ids
-
-
-def inline_refs(schema: dict) -> dict:
-    """Replace `$ref`s into `$defs` by the definitions (not every server resolves them)."""
-    definitions = schema.get("$defs", {})
-
-    def resolve(node: Any) -> Any:
-        if isinstance(node, dict):
-            if "$ref" in node:
-                return resolve(definitions[node["$ref"].rsplit("/", 1)[-1]])
-            return {k: resolve(v) for k, v in node.items() if k != "$defs"}
-        if isinstance(node, list):
-            return [resolve(v) for v in node]
-        return node
-
-    return resolve(schema)
 
 
 def requested_schema(response_format: Any) -> dict:
@@ -95,40 +67,6 @@ def requested_schema(response_format: Any) -> dict:
     if isinstance(response_format, dict) and "json_schema" in response_format:
         return response_format["json_schema"]["schema"]
     return Response.model_json_schema()
-
-
-def pin_schema(schema: dict, ids: list[str], pinned: bool) -> dict:
-    """RULER's schema, fixed to `ids` (count, order, ids) and to scores in [0, 1]; `pinned`: one
-    entry per position (`JudgeSettings.pinned`)."""
-    schema = inline_refs(schema)
-    scores = dict(schema["properties"]["scores"])
-    item = scores.pop("items")
-    properties = item["properties"]
-    scores["minItems"] = scores["maxItems"] = len(ids)
-    if pinned:
-        explanation = {"type": "string", "maxLength": LOCAL_EXPLANATION_CHARS}
-        scores["prefixItems"] = [
-            {
-                **item,
-                "properties": {
-                    **properties,
-                    "trajectory_id": {"const": tid},
-                    "explanation": explanation,
-                    "score": {"enum": SCORE_GRID},
-                },
-            }
-            for tid in ids
-        ]
-    else:
-        scores["items"] = {
-            **item,
-            "properties": {
-                **properties,
-                "trajectory_id": {"type": "string", "enum": ids},
-                "score": {"type": "number", "minimum": 0, "maximum": 1},
-            },
-        }
-    return {**schema, "properties": {**schema["properties"], "scores": scores}}
 
 
 def _id_key(raw: str) -> str:

@@ -5,6 +5,11 @@ over the OpenAI-compatible endpoint, with structured output (`response_format` -
 listening socket is bound by the parent and inherited (no port is picked, released and bound
 again, so no other process can take it in between), and the bearer key arrives in the environment
 (`SERVER_KEY_ENV`), never on the command line, which other users can read.
+
+ART's own RULER works against it unchanged: `art.rewards.ruler_score_group(group,
+"hosted_vllm/smollm2-135m-judge", extra_litellm_params={"api_base": ..., "api_key": ...})` asks
+for a plain list of scores, and the server pins that schema to the trajectories the prompt lists
+(`pin_ruler`, judges.ruler_schema), so the reply has one score in [0, 1] per trajectory.
 """
 
 from __future__ import annotations
@@ -13,6 +18,11 @@ import argparse
 import os
 import socket
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rlvr.policy.sampler import Sampler
+    from rlvr.policy.server import ChatRequest
 
 SERVER_KEY_ENV = "RLVR_JUDGE_SERVER_KEY"
 SERVED_NAME = "smollm2-135m-judge"  # the model name requests use (judges.client.LOCAL_MODEL_ID)
@@ -24,6 +34,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="smollm2-135m", help="rlvr model name or directory")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     return parser.parse_args(argv)
+
+
+def pin_ruler(request: ChatRequest, engine: Sampler) -> ChatRequest:
+    """`request` with ART's RULER schema pinned to its trajectories (judges.ruler_schema), sized
+    to its max_tokens; any other request as it is."""
+    from judges.ruler_schema import RulerBudgetError, pinned_ruler_format
+    from rlvr.policy.grammar import GrammarError, schema_of
+    from rlvr.policy.server import ApiError
+
+    try:
+        schema = schema_of(request.response_format)
+    except GrammarError:
+        return request  # answered as a 400 naming the field when the request is built
+    if request.response_format is None or schema is None:
+        return request
+    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+    try:
+        pinned = pinned_ruler_format(
+            request.response_format,
+            schema,
+            messages,
+            request.max_completion_tokens or request.max_tokens,
+            lambda text: len(engine.tokenizer.encode(text, add_special_tokens=False)),
+        )
+    except RulerBudgetError as error:
+        raise ApiError(400, str(error)) from None
+    return request if pinned is None else request.model_copy(update={"response_format": pinned})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             )
         return Route(engine=engine, step=None)
 
-    app = create_app(route, lambda: [SERVED_NAME], api_key=key)
+    app = create_app(route, lambda: [SERVED_NAME], api_key=key, prepare=pin_ruler)
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
     serve(uvicorn.Server(config), [listener])
 

@@ -16,6 +16,9 @@ breaks here and only here (pinned: openpipe-art 0.5.18, see requirements.lock).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -25,12 +28,23 @@ from art.gather import GatherContext, set_gather_context, wrap_group_awaitable
 
 __all__ = ["build_rl_train_configs", "delete_checkpoints", "gather_groups", "train_sft"]
 
+ART_DELETED_CHECKPOINT = "Deleted checkpoint "  # how ART's delete_checkpoints says each deletion
+
 
 async def delete_checkpoints(
     backend: art.Backend, model: art.TrainableModel[Any, Any], keep: list[int]
 ) -> None:
-    """Delete the model's checkpoints except the steps in `keep`."""
-    await backend._delete_checkpoint_files(model, keep)
+    """Delete the model's checkpoints except the steps in `keep`. ART prints a line for each
+    (`Deleted checkpoint .art/...`, art/local/checkpoints.py), a path in its own store that the
+    run's output never names: those lines are dropped, anything else printed meanwhile is
+    written out after."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            await backend._delete_checkpoint_files(model, keep)
+    finally:
+        lines = printed.getvalue().splitlines(keepends=True)
+        sys.stdout.write("".join(x for x in lines if not x.startswith(ART_DELETED_CHECKPOINT)))
 
 
 def train_sft(

@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Literal, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from rlvr.bench.cli import bench_app
+from rlvr.cli_help import reflow_help
+from rlvr.runs.results_cli import results_app
 
 if TYPE_CHECKING:
     from rlvr.config import TrainConfig
@@ -32,16 +35,22 @@ app = typer.Typer(
     help="Train LLM agents with RL on ART.",
 )
 
+# Installed packages' files: the SyntaxWarnings Python gives while compiling them (cellpylib's
+# `memoize is "recursive"`, imported by reasoning-gym) are theirs to fix and tell a user nothing.
+INSTALLED_CODE = r".*[/\\](site|dist)-packages[/\\]"
+
 
 @app.callback()
 def _every_command() -> None:
     """Before any command runs: no log line or traceback of this process can print a key (an
-    exception from a task or a provider may quote one); its exit will not sweep the ML stack."""
+    exception from a task or a provider may quote one); its exit will not sweep the ML stack;
+    installed packages' compile-time warnings stay off the console."""
     from rlvr.lifetime import quick_teardown
     from rlvr.redact import install_redaction
 
     install_redaction()
     quick_teardown()
+    warnings.filterwarnings("ignore", category=SyntaxWarning, module=INSTALLED_CODE)
 
 
 TaskArg = Annotated[
@@ -50,6 +59,7 @@ TaskArg = Annotated[
 ]
 Overrides = Annotated[list[str] | None, typer.Argument(help="config overrides as key=value")]
 app.add_typer(bench_app, name="bench")
+app.add_typer(results_app, name="results")
 COMMAND_GROUP = (
     "rlvr.commands"  # installed packages' commands: NAME -> a Typer app, bench.NAME -> a command
 )
@@ -122,9 +132,11 @@ def announce_code(run_dir: Path) -> None:
 def known_errors() -> tuple[type[BaseException], ...]:
     """rlvr's own one-line errors: their text is the message."""
     from rlvr.config import ConfigError
+    from rlvr.inference.errors import InferenceError
+    from rlvr.runs.damage import DiskFull, RunDamaged
     from rlvr.runs.runlock import RunLocked
 
-    return (ConfigError, FileNotFoundError, RunLocked)
+    return (ConfigError, FileNotFoundError, RunLocked, RunDamaged, DiskFull, InferenceError)
 
 
 def said_by_rlvr(error: BaseException) -> bool:
@@ -148,6 +160,11 @@ def one_line_errors(*own: type[BaseException]) -> Iterator[None]:
     except typer.Exit:
         raise
     except Exception as error:
+        from rlvr.runs.damage import as_disk_full
+
+        full = as_disk_full(error)  # also where a library wrapped it (a copy's shutil.Error)
+        if full is not None:
+            fail(str(full))
         said = as_one_line(error, known=isinstance(error, own) or said_by_rlvr(error))
         if said is None:
             crash(error)
@@ -222,15 +239,33 @@ def preflight(
 def eval_run(
     run_dir: Annotated[Path, typer.Argument(help="a finished run directory")],
     split: Annotated[str, typer.Option(help="test or val")] = "test",
+    samples: Annotated[
+        int | None,
+        typer.Option(help="sample K answers an item and report pass@k, pass^k and avg@k"),
+    ] = None,
+    temperature: Annotated[
+        float, typer.Option(help="the sampling temperature with --samples")
+    ] = 1.0,
 ) -> None:
-    """Evaluate a finished run's best checkpoint on its test (or validation) split."""
-    from rlvr.training import evaluate_run
+    """Evaluate a finished run's best checkpoint on its test (or validation) split: greedy
+    accuracy, or with --samples K, pass@k, pass^k and avg@k for k up to K with 95% intervals."""
+    from rlvr.training import evaluate_run, evaluate_samples
 
     if split not in ("test", "val"):
         fail(f"--split: expected test or val, got '{split}'")
+    if samples is not None and samples < 1:
+        fail(f"--samples: expected at least 1, got {samples}")
+    if not 0 <= temperature <= 2:
+        fail(f"--temperature: expected 0 to 2, got {temperature:g}")
+    chosen: Literal["test", "val"] = "test" if split == "test" else "val"
     with one_line_errors():
         announce_code(run_dir)
-        accuracy = asyncio.run(evaluate_run(run_dir, "test" if split == "test" else "val"))
+        if samples is not None:
+            sampled = asyncio.run(evaluate_samples(run_dir, samples, temperature, chosen))
+            for line in sampled.lines():
+                typer.echo(f"{split}: {line}")
+            return
+        accuracy = asyncio.run(evaluate_run(run_dir, chosen))
     typer.echo(f"{split}_accuracy={accuracy:.4f}")
 
 
@@ -359,6 +394,54 @@ def inspect_run(
     for part in parts:
         out.print(part)
 
+
+RunArg = Annotated[Path, typer.Argument(help="a run directory")]
+CheckpointOpt = Annotated[
+    str, typer.Option(help="best, last (the highest saved step) or a step number")
+]
+
+
+@app.command("export")
+def export_cmd(
+    run_dir: RunArg,
+    out: Annotated[Path, typer.Option(help="a new (or empty) directory to write")],
+    checkpoint: CheckpointOpt = "best",
+    gguf: Annotated[
+        bool, typer.Option("--gguf", help="also write an f16 GGUF (llama.cpp, ollama)")
+    ] = False,
+) -> None:
+    """Write a run's checkpoint as a merged Hugging Face model (transformers, vLLM), its PEFT
+    adapter (OUT/adapter/) and a model card (OUT/README.md)."""
+    from rlvr.export import ExportError, export_run
+
+    with one_line_errors(ExportError):
+        done = export_run(run_dir, out, checkpoint, gguf=gguf)
+    typer.echo(f"wrote {done.out} (from {done.checkpoint})")
+
+
+@app.command("serve")
+def serve_cmd(
+    run_dir: RunArg,
+    checkpoint: CheckpointOpt = "best",
+    host: Annotated[
+        str, typer.Option(help="address to bind; anything but 127.0.0.1 exposes the agent")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port (0: a free one)", min=0, max=65535)] = 8000,
+) -> None:
+    """Serve a run's trained agent on an OpenAI-compatible endpoint (/v1/chat/completions), with
+    a bearer key: $RLVR_SERVE_KEY, else one generated and printed. Ctrl-C stops it."""
+    from rlvr.serve import ServeError, serve_run
+
+    try:
+        with one_line_errors(ServeError):
+            serve_run(
+                run_dir, checkpoint, host, port, announce=lambda line: print(line, flush=True)
+            )
+    except KeyboardInterrupt:  # Ctrl-C is how a server is stopped: no "Aborted!", exit 0
+        console.print("stopped", highlight=False)
+
+
+reflow_help(app)  # last: every command, plugged ones too, is registered by now
 
 if __name__ == "__main__":
     app()

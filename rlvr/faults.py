@@ -4,13 +4,19 @@ finally). Unset (always, outside tests/test_crash_safety.py) every check is one 
 
 `step` is the training step being done (1, 2, ...). For the two policy points it is the policy
 checkpoint step being written, which is the same number while every step trains.
+
+`RLVR_FAULT=disk_full:<site>` instead makes the first write to a site of the run directory (its
+first part: metrics, trajectories, checkpoints, .art, report, summary, config) fail as a full
+disk would (ENOSPC), to test that each write site says so in one line.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 from enum import StrEnum
+from pathlib import Path
 from typing import NoReturn
 
 FAULT_ENV = "RLVR_FAULT"
@@ -24,6 +30,7 @@ class FaultPoint(StrEnum):
     # Replacing a directory (`rlvr.runs.atomic.writing_dir`; the "step" is the directory's name):
     ASIDE = "aside"  # the old directory is set aside, the new one not yet in its place
     SWAPPED = "swapped"  # the new directory is in place, the old one not yet removed
+    DISK_FULL = "disk_full"  # a write whose path has this part fails with ENOSPC (not a kill)
 
 
 def armed(point: FaultPoint, step: object) -> bool:
@@ -38,3 +45,9 @@ def crash() -> NoReturn:
 def maybe_crash(point: FaultPoint, step: object) -> None:
     if armed(point, step):
         crash()
+
+
+def maybe_fill(site: str, path: Path) -> None:
+    """Raise ENOSPC for a write to `path` when `RLVR_FAULT=disk_full:<site>` names its site."""
+    if os.environ.get(FAULT_ENV) == f"{FaultPoint.DISK_FULL}:{site}":
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))

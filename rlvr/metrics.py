@@ -60,7 +60,10 @@ class M(StrEnum):
     TRUNCATED_RATE = "train/truncated_rate"
     # Rollouts with a turn cut at max_tokens while it repeated itself (rlvr.metrics.is_looping).
     LOOPING_RATE = "train/looping_rate"
-    KL = "train/kl"
+    # KL(sampler || trainer) on the sampled tokens, before the update: the two engines' gap.
+    SAMPLER_KL = "train/sampler_kl"
+    # KL(before || after) on the trained tokens: how far the update moved the policy.
+    UPDATE_KL = "train/update_kl"
     LOSS = "train/loss"
     SKIPPED = "train/skipped_groups"
     GROUPS = "train/groups"

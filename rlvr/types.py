@@ -7,6 +7,7 @@ Data that flows (Item, Sampling) are small frozen pydantic models. The protocols
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
@@ -37,8 +38,18 @@ class Item(BaseModel):
     source: Any = Field(None, exclude=True, repr=False)
 
 
+def derived_seed(*parts: object) -> int:
+    """A seed from `parts` (their text), the same in every process (Python's hash() is salted
+    per process); below 2^62, so a server adding a choice's index stays within 64 bits."""
+    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 2
+
+
 class Sampling(BaseModel):
-    """How a rollout samples from the policy. `step=None` asks for the latest checkpoint."""
+    """How a rollout samples from the policy. `step=None` asks for the latest checkpoint.
+    `seed` (None: unseeded) seeds what is sampled: `for_rollout` derives each rollout's own, and
+    each chat call of a rollout samples with a seed derived from that and the call's number
+    (rlvr.tasks.rollout_model), so the same run seed draws the same tokens."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -46,18 +57,42 @@ class Sampling(BaseModel):
     top_p: float = 1.0
     max_tokens: int = 64
     step: int | None = None
+    seed: int | None = None
 
     @classmethod
     def from_config(
-        cls, cfg: TrainConfig, split: Literal["train", "val", "test"], step: int | None = None
+        cls,
+        cfg: TrainConfig,
+        split: Literal["train", "val", "test"],
+        step: int | None = None,
+        *,
+        draw: int = 0,
     ) -> Sampling:
         """The run's sampling for a split: training samples at `temperature`; validation and
-        test at `val_temperature` (0 = greedy)."""
+        test at `val_temperature` (0 = greedy). Seeded by the run's seed, the split and `draw`
+        (a training step: an item drawn again at a later step samples afresh)."""
         temperature = cfg.temperature if split == "train" else cfg.val_temperature
-        return cls(temperature=temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens, step=step)
+        return cls(
+            temperature=temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens,
+            step=step,
+            seed=derived_seed(cfg.seed, split, draw),
+        )
+
+    def for_rollout(self, item_id: str, sample: int) -> Sampling:
+        """This sampling for the `sample`-th rollout of item `item_id`: its own seed."""
+        if self.seed is None:
+            return self
+        return self.model_copy(update={"seed": derived_seed(self.seed, item_id, sample)})
+
+    def call_seed(self, call: int) -> int | None:
+        """The seed of a rollout's `call`-th chat call (None: unseeded)."""
+        return None if self.seed is None else derived_seed(self.seed, call)
 
     def request(self) -> dict[str, Any]:
-        """The chat-completions keywords this sampling sends, with logprobs: ART trains on them."""
+        """The chat-completions keywords this sampling sends, with logprobs: ART trains on them.
+        No seed: a rollout's model adds each call's own (rlvr.tasks.rollout_model)."""
         return {
             "temperature": self.temperature,
             "top_p": self.top_p,

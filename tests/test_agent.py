@@ -251,6 +251,7 @@ async def test_an_episode_runs_tools_until_the_final_reply(protocol: str) -> Non
         "turns": 3,
         "tool_calls": calls,
         "tool_errors": 1,
+        "tool_timeouts": 0.0,
         "truncated": 0.0,
         "turn_limit": 0.0,
         "cut_call": 0.0,

@@ -71,3 +71,54 @@ def test_a_game_s_validation_dip_within_its_paired_noise_only_warns():
     assert replay(record) == [(4, AlarmName.VAL_FALLING)]
     points = [EvalPoint(**point) for point in record["history"]]
     assert all(p.scores is not None and len(p.scores) == p.val_items for p in points)
+
+
+def history(*correct_sets: set[int], items: int = 40, step_every: int = 3) -> list[EvalPoint]:
+    """Evaluations on the same `items` items, each scoring 1 on the items of its set."""
+    return [
+        EvalPoint(
+            step=k * step_every,
+            val=len(correct) / items,
+            reward=None if k == 0 else 0.2,
+            val_items=items,
+            scores={str(i): float(i in correct) for i in range(items)},
+        )
+        for k, correct in enumerate(correct_sets)
+    ]
+
+
+START = set(range(15))  # 0.375 on 40 items, as the default email run's warm start
+
+
+@pytest.mark.parametrize(
+    ("points", "fires"),
+    [
+        # the default email run: 0.375 at steps 0, 3 and 6, then 0.200 at step 9; paired, the
+        # fall is 9 items lost and 2 won on the same 40 questions
+        (history(START, START, START, set(range(6)) | {30, 31}), True),
+        # the control run whose updates change nothing: the same answers every time
+        (history(START, START, START), False),
+        # a dip of a few items, within paired noise
+        (history(START, START, set(range(12)) | {30}), False),
+        # learning: more items right than at the start
+        (history(START, START | {20, 21}, START | {20, 21, 22, 23}), False),
+    ],
+    ids=["email-defaults-regressed", "control-flat", "noise-dip", "rising"],
+)
+def test_rl_regression_fires_when_validation_falls_below_the_start(points, fires):
+    from rlvr.training.stopping import rl_regression
+
+    alarm = rl_regression(points, Thresholds())
+    assert (alarm is not None) == fires
+    if alarm is not None:
+        assert alarm.name == AlarmName.RL_REGRESSION and alarm.step == points[-1].step
+        assert "learning_rate" in alarm.message
+
+
+@pytest.mark.parametrize("name", ["math_run.json", "game2048_run.json"])
+def test_recorded_runs_that_did_not_regress_raise_no_rl_regression(name):
+    from rlvr.training.stopping import rl_regression
+
+    record = load(name)
+    points = [EvalPoint(**point) for point in record["history"]]
+    assert all(rl_regression(points[: i + 1], Thresholds()) is None for i in range(len(points)))

@@ -1,23 +1,54 @@
-"""`rlvr bench step`: a real step of a task, split into where its time and tokens went, against
-its bare baselines (rlvr.bench.step)."""
+"""`rlvr bench step`: a real step of a task, split into where its time, tokens and memory went,
+against its bare baselines (rlvr.bench.step); the per-phase memory watch (rlvr.bench.rss)."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 
 import pytest
 
-from rlvr.bench.step import run_step_bench
-
-pytestmark = pytest.mark.slow
+from rlvr.bench.rss import RssWatch, read_resident_gb, resident_gb
 
 
-def test_bench_step_reports_the_split_and_its_bare_figures() -> None:
-    figures = asyncio.run(
-        run_step_bench(
-            "math", steps=1, groups_per_batch=2, group_size=4, max_tokens=16, num_items=40
-        )
-    )
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        ("Name:\tpython\nVmHWM:\t 9000 kB\nVmRSS:\t 2500000 kB\n", 2.5),
+        ("VmRSS:\t1000 kB", 0.001),
+        ("Name:\tpython\nVmHWM:\t 9000 kB\n", None),
+    ],
+)
+def test_resident_memory_is_read_from_the_status_line(status: str, expected: float | None) -> None:
+    assert resident_gb(status) == (None if expected is None else pytest.approx(expected))
+
+
+def test_a_phase_keeps_the_peak_of_what_was_resident_inside_it() -> None:
+    assert read_resident_gb() is not None  # Linux: /proc/self/status
+    with RssWatch() as watch:
+        with watch.phase("small"):
+            pass
+        with watch.phase("large"):
+            held = b"\x01" * 200_000_000  # touched, so resident
+            with watch.phase("inner"):
+                pass
+            del held
+    peaks = watch.rounded()
+    assert set(peaks) == {"small", "large", "inner"}
+    assert peaks["large"] - peaks["small"] >= 0.15
+    assert peaks["inner"] - peaks["small"] >= 0.15
+
+
+@pytest.mark.slow
+def test_bench_step_prints_the_split_its_bare_figures_and_peak_memory() -> None:
+    from typer.testing import CliRunner
+
+    from rlvr.bench.step import PEAK_RSS_BY_PHASE, ROLLOUTS, UPDATE
+    from rlvr.cli import app
+
+    args = ["groups_per_batch=2", "group_size=4", "max_tokens=16", "num_items=40"]
+    result = CliRunner().invoke(app, ["bench", "step", "math", "--steps", "1", *args])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
     for key in ("step_s", "rollout_s", "update_s", "decoded_tokens", "bare_generate_s"):
         assert figures[key] > 0, key
     assert figures["step_s"] >= figures["rollout_s"]
@@ -25,3 +56,7 @@ def test_bench_step_reports_the_split_and_its_bare_figures() -> None:
         figures["rollout_s"] / figures["bare_generate_s"], rel=0.01
     )
     assert len(figures["per_step"]) == 1
+    phases = figures[PEAK_RSS_BY_PHASE]
+    assert {ROLLOUTS, UPDATE} <= set(phases)
+    # The model alone is ~0.5 GB resident; no phase is above the process's high-water mark.
+    assert all(0.5 < peak <= figures["peak_rss_gb"] + 0.01 for peak in phases.values()), phases

@@ -126,7 +126,7 @@ def test_the_tiny_runs_summary_has_the_paired_test_block(tiny_run):
     low, high = test["gain_ci95"]
     assert low <= test["gain"] <= high and 0.0 <= test["gain_p"] <= 1.0
     assert test["final"] == pytest.approx(summary["test_accuracy"])
-    assert "bootstrap" in test["method"]
+    assert "sign-flip" in test["method"]
     # The last checkpoint is tested on the same items too (the best one's scores where it is it).
     assert summary["last_step"] == summary["steps"] == 2
     assert test["gain_last"] == pytest.approx(test["last"] - test["start"])

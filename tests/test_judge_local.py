@@ -21,12 +21,14 @@ import art
 import httpx
 import litellm
 import pytest
+from art.rewards import ruler_score_group
 
 from judges import open_judge
 from judges.client import LOCAL_MODEL_ID, JudgeClient, JudgeSettings
 from judges.engine import EngineError, EngineSettings, LocalEngine
 from judges.rubric import RubricScorer
 from judges.ruler import RulerScorer
+from judges.server import SERVED_NAME
 from rlvr.config import TrainConfig
 from rlvr.types import Item
 from tests import warm
@@ -105,6 +107,60 @@ async def test_ruler_scores_a_group_of_four_real_trajectories(engine: LocalEngin
     )
     assert metrics["judge/calls"] == 1 and metrics["judge/failures"] == 0
     assert metrics["judge/prompt_tokens"] > 0 and metrics["judge/cost_usd"] == 0
+
+
+ANSWERS = [
+    "Paris.",
+    "Lyon.",
+    "The capital of France is Paris.",
+    "Marseille, I think.",
+    "paris",
+    "I do not know.",
+    "It is Paris, on the Seine.",
+    "Berlin.",
+]
+
+
+@pytest.mark.parametrize("size", [2, 3, 8])
+async def test_arts_own_ruler_scores_a_group_on_the_local_judge(
+    engine: LocalEngine, size: int
+) -> None:
+    """The call an ART user writes, unchanged, pointed at the engine `rlvr judge serve` runs:
+    ART asks for a plain list of scores, the engine pins it to the group's trajectories. A small
+    max_tokens keeps it cheap: the engine sizes the explanations to fit it."""
+    group = group_of(ANSWERS[:size])
+    judged = await ruler_score_group(
+        group,
+        f"hosted_vllm/{SERVED_NAME}",
+        extra_litellm_params={
+            "api_base": engine.base_url,
+            "api_key": engine.key,
+            "max_tokens": 40 * size,
+        },
+    )
+    assert judged is not None
+    assert len(judged.trajectories) == size
+    assert all(0.0 <= t.reward <= 1.0 for t in judged.trajectories)
+    assert [t.metrics["ruler_score"] for t in judged.trajectories] == [
+        t.reward for t in judged.trajectories
+    ]
+    assert all(any(x.startswith("RULER explanation") for x in t.logs) for t in judged.trajectories)
+
+
+async def test_a_ruler_reply_that_cannot_fit_max_tokens_is_a_400_naming_it(
+    engine: LocalEngine,
+) -> None:
+    with pytest.raises(Exception, match="max_tokens: 20 cannot hold a RULER reply scoring 3"):
+        await ruler_score_group(
+            group_of(ANSWERS[:3]),
+            f"hosted_vllm/{SERVED_NAME}",
+            extra_litellm_params={
+                "api_base": engine.base_url,
+                "api_key": engine.key,
+                "max_tokens": 20,
+                "num_retries": 0,
+            },
+        )
 
 
 FIVE_CRITERIA = [
@@ -340,6 +396,8 @@ def test_judge_serve_command_answers_and_stops() -> None:
         base_url = line.split()[4]
         assert "RLVR_JUDGE_API_KEY" in serve.stdout.readline()
         key = serve.stdout.readline().split()[-1]
+        art_call = serve.stdout.readline()  # what an ART user's RULER call points at
+        assert f'"hosted_vllm/{SERVED_NAME}"' in art_call and f'"{base_url}"' in art_call
         engine_pid = child_engine_pid(serve.pid)
         auth = {"Authorization": f"Bearer {key}"}
         assert httpx.get(f"{base_url}/models", timeout=10, headers=auth).status_code == 200

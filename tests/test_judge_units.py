@@ -11,6 +11,7 @@ import time
 import art
 import litellm
 import pytest
+from art.rewards.ruler import Response
 
 from judges.client import (
     CLAMP_TOLERANCE,
@@ -35,7 +36,22 @@ from judges.rubric import (
     with_verdicts,
 )
 from judges.rubric_data import Criterion
-from judges.ruler import inline_refs, parse_scores, pin_schema, requested_schema, trajectory_ids
+from judges.ruler import parse_scores, requested_schema
+from judges.ruler_schema import (
+    LOCAL_EXPLANATION_CHARS,
+    ONE_TOKEN_CHARS,
+    SCORE_GRID,
+    SLACK_PER_ENTRY,
+    SLACK_PER_REPLY,
+    RulerBudgetError,
+    explanation_bound,
+    inline_refs,
+    is_unpinned_ruler,
+    pin_schema,
+    pinned_ruler_format,
+    skeleton,
+    trajectory_ids,
+)
 
 # --- lenient parsing -------------------------------------------------------------------------
 
@@ -276,6 +292,116 @@ def test_pinned_ruler_schema_for_hosted_providers() -> None:
     assert scores["items"]["properties"]["trajectory_id"]["enum"] == ["1", "2"]
     assert scores["items"]["properties"]["score"] == {"type": "number", "minimum": 0, "maximum": 1}
     assert inline_refs(schema) == schema
+
+
+def _arts_request(ids: list[str]) -> tuple[dict, dict, list[dict]]:
+    """What ART's `ruler_score_group` sends through litellm: its `Response` as litellm turns a
+    pydantic model into a response_format, the schema in it, and RULER's prompt."""
+    from litellm.utils import type_to_response_format_param
+
+    response_format = type_to_response_format_param(Response)
+    assert response_format is not None
+    return dict(response_format), response_format["json_schema"]["schema"], _ruler_prompt(ids)
+
+
+@pytest.mark.parametrize(
+    ("schema", "is_ruler"),
+    [
+        (Response.model_json_schema(), True),  # ART's RULER, as ART asks
+        (pin_schema(Response.model_json_schema(), ["1", "2"], pinned=True), False),  # rlvr's own
+        (pin_schema(Response.model_json_schema(), ["1", "2"], pinned=False), False),
+        (rubric_schema(2, pinned=True), False),
+        ({"type": "object"}, False),
+    ],
+    ids=["arts-ruler", "pinned-local", "pinned-hosted", "rubric", "any-object"],
+)
+def test_the_judge_server_pins_only_arts_unpinned_ruler_schema(
+    schema: dict, is_ruler: bool
+) -> None:
+    assert is_unpinned_ruler(schema) is is_ruler
+
+
+@pytest.mark.parametrize("ids", [["1"], ["1", "2", "3"], [str(i) for i in range(1, 9)]])
+def test_arts_ruler_request_is_pinned_to_its_trajectories(ids: list[str]) -> None:
+    response_format, schema, messages = _arts_request(ids)
+    pinned = pinned_ruler_format(response_format, schema, messages, None, len)
+    assert pinned is not None
+    spec = pinned["json_schema"]
+    assert spec["strict"] is True  # as litellm asked
+    scores = spec["schema"]["properties"]["scores"]
+    assert scores["minItems"] == scores["maxItems"] == len(ids)
+    entries = scores["prefixItems"]
+    assert [e["properties"]["trajectory_id"] for e in entries] == [{"const": i} for i in ids]
+    assert all(e["properties"]["score"] == {"enum": SCORE_GRID} for e in entries)
+    assert all(
+        e["properties"]["explanation"]["maxLength"] == LOCAL_EXPLANATION_CHARS for e in entries
+    )
+
+
+def test_a_request_without_rulers_prompt_is_left_alone() -> None:
+    response_format, schema, _ = _arts_request(["1"])
+    plain = [{"role": "user", "content": "Score these."}]
+    assert pinned_ruler_format(response_format, schema, plain, None, len) is None
+
+
+@pytest.mark.parametrize(
+    ("ids", "max_tokens", "share"),
+    [
+        (["1", "2"], None, LOCAL_EXPLANATION_CHARS),  # no budget asked for
+        (["1", "2"], 10_000, LOCAL_EXPLANATION_CHARS),  # more than the explanations could use
+        (["1", "2", "3"], 400, None),  # an equal share of what the skeleton leaves
+    ],
+)
+def test_explanations_share_what_max_tokens_leaves(
+    ids: list[str], max_tokens: int | None, share: int | None
+) -> None:
+    bound = explanation_bound(ids, max_tokens, len)
+    fixed = len(skeleton(ids)) + SLACK_PER_ENTRY * len(ids) + SLACK_PER_REPLY
+    expected = share if share is not None else (400 - fixed) // len(ids)
+    assert bound["maxLength"] == expected
+    if max_tokens is not None:
+        assert fixed + len(ids) * bound["maxLength"] <= max_tokens
+        assert bound["pattern"] == ONE_TOKEN_CHARS
+
+
+def test_a_max_tokens_below_the_skeleton_is_refused_naming_it() -> None:
+    ids = ["1", "2", "3"]
+    fixed = len(skeleton(ids)) + SLACK_PER_ENTRY * len(ids) + SLACK_PER_REPLY
+    with pytest.raises(RulerBudgetError, match=f"^max_tokens: 20 .* needs at least {fixed}$"):
+        explanation_bound(ids, 20, len)
+
+
+@pytest.mark.slow
+def test_a_budgeted_ruler_schema_compiles_and_its_longest_reply_fits(grammar_tokenizer) -> None:
+    """The pinned schema with a max_tokens budget compiles for the local engine, and the longest
+    reply it admits (every explanation at its bound, the widest scores) fits max_tokens in the
+    judge model's own tokens."""
+    from transformers import AutoTokenizer
+
+    from rlvr.policy.grammar import grammar_for
+    from rlvr.policy.models import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
+    ids = [str(i) for i in range(1, 9)]
+    max_tokens = 320
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False))
+
+    response_format, schema, messages = _arts_request(ids)
+    pinned = pinned_ruler_format(response_format, schema, messages, max_tokens, count)
+    assert pinned is not None
+    grammar_for(pinned["json_schema"]["schema"], grammar_tokenizer)
+    share = pinned["json_schema"]["schema"]["properties"]["scores"]["prefixItems"][0]["properties"][
+        "explanation"
+    ]["maxLength"]
+    assert share > 0
+    longest = {
+        "scores": [
+            {"trajectory_id": i, "explanation": ("a;" * share)[:share], "score": 0.05} for i in ids
+        ]
+    }
+    assert count(json.dumps(longest, separators=(", ", ": "))) <= max_tokens
 
 
 def _scores(*pairs: tuple[str, object]) -> dict:

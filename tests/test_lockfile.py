@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+import urllib.error
 
 import pytest
 from packaging.requirements import Requirement
@@ -107,3 +108,84 @@ def test_setup_compiles_no_engine() -> None:
     pinned = {m.group(1) for e in LOCK.split("\n") if (m := PINNED.match(e))}
     assert "llama-cpp-python" not in pinned and "llguidance" in pinned
     assert "cmake" not in MAKEFILE and "pip wheel" not in MAKEFILE
+
+
+# torch's CPU build: from the wheel folder when it holds it, else from TORCH_INDEX's torch page.
+PIN = lockfile.torch_pin(LOCK)
+WHEEL = f"torch-{PIN.version}-cp311-cp311-manylinux_2_28_x86_64.whl"
+LOCKED_SHA = sorted(PIN.hashes)[0]
+INDEX = "http://127.0.0.1:9/simple"
+PAGE = "http://127.0.0.1:9/simple/torch/"
+
+
+def test_the_lock_pins_torch_cpu_with_its_hash() -> None:
+    assert PIN.version.endswith("+cpu") and len(PIN.hashes) == 1
+    assert f'torch=={PIN.version}"' in MAKEFILE  # the lock's override names the same build
+
+
+def page(*hrefs: str) -> str:
+    """A PEP 503 project page (PyPI's and PyTorch's shape)."""
+    return "<html><body>" + "".join(f'<a href="{h}">{h}</a><br/>' for h in hrefs) + "</body></html>"
+
+
+def serving(html: str):
+    def fetch(url: str) -> str:
+        assert url == PAGE
+        return html
+
+    return fetch
+
+
+def refusing(error: Exception):
+    def fetch(url: str) -> str:
+        raise error
+
+    return fetch
+
+
+@pytest.mark.parametrize(
+    "html",
+    [
+        page(f"/whl/cpu/{WHEEL.replace('+', '%2B')}#sha256={LOCKED_SHA}"),  # PyTorch's index
+        page(WHEEL.replace("+", "%2B")),  # a plain directory listing: no hash to compare
+        page(
+            f"torch-2.12.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl#sha256={'0' * 64}",
+            f"https://files.example/{WHEEL}#sha256={LOCKED_SHA}",
+        ),
+    ],
+    ids=["pytorch-index", "directory-listing", "among-others"],
+)
+def test_an_empty_wheel_folder_takes_torch_from_the_index(tmp_path, html: str) -> None:
+    assert lockfile.find_links(PIN, tmp_path, INDEX, serving(html)) == [str(tmp_path), PAGE]
+
+
+def test_the_wheel_folder_is_enough_when_it_holds_torch(tmp_path) -> None:
+    (tmp_path / WHEEL).write_bytes(b"")
+    fetch = refusing(AssertionError("the index is not asked"))
+    assert lockfile.find_links(PIN, tmp_path, INDEX, fetch) == [str(tmp_path)]
+
+
+@pytest.mark.parametrize(
+    ("fetch", "why"),
+    [
+        (
+            refusing(urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))),
+            "Connection refused",
+        ),
+        (
+            serving(page(f"{WHEEL}#sha256={'0' * 64}")),
+            "lists no torch-2.13.0+cpu wheel with the lock's sha256",
+        ),
+        (serving(page("torch-2.13.0-cp311-cp311-manylinux_2_28_x86_64.whl")), "lists no torch"),
+        (refusing(urllib.error.HTTPError(PAGE, 404, "Not Found", None, None)), "Not Found"),
+        (refusing(TimeoutError("timed out")), "timed out"),
+    ],
+    ids=["refused", "other-sha256", "pypi-build-only", "404", "timeout"],
+)
+def test_no_source_is_one_line_naming_both_settings(tmp_path, fetch, why: str) -> None:
+    with pytest.raises(lockfile.SourceMissing) as missing:
+        lockfile.find_links(PIN, tmp_path / "absent", INDEX, fetch)
+    line = str(missing.value)
+    assert "\n" not in line and why in line
+    assert f"WHEELS={tmp_path / 'absent'}" in line and f"TORCH_INDEX={INDEX}" in line
+    assert "https://download.pytorch.org/whl/cpu" in line  # what to set it to

@@ -51,7 +51,8 @@ def test_run_directory_contract(finished_run):
         M.TRUNCATED_RATE,
         M.LOOPING_RATE,
         M.SKIPPED,
-        M.KL,
+        M.SAMPLER_KL,
+        M.UPDATE_KL,
     ):
         assert key in steps[0], key
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
@@ -113,3 +114,27 @@ def test_eval_of_a_finished_run_repeats_its_test_accuracy(finished_run, tmp_path
     assert accuracy == pytest.approx(result.test_accuracy)
     assert (copy / "trajectories" / "eval-test.parquet").is_file()
     assert (copy / "metrics.jsonl").read_text() == metrics_before  # nothing recovered or added
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_sampled_eval_of_a_finished_run(finished_run, tmp_path, temperature):
+    """`rlvr eval --samples K`: at temperature 0 every sample is the greedy answer, so pass@1 is
+    the greedy test accuracy; at any temperature pass@k does not fall with k, nor pass^k rise."""
+    import asyncio
+    import shutil
+
+    from rlvr.training import evaluate_samples
+
+    result, run_dir = finished_run
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    sampled = asyncio.run(evaluate_samples(copy, 3, temperature, "test"))
+    assert [row.k for row in sampled.by_k] == [1, 2, 3]
+    assert sampled.samples == 3 and sampled.items == len(sampled.scores)
+    if temperature == 0:
+        assert sampled.by_k[0].pass_at_k.value == pytest.approx(result.test_accuracy)
+        assert {len(set(s)) for s in sampled.scores.values()} == {1}  # greedy: one answer
+    passes = [row.pass_at_k.value for row in sampled.by_k]
+    hats = [row.pass_hat_k.value for row in sampled.by_k]
+    assert passes == sorted(passes) and hats == sorted(hats, reverse=True)
+    assert (copy / "trajectories" / "eval-test-samples.parquet").is_file()

@@ -106,7 +106,7 @@ def test_inspect_rollouts_notebook_on_the_tiny_run(tiny_run, monkeypatch):
     text = outputs(notebook)
     run = ri.load_run(tiny_run.run_dir)
     frame = ri.trajectories(run)  # the latest training step, which the notebook shows
-    assert str(tiny_run.run_dir) in text
+    assert f"run: {tiny_run.run_dir}\n" in text  # says which run it opened (RLVR_RUN_DIR's)
     assert frame["prompt"][0] in text and frame["item_id"][0] in text  # real rollouts rendered
     assert "train/reward_mean" in text and "signal" in text  # step table, groups
     assert images(notebook) == 2  # report.png and the curves

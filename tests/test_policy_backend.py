@@ -270,10 +270,11 @@ async def test_train_step_changes_the_served_adapter(backend, policy) -> None:
     assert policy.get_inference_name() == "policy@1"
     assert all(
         math.isfinite(result.metrics[k])
-        for k in ("loss", "kl", "grad_norm", "entropy", "num_tokens")
+        for k in ("loss", "sampler_kl", "update_kl", "grad_norm", "entropy", "num_tokens")
     )
     assert result.metrics["num_tokens"] > 0 and result.metrics["grad_norm"] > 0
-    assert result.metrics["kl"] < 1e-3  # the trainer sees the sampled tokens as the sampler did
+    # the trainer sees the sampled tokens as the sampler did; the update moved them
+    assert result.metrics["sampler_kl"] < 1e-3 < result.metrics["update_kl"]
     step1 = (checkpoint(backend, policy, 1) / "adapter_model.safetensors").read_bytes()
     assert step1 != step0
 

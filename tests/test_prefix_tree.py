@@ -299,3 +299,29 @@ def test_a_bad_tree_budget_is_one_line_naming_it(monkeypatch, value):
     monkeypatch.setenv(TREE_TOKENS_ENV, value)
     with pytest.raises(ConfigError, match=f"^{TREE_TOKENS_ENV}=.*expected a whole number"):
         tree_tokens()
+
+
+def test_an_update_computes_without_merged_sets_or_cached_prefixes_held(
+    tmp_path, monkeypatch
+) -> None:
+    """The sampler's merged weights and prefix cache go stale at an update's first optimizer
+    step; they are dropped before its passes, so their memory is not held beside the
+    activations."""
+    from rlvr.policy.adapters import AdapterStore
+
+    loaded = tiny_loaded()
+    cleared: list[bool] = []
+    adapters = AdapterStore(loaded, tmp_path, 0, on_change=lambda: cleared.append(True))
+    trainer = Trainer(loaded, adapters, OptimSettings())
+    adapters.view(None)  # the live set, as after a step's rollouts
+    assert adapters.merged_bytes > 0
+    held: list[tuple[int, int]] = []
+    forward = Trainer.forward_logprobs
+
+    def watched(self, *args, **kwargs):
+        held.append((adapters.merged_bytes, len(cleared)))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "forward_logprobs", watched)
+    trainer.sft_batch(rows(GROUP, [len(STEM)] * len(GROUP), width=30), learning_rate=1e-3)
+    assert held and all(merged == 0 and clears >= 1 for merged, clears in held)

@@ -1,16 +1,20 @@
 """Every phase longer than a few seconds shows progress: a live bar in a terminal, one plain line
-per step when the output goes to a file. The slow test reads a real warm start piped to a file
-(the session's `agent_run`, tests/conftest.py)."""
+per step when the output goes to a file, never broken mid-line there and free of third-party
+lines (ART's checkpoint deletions). The slow test reads a real warm start piped to a file (the
+session's `agent_run`, tests/conftest.py)."""
 
 from __future__ import annotations
 
 import io
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from rlvr.training.progress import Progress, phase
+from rlvr.training.progress import Progress, RunConsole, phase
 
 
 class FakeClock:
@@ -99,3 +103,115 @@ def test_a_warm_start_piped_to_a_file_prints_each_step(agent_run) -> None:
     assert any(x.startswith("warm start: demonstrations: 6/6 demonstrations") for x in lines)
     assert any(x.startswith("warm start: 6 demonstrations in 3 steps") for x in lines)
     assert "\r" not in agent_run.stdout
+
+
+NARROW = 40  # columns: any line of a run's output is longer
+
+
+@pytest.fixture
+def piped(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
+    """The run's console as `make train > log` has it: not a terminal, at the width Rich takes
+    from the environment there (COLUMNS, else 80), here narrow; what it writes."""
+    from rlvr.training import output, progress
+
+    buffer = io.StringIO()
+    monkeypatch.setenv("COLUMNS", str(NARROW))
+    piped_console = RunConsole(file=buffer)
+    assert not piped_console.is_terminal and piped_console.width == NARROW
+    monkeypatch.setattr(progress, "console", piped_console)
+    monkeypatch.setattr(output, "console", piped_console)
+    return buffer
+
+
+def test_a_piped_run_writes_each_line_whole_at_any_width(piped: io.StringIO) -> None:
+    from rlvr.metrics import HINT_KEY, M
+    from rlvr.training.output import CUT_CALLS, print_step, print_validation
+
+    hint = "the group's rewards are all 0 at max_tokens=16: raise max_tokens or give partial credit"
+    row = {
+        M.STEP: 1,
+        M.REWARD_MEAN: 0.567,
+        M.REWARD_STD: 0.454,
+        M.NO_SIGNAL_RATE: 0.25,
+        M.ALL_ZERO: 1,
+        M.ALL_ONE: 0,
+        M.TRUNCATED_RATE: 0.5,
+        M.LOOPING_RATE: 0.25,
+        CUT_CALLS: 0.125,
+        M.UPDATE_KL: 0.0002,
+        M.SKIPPED: 0,
+        M.STEP_SECONDS: 26.0,
+        HINT_KEY: [hint],
+    }
+    clock = FakeClock()
+    with Progress("step 1 rollouts", 2, "group", clock=clock) as bar:  # on the run's console
+        for reward in (0.25, 0.19):
+            clock.now += 12
+            bar.advance(note=f"reward {reward:.2f} over 8 rollouts, 3 of them truncated")
+    print_step(row)
+    print_validation(1, 0.625, 1, 0.0125, 0.004)
+
+    lines = piped.getvalue().splitlines()
+    assert len(lines) == 6, lines  # one per thing said: nothing wrapped onto a second line
+    note = "reward 0.19 over 8 rollouts, 3 of them truncated"
+    assert lines[1] == f"step 1 rollouts: 2/2 groups, {note}"
+    assert lines[2] == f"step 1 rollouts: 2/2 groups, {note} in 24s"
+    assert lines[3].startswith("step 1 reward 0.567±0.454  no-signal 25% (all-0 1, all-1 0)")
+    assert "trunc 50% (loops 25%, ended at a cut call 12%)  update-kl 0.0002" in lines[3]
+    assert lines[3].endswith("skipped 0  26s")
+    assert lines[4] == f"  hint: {hint}"
+    assert lines[5] == "validation @ step 1: 0.625 (policy step 1; trend +0.013/eval ± 0.004)"
+    assert all(len(x) > NARROW for x in lines)
+
+
+def test_a_piped_alarm_box_still_fits_the_width(piped: io.StringIO) -> None:
+    from rlvr.training.output import print_alarm
+    from rlvr.training.stopping import Alarm, AlarmName
+
+    message = "training reward rose 0.30 over 3 steps while validation fell 0.10: read the rollouts"
+    print_alarm(Alarm(name=AlarmName.REWARD_HACKING, step=4, message=message))
+    lines = piped.getvalue().splitlines()
+    assert all(len(x) <= NARROW for x in lines) and len(lines) > 3  # a box, wrapped inside
+    inside = " ".join(x.strip("│ ") for x in lines[1:-1])
+    assert " ".join(inside.split()) == message
+
+
+async def test_arts_checkpoint_deletions_stay_off_the_console(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The run's deletion of old adapters goes through the backend's `_delete_checkpoint_files`
+    to ART's `delete_checkpoints`, which prints a line for each; none reaches the output."""
+    import art
+    from art.utils.output_dirs import get_model_dir
+
+    from rlvr import art_private
+    from rlvr.policy.backend import TorchBackend
+
+    backend = TorchBackend(path=str(tmp_path / ".art"))
+    model = art.TrainableModel(name="m", project="p", base_model="smollm2-135m")
+    await backend.register(model)  # the backend's part of registering: no engine is loaded
+    checkpoints = Path(get_model_dir(model=model, art_path=str(tmp_path / ".art"))) / "checkpoints"
+    for step in range(4):
+        (checkpoints / f"{step:04d}").mkdir(parents=True)
+        (checkpoints / f"{step:04d}" / "adapter_model.safetensors").write_bytes(b"")
+    await art_private.delete_checkpoints(backend, model, [0, 2])
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["0000", "0002", "0003"]  # 3: latest
+    out, err = capfd.readouterr()
+    assert "Deleted checkpoint" not in out + err and out == ""
+
+
+@pytest.mark.parametrize("command", [False, True], ids=["bare-python", "rlvr-command"])
+def test_installed_packages_compile_warnings_stay_off_the_console(
+    tmp_path: Path, command: bool
+) -> None:
+    """reasoning-gym imports cellpylib, whose source Python warns about while compiling it (an
+    empty bytecode cache here, as on a first run): an rlvr command keeps that off stderr."""
+    setup = "from rlvr.cli import _every_command; _every_command(); " if command else ""
+    done = subprocess.run(
+        [sys.executable, "-X", f"pycache_prefix={tmp_path}", "-c", f"{setup}import cellpylib"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert ("SyntaxWarning" in done.stderr) is not command, done.stderr[-2000:]

@@ -16,11 +16,11 @@ def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
     cfg = TrainConfig(task="math", group_size=4, run_dir=tmp_path)
     store.write_config(tmp_path, cfg)
     assert store.read_config(tmp_path) == cfg
-    store.append_metrics(tmp_path, {M.STEP: 1, M.REWARD_MEAN: 0.5, M.KL: float("nan")})
+    store.append_metrics(tmp_path, {M.STEP: 1, M.REWARD_MEAN: 0.5, M.SAMPLER_KL: float("nan")})
     with (tmp_path / store.METRICS).open("a") as f:
         f.write('{"step": 2, "train/rew')  # a run killed mid-write
     rows = store.read_metrics(tmp_path)
-    assert rows == [{M.STEP: 1, M.REWARD_MEAN: 0.5, M.KL: None}]
+    assert rows == [{M.STEP: 1, M.REWARD_MEAN: 0.5, M.SAMPLER_KL: None}]
 
 
 def test_read_config_names_the_missing_file(tmp_path):
@@ -103,7 +103,9 @@ def test_report_png_is_written(tmp_path):
         ),
         ({M.GROUPS: 8, M.TRUNCATED_RATE: 0.4, M.LOOPING_RATE: 0.4}, "lower learning_rate"),
         ({M.GROUPS: 8, M.ALL_ONE: 6}, "converged or data too easy"),
-        ({M.GROUPS: 8, M.KL: 0.5}, "lower learning_rate"),
+        ({M.GROUPS: 8, M.UPDATE_KL: 0.5}, "lower learning_rate"),
+        ({M.GROUPS: 8, M.UPDATE_KL: 1e-7, M.TRAINED_TOKENS: 900}, "raise learning_rate"),
+        ({M.GROUPS: 8, M.SAMPLER_KL: 0.3}, "truncated_importance_sampling"),
         ({M.GROUPS: 8, M.REWARD_ERRORS: 3}, "fix the reward function"),
         ({M.GROUPS: 8, M.SKIPPED: 2}, "judge failed"),
         ({M.GROUPS: 8, M.JUDGE_AGREEMENT: 0.02}, "judge may be too weak"),
@@ -122,7 +124,14 @@ def test_decision_hints(metrics, expected):
 def test_hints_tolerate_a_step_without_training():
     assert (
         decision_hints(
-            {M.GROUPS: 2, M.ALL_ZERO: 0, M.KL: None, M.JUDGE_AGREEMENT: None}, TrainConfig()
+            {
+                M.GROUPS: 2,
+                M.ALL_ZERO: 0,
+                M.UPDATE_KL: None,
+                M.SAMPLER_KL: None,
+                M.JUDGE_AGREEMENT: None,
+            },
+            TrainConfig(),
         )
         == []
     )
@@ -131,7 +140,15 @@ def test_hints_tolerate_a_step_without_training():
 def test_no_hints_on_a_healthy_step():
     assert (
         decision_hints(
-            {M.GROUPS: 8, M.ALL_ZERO: 1, M.ALL_ONE: 1, M.KL: 0.01, M.TRUNCATED_RATE: 0.05},
+            {
+                M.GROUPS: 8,
+                M.ALL_ZERO: 1,
+                M.ALL_ONE: 1,
+                M.UPDATE_KL: 0.01,
+                M.SAMPLER_KL: 1e-4,
+                M.TRAINED_TOKENS: 900,
+                M.TRUNCATED_RATE: 0.05,
+            },
             TrainConfig(),
         )
         == []

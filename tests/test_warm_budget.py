@@ -121,7 +121,7 @@ def email() -> tuple[Any, Any, list[Item], list[int]]:
 async def test_the_email_warm_start_stays_within_its_share_on_any_cpu(
     email: tuple[Any, Any, list[Item], list[int]], cpu: str, full_warm_start_s: float
 ) -> None:
-    """The whole email warm start as long as it took on each kind of CPU (README, Performance)
+    """The whole email warm start as long as it took on each kind of CPU (docs/results/performance.md)
     and longer, under the default budget (27 minutes)."""
     cfg, scenario, train, tokens = email
     clock = FakeClock()

@@ -23,10 +23,22 @@ from rlvr.agent.episode import (
     final_reply,
     tool_episode,
 )
-from rlvr.agent.tools import Call, Tool, ToolError, as_tool, as_tools, text_call, text_instructions
+from rlvr.agent.tools import (
+    TOOL_TIMEOUT_S,
+    Call,
+    Tool,
+    ToolError,
+    ToolTimeout,
+    as_tool,
+    as_tools,
+    running_tool_threads,
+    text_call,
+    text_instructions,
+)
 
 __all__ = [
     "PROTOCOLS",
+    "TOOL_TIMEOUT_S",
     "Asked",
     "Call",
     "EpisodeEnd",
@@ -36,6 +48,7 @@ __all__ = [
     "Script",
     "Tool",
     "ToolError",
+    "ToolTimeout",
     "approx_tokens",
     "as_tool",
     "as_tools",
@@ -44,6 +57,7 @@ __all__ = [
     "final_reply",
     "fit",
     "levels",
+    "running_tool_threads",
     "search",
     "text_call",
     "text_instructions",

@@ -8,7 +8,9 @@ calls a tool also ends it, without running the call: the cut turn is not the act
 meant (its arguments may be cut short), and a policy that rambles would otherwise repeat cut turns
 up to the turn limit while the rest of its group waits. Failed calls — an unknown tool, bad
 arguments, a tool that raises — are one-line errors the model reads; nothing raises out of the
-episode except a first request the policy endpoint refuses (a setup error, not the model's).
+episode except a first request the policy endpoint refuses (a setup error, not the model's). A
+call without an answer within `tool_timeout_s` is abandoned (`rlvr.agent.tools`): its observation
+says so, it is counted (`tool_timeouts`), and the episode goes on without holding its group.
 
 Protocols: `tools` sends the OpenAI tool schemas and executes `tool_calls`; `text` shows the
 one-line action protocol (`rlvr.agent.tools`) in the system prompt and parses the reply; `auto`
@@ -36,6 +38,7 @@ import art
 import openai
 from art.types import MessageOrChoice, Messages, MessagesAndChoices, Tools
 from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict
 
 from rlvr.agent.budget import (
     MIN_BUDGET,
@@ -47,9 +50,11 @@ from rlvr.agent.budget import (
     fit,
 )
 from rlvr.agent.tools import (
+    TOOL_TIMEOUT_S,
     Call,
     Tool,
     ToolError,
+    ToolTimeout,
     as_tools,
     find_text_call,
     lookup,
@@ -84,7 +89,8 @@ class EpisodeMetric(StrEnum):
 
     TURNS = "turns"
     TOOL_CALLS = "tool_calls"
-    TOOL_ERRORS = "tool_errors"  # unknown tools, bad arguments, tools that raised
+    TOOL_ERRORS = "tool_errors"  # unknown tools, bad arguments, tools that raised or timed out
+    TOOL_TIMEOUTS = "tool_timeouts"  # calls abandoned without an answer within their timeout
     TRUNCATED = "truncated"  # a sampled turn hit max_tokens
     TURN_LIMIT = "turn_limit"  # ended at max_turns without a final reply
     CUT_CALL = "cut_call"  # ended at a turn cut at max_tokens that called a tool
@@ -101,7 +107,7 @@ class _Counts:
     asked for."""
 
     def __init__(self, tools: Iterable[str]) -> None:
-        self.turns = self.calls = self.errors = 0
+        self.turns = self.calls = self.errors = self.timeouts = 0
         self.truncated = False
         self.by_tool = dict.fromkeys(tools, 0)
         self.observation_tokens = self.trimmed = self.cut = 0
@@ -115,12 +121,15 @@ class _Counts:
         rest: str | None,
         budget: int | None,
         count: TokenCounter,
+        timeout_s: float | None = TOOL_TIMEOUT_S,
     ) -> str:
         """Run one call, tally it, and return its observation as the model sees it: cut to the
         budget around its terms (and, where its own find nothing, those of earlier calls)."""
-        observation, ran = await run_call(tools, name, arguments, rest)
+        done = await played_call(tools, name, arguments, rest, timeout_s)
+        observation, ran = done.observation, done.tool
         self.calls += 1
         self.errors += ran is None
+        self.timeouts += done.timed_out
         if ran is not None:
             self.by_tool[ran] += 1
         terms = asked_terms(tools, name, arguments, rest)
@@ -138,6 +147,7 @@ class _Counts:
             EpisodeMetric.TURNS: float(self.turns),
             EpisodeMetric.TOOL_CALLS: float(self.calls),
             EpisodeMetric.TOOL_ERRORS: float(self.errors),
+            EpisodeMetric.TOOL_TIMEOUTS: float(self.timeouts),
             EpisodeMetric.TRUNCATED: float(self.truncated),
             EpisodeMetric.TURN_LIMIT: float(end is EpisodeEnd.TURN_LIMIT),
             EpisodeMetric.CUT_CALL: float(end is EpisodeEnd.CUT_CALL),
@@ -202,16 +212,44 @@ def call_values(
     return tool, parse_json_arguments(tool, arguments)
 
 
+class PlayedCall(BaseModel):
+    """One call as played: its observation, the tool that ran (None: the call failed), and
+    whether it was abandoned at its timeout."""
+
+    model_config = ConfigDict(frozen=True)
+
+    observation: str
+    tool: str | None
+    timed_out: bool = False
+
+
+async def played_call(
+    tools: Mapping[str, Tool],
+    name: str | None,
+    arguments: str | None,
+    rest: str | None,
+    timeout_s: float | None = TOOL_TIMEOUT_S,
+) -> PlayedCall:
+    """Play one call; never raises."""
+    try:
+        tool, values = call_values(tools, name, arguments, rest)
+        return PlayedCall(observation=await tool.run(values, timeout_s), tool=tool.name)
+    except ToolError as error:
+        timed_out = isinstance(error, ToolTimeout)
+        return PlayedCall(observation=f"Error: {error}", tool=None, timed_out=timed_out)
+
+
 async def run_call(
-    tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
+    tools: Mapping[str, Tool],
+    name: str | None,
+    arguments: str | None,
+    rest: str | None,
+    timeout_s: float | None = TOOL_TIMEOUT_S,
 ) -> tuple[str, str | None]:
     """One call's observation, and the tool's name when it ran (None: the call failed); never
     raises."""
-    try:
-        tool, values = call_values(tools, name, arguments, rest)
-        return await tool.run(values), tool.name
-    except ToolError as error:
-        return f"Error: {error}", None
+    done = await played_call(tools, name, arguments, rest, timeout_s)
+    return done.observation, done.tool
 
 
 def asked_terms(
@@ -354,9 +392,11 @@ async def tool_episode(
     metadata: Mapping[str, str | int | float | bool | None] | None = None,
     observation_tokens: int | None = None,
     count_tokens: TokenCounter = approx_tokens,
+    tool_timeout_s: float | None = TOOL_TIMEOUT_S,
 ) -> art.Trajectory:
     """Play one tool-using episode (module docstring) and return its `art.Trajectory`, reward
-    0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `truncated`,
+    0.0 (the scorer's job) and metrics `turns`, `tool_calls`, `tool_errors`, `tool_timeouts`,
+    `truncated`,
     `turn_limit`, `cut_call`, `observation_tokens`, `trimmed_observations`,
     `observation_tokens_cut` and `calls/<tool>` (successful calls per tool). `tools` are plain
     functions (or `rlvr.agent.Tool`s); `script` replaces the model with a scripted policy;
@@ -364,8 +404,10 @@ async def tool_episode(
     your own); `last_turn_note` is added to the observations before the last turn (small models
     rarely count turns); `metadata` is added to the trajectory's; `observation_tokens` is the
     budget of one observation (None: no budget) in the tokens of `count_tokens` (by default an
-    estimate: `rlvr.agent.budget.approx_tokens`). Under `auto` a script writes text actions (the
-    prompt shows them) while the schemas are offered, as a model sees it."""
+    estimate: `rlvr.agent.budget.approx_tokens`); `tool_timeout_s` is how long a call may take
+    before it is abandoned (a tool's own `timeout_s`, e.g. an MCP server's `call_timeout_s`,
+    comes first; None: no limit). Under `auto` a script writes text actions (the prompt shows
+    them) while the schemas are offered, as a model sees it."""
     check_settings(protocol, max_turns, observation_tokens, model is not None or script is not None)
     by_name = as_tools(tools)
     trajectory = opening(item, messages, by_name, protocol, instructions, metadata)
@@ -396,7 +438,7 @@ async def tool_episode(
         note = f"\n\n{last_turn_note}" if last_turn_note and turn == max_turns - 2 else ""
         for name, arguments, rest, call_id in calls:
             observation = await counts.call(
-                by_name, name, arguments, rest, observation_tokens, count_tokens
+                by_name, name, arguments, rest, observation_tokens, count_tokens, tool_timeout_s
             )
             trajectory.messages_and_choices.append(observed(observation + note, call_id))
     trajectory.metadata["end"] = end.value

@@ -9,7 +9,8 @@ server), lists its tools and returns them as `Tool`s: the schema the model is sh
 server's own `inputSchema`, arguments are validated against it before the call (so the text
 protocol works too), and each call goes through the official `mcp` client. A call that fails —
 the server's own error result, a timeout, a server that went away — is a one-line observation,
-as for any tool. A server that fails to start, or an `include` naming a tool the server does not
+as for any tool; a call without an answer within `call_timeout_s` is cancelled and its
+observation says so (a `ToolTimeout`, counted as the episode's `tool_timeouts`). A server that fails to start, or an `include` naming a tool the server does not
 have, is one line (`McpError`, a ConfigError: exit 2 when the task is built).
 
 Lifetime: the client runs on a thread of its own (its own event loop), so the server is started
@@ -40,11 +41,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from rlvr.agent.tools import MAX_ERROR_CHARS, Tool, ToolError
+from rlvr.agent.tools import MAX_ERROR_CHARS, Tool, ToolError, timed_out
 from rlvr.config import ConfigError
 from rlvr.lifetime import close_with_the_run
 
 LAUNCHER = Path(__file__).with_name("mcp_launch.py")
+REQUEST_TIMEOUT = 408  # the code of the SDK's error for a call without an answer in time
 STOP_TIMEOUT_S = 10.0  # the SDK closes stdin, waits 2 s, then SIGTERM and SIGKILL
 _JSON_TYPES: dict[str, Any] = {
     "string": str,
@@ -203,10 +205,18 @@ class _Client:
         session, loop = self._session, self._loop
         if session is None or loop is None or loop.is_closed():
             raise ToolError(f"the MCP server {self.label} is not running")
+        from mcp.shared.exceptions import McpError as SdkError
+
         call = session.call_tool(
             name, arguments, read_timeout_seconds=timedelta(seconds=self.call_timeout_s)
         )
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, loop))
+        # Cancelling this await (the episode's timeout) cancels the call on the client's loop.
+        try:
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, loop))
+        except SdkError as error:
+            if error.error.code == REQUEST_TIMEOUT:
+                raise timed_out(name, self.call_timeout_s) from None
+            raise
 
     def stop(self) -> None:
         loop, stopping = self._loop, self._stopping
@@ -348,6 +358,7 @@ def _as_tool(handle: _Handle, listed: Any) -> McpTool:
         fn=call,
         arguments=model,
         parameters=schema,
+        timeout_s=handle.client.call_timeout_s,
     )
 
 

@@ -6,6 +6,14 @@ that model before calling the function (sync or async). Every way a call can fai
 tool, arguments that are not JSON, a missing or mistyped argument, the function raising — becomes a
 `ToolError` whose message is one line for the model to read; nothing else escapes.
 
+A call that does not answer within its timeout (`TOOL_TIMEOUT_S` unless the episode or the tool
+says otherwise) is abandoned with a `ToolTimeout`, and the episode goes on. An async tool is
+cancelled at its timeout. A sync tool runs on a daemon thread of its own, so a blocking one holds
+neither the event loop nor the other episodes of its group; Python cannot stop a thread, so a sync
+call that never returns keeps its thread until the function returns or the process exits (the
+`rlvr` commands exit at the end of the run; `running_tool_threads()` counts them). An async tool
+that blocks the event loop itself (`time.sleep` inside `async def`) cannot be cut by anyone.
+
 The same tools serve the one-line text protocol that a 135M model can follow:
 
     SEARCH: free text | second argument name:value
@@ -18,9 +26,13 @@ so a scripted policy's demonstrations read exactly as the parser expects.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import inspect
 import json
 import re
+import threading
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, get_origin
@@ -28,10 +40,54 @@ from typing import Any, get_origin
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 MAX_ERROR_CHARS = 300
+TOOL_TIMEOUT_S = 60.0  # a call's default limit: long enough for a slow search, short of a hang
+THREAD_PREFIX = "rlvr tool "  # the name of a sync tool call's thread
 
 
 class ToolError(Exception):
     """A failed tool call; `str(error)` is the one line the model sees."""
+
+
+class ToolTimeout(ToolError):
+    """A tool call that did not answer within its timeout; it was abandoned."""
+
+
+def timed_out(name: str, limit: float) -> ToolTimeout:
+    return ToolTimeout(f"{name}: no answer within {limit:g} s; the call was abandoned")
+
+
+def running_tool_threads() -> int:
+    """Sync tool calls still running on their threads (abandoned ones included)."""
+    return sum(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate())
+
+
+async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+    """`fn(**kwargs)` on a daemon thread of its own, awaited without blocking the loop; when
+    the awaiting is cancelled the thread is left to finish alone and its result is dropped."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(ok: bool, value: Any) -> None:
+        if not done.done():
+            done.set_result(value) if ok else done.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, ok = context.run(fn, **kwargs), True
+        except Exception as error:
+            value, ok = error, False
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, ok, value)
+
+    threading.Thread(target=work, name=f"{THREAD_PREFIX}{name}", daemon=True).start()
+    return await done
+
+
+async def _call(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+    """An async function awaited here, a sync one on its own thread (module docstring)."""
+    result = fn(**kwargs) if inspect.iscoroutinefunction(fn) else await _in_thread(fn, kwargs, name)
+    return await result if inspect.isawaitable(result) else result
 
 
 class Tool(BaseModel):
@@ -43,6 +99,7 @@ class Tool(BaseModel):
     description: str
     fn: Callable[..., Any]
     arguments: type[BaseModel]  # the parameters as a pydantic model (extra keys forbidden)
+    timeout_s: float | None = None  # the tool's own limit per call, over the episode's
 
     @property
     def params(self) -> list[str]:
@@ -77,13 +134,24 @@ class Tool(BaseModel):
             where = ".".join(str(p) for p in first["loc"]) or "arguments"
             raise ToolError(f"{self.name}: {where}: {first['msg']}") from None
 
-    async def run(self, values: Mapping[str, Any]) -> str:
-        """Validate, call, and render the result as text; any failure is a ToolError."""
+    async def run(self, values: Mapping[str, Any], timeout_s: float | None = TOOL_TIMEOUT_S) -> str:
+        """Validate, call, and render the result as text; any failure is a ToolError, a call
+        without an answer within the tool's `timeout_s` (else the given one; None: no limit)
+        a ToolTimeout."""
         parsed = self.validate_arguments(values)
+        limit = self.timeout_s if self.timeout_s is not None else timeout_s
+        kwargs = {name: getattr(parsed, name) for name in self.params}
+        clock = asyncio.timeout(limit)
         try:
-            result = self.fn(**{name: getattr(parsed, name) for name in self.params})
-            if inspect.isawaitable(result):
-                result = await result
+            async with clock:
+                result = await _call(self.fn, kwargs, self.name)
+        except ToolTimeout:  # the tool's own client timed out (an MCP call)
+            raise
+        except TimeoutError as error:
+            if clock.expired() and limit is not None:
+                raise timed_out(self.name, limit) from None
+            text = " ".join(str(error).split())[:MAX_ERROR_CHARS]
+            raise ToolError(f"{self.name} failed: TimeoutError: {text}") from error
         except ToolError as error:  # the tool's own words for the model
             raise ToolError(f"{self.name}: {error}") from error
         except Exception as error:  # the tool's own failure is the model's observation

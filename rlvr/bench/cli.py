@@ -31,13 +31,15 @@ def _print_figures(run: Coroutine[Any, Any, dict[str, Any]]) -> None:
     whose own code raised (named by file and line), are one line and exit 2
     (rlvr.training.failures.as_one_line); an error of rlvr's own keeps its traceback."""
     from rlvr.config import ConfigError
+    from rlvr.inference.errors import InferenceError
     from rlvr.policy.models import ModelError
     from rlvr.training.failures import as_one_line
 
     try:
         result = asyncio.run(run)
     except Exception as error:
-        said = as_one_line(error, known=isinstance(error, ModelError | ConfigError))
+        known = isinstance(error, ModelError | ConfigError | InferenceError)
+        said = as_one_line(error, known=known)
         if said is None:
             raise
         _fail(*said)
@@ -77,9 +79,25 @@ def bench_serve(
     max_tokens: Annotated[int, typer.Option(help="completion tokens per request", min=1)] = 64,
     repeats: Annotated[int, typer.Option(help="alternating repeats (median)", min=1)] = 3,
     threads: ThreadsOption = None,
+    inference: Annotated[
+        str,
+        typer.Option(
+            help="rlvr: its endpoint against a bare generate; vllm: a vLLM server against "
+            "rlvr's engine at 8 and 32 concurrent requests (`make vllm-env` first)"
+        ),
+    ] = "rlvr",
 ) -> None:
     """Endpoint tokens/s for concurrent requests ÷ a bare batched generate of the same prompts
-    (ratio_vs_bare), plus one-at-a-time tokens/s and peak RSS. Prints one JSON line last."""
+    (ratio_vs_bare), plus one-at-a-time tokens/s and peak RSS. With --inference vllm: a vLLM
+    server and rlvr's engine, LoRA and base, at 8 and 32 concurrent requests, with vLLM's startup
+    seconds and both processes' peak RSS. Prints one JSON line last."""
+    if inference == "vllm":
+        from rlvr.bench.vllm import run_vllm_serve_bench
+
+        _print_figures(run_vllm_serve_bench(model, (8, 32), max_tokens, repeats, threads))
+        return
+    if inference != "rlvr":
+        _fail(f"--inference {inference!r}: expected rlvr or vllm")
     from rlvr.bench.policy import run_serve_bench
 
     _print_figures(run_serve_bench(model, requests, max_tokens, repeats, threads))

@@ -21,15 +21,17 @@ import torch
 from openai.types.chat.chat_completion import Choice
 
 from rlvr.bench.policy import PEAK_RSS, bare_generate_policy, bare_train_step, log
+from rlvr.bench.rss import RssWatch
 from rlvr.metrics import M, peak_rss_gb
 from rlvr.policy.backend import TorchBackend, pack_groups
+from rlvr.policy.engine import Engine
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
-from rlvr.training.loop import warm
 from rlvr.training.pool import record
 from rlvr.training.session import Session, open_session
-from rlvr.training.state import step_outcomes
-from rlvr.training.step import gather_batch, step_row, update_policy
+from rlvr.training.state import Tested, step_outcomes
+from rlvr.training.step import Batch, gather_batch, step_row, update_policy
+from rlvr.training.warmstart import warm_start
 
 # The figures of a step row the benchmark reports (medians over the steps).
 REPORTED = {
@@ -61,11 +63,24 @@ def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str,
     return prompts, longest
 
 
-async def bench_one_step(run: Session, step: int, bare: bool) -> dict[str, Any]:
+# Phases of the peak resident memory the benchmark reports (PEAK_RSS_BY_PHASE).
+EVALUATION, WARM_START, ROLLOUTS, UPDATE, BARE = (
+    "evaluation",
+    "warm_start",
+    "rollouts",
+    "update",
+    "bare",
+)
+PEAK_RSS_BY_PHASE = "peak_rss_gb_by_phase"
+
+
+async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> dict[str, Any]:
     """One real step (the loop's phases) and, with `bare`, its bare figures."""
     started, counted = time.monotonic(), engine_counters(run.policy)
-    batch = await gather_batch(run, step)
-    update = await update_policy(run, batch.trainable)
+    with watch.phase(ROLLOUTS):
+        batch = await gather_batch(run, step)
+    with watch.phase(UPDATE):
+        update = await update_policy(run, batch.trainable)
     row = step_row(run, step + 1, batch, update, started)
     row |= token_metrics(counted, engine_counters(run.policy))
     run.state.step = step + 1
@@ -73,23 +88,45 @@ async def bench_one_step(run: Session, step: int, bare: bool) -> dict[str, Any]:
     figures = {name: row.get(key) for name, key in REPORTED.items()}
     backend = run.policy.backend
     if bare and isinstance(backend, TorchBackend):
-        engine = backend.engine(run.policy.model)
-        prompts, longest = turn_prompts(batch.groups)
-        _, figures["bare_generate_s"] = await asyncio.to_thread(
-            bare_generate_policy, engine, prompts, longest, run.cfg.temperature
-        )
-        packed = pack_groups(engine.loaded.tokenizer, batch.trainable)
-        if packed is not None:
-            parameters = engine.adapters.trainable_parameters()
-            optimizer = torch.optim.AdamW(parameters, lr=0.0)  # the weights do not move
-            figures["bare_update_s"] = await asyncio.to_thread(
-                bare_train_step, engine.loaded, packed, optimizer
-            )
+        with watch.phase(BARE):
+            figures |= await bare_figures(backend.engine(run.policy.model), run, batch)
     log(
         f"step {step + 1}: "
         + ", ".join(f"{k} {v:.1f}" for k, v in figures.items() if isinstance(v, int | float))
     )
     return figures
+
+
+async def bare_figures(engine: Engine, run: Session, batch: Batch) -> dict[str, float]:
+    """The bare baselines of one step: a batched generate of its turn prompts, and a forward +
+    backward + AdamW of its trained sequences in full."""
+    figures: dict[str, float] = {}
+    prompts, longest = turn_prompts(batch.groups)
+    _, figures["bare_generate_s"] = await asyncio.to_thread(
+        bare_generate_policy, engine, prompts, longest, run.cfg.temperature
+    )
+    packed = pack_groups(engine.loaded.tokenizer, batch.trainable)
+    if packed is not None:
+        parameters = engine.adapters.trainable_parameters()
+        optimizer = torch.optim.AdamW(parameters, lr=0.0)  # the weights do not move
+        figures["bare_update_s"] = await asyncio.to_thread(
+            bare_train_step, engine.loaded, packed, optimizer
+        )
+    return figures
+
+
+async def bench_warm_start(run: Session, watch: RssWatch) -> float:
+    """The loop's warm start (rlvr.training.loop.warm: validation with every item in flight,
+    then the supervised steps), each its own memory phase; its seconds in all."""
+    began = time.monotonic()
+    with watch.phase(EVALUATION):
+        await run.evaluate_with_test("validate before warm start", Tested.START)
+    with watch.phase(WARM_START):
+        cfg = run.cfg
+        await warm_start(
+            cfg, run.scenario, run.policy.model, run.split.train, share=cfg.sft_budget_share
+        )
+    return time.monotonic() - began
 
 
 def ratio(figures: dict[str, Any], ours: str, bare: str) -> float | None:
@@ -104,13 +141,10 @@ async def run_step_bench(
     """`steps` real steps of `task` at its defaults (with `overrides`); medians and ratios."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-step-") as path:
         cfg = task_config(task, **overrides, run_dir=str(Path(path) / "run"))
-        async with open_session(cfg, None, None, None) as run:
-            warm_s = None
-            if cfg.sft_steps > 0:
-                began = asyncio.get_running_loop().time()
-                await warm(run)
-                warm_s = asyncio.get_running_loop().time() - began
-            per_step = [await bench_one_step(run, step, bare) for step in range(steps)]
+        with RssWatch() as watch:
+            async with open_session(cfg, None, None, None) as run:
+                warm_s = await bench_warm_start(run, watch) if cfg.sft_steps > 0 else None
+                per_step = [await bench_one_step(run, step, bare, watch) for step in range(steps)]
     medians = {
         key: statistics.median(values)
         for key in per_step[0]
@@ -125,5 +159,6 @@ async def run_step_bench(
         "rollout_vs_bare": ratio(medians, "rollout_s", "bare_generate_s"),
         "update_vs_bare": ratio(medians, "update_s", "bare_update_s"),
         PEAK_RSS: round(peak_rss_gb(), 2),
+        PEAK_RSS_BY_PHASE: watch.rounded(),
         "per_step": per_step,
     }

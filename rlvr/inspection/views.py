@@ -38,7 +38,7 @@ OVERVIEW_COLUMNS = {  # step-table column -> short terminal header
     M.VAL_ACCURACY: "val",
     M.NO_SIGNAL_RATE: "no-signal",
     M.TRUNCATED_RATE: "truncated",
-    M.KL: "kl",
+    M.UPDATE_KL: "update-kl",
     M.SKIPPED: "skipped",
     M.JUDGE_AGREEMENT: "agreement",
     "alarms": "alarms",

@@ -22,10 +22,14 @@ from rlvr.policy.common import (
     LoraSettings,
     UnknownStep,
 )
+from rlvr.policy.device import release_memory
 from rlvr.policy.loaded import LoadedModel
 from rlvr.policy.merged import MERGED_KEPT, MergedSet, merge
 from rlvr.policy.weights import WeightsTag, WeightsView
 from rlvr.runs import atomic
+from rlvr.runs.damage import RunDamaged
+
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def checkpoint_dir(output_dir: Path, step: int) -> Path:
@@ -40,7 +44,50 @@ def resume_dir(output_dir: Path, step: int) -> Path | None:
         return None
     if not (adapter_dir / ADAPTER_WEIGHTS).is_file():
         raise FileNotFoundError(f"checkpoint {adapter_dir} has no {ADAPTER_WEIGHTS} to resume from")
+    check_adapter(adapter_dir)
     return adapter_dir
+
+
+def check_adapter(adapter_dir: Path) -> None:
+    """Raise RunDamaged naming the file of the checkpoint `adapter_dir` that cannot be read (a
+    torn adapter config, adapter weights cut short or garbled); reads headers only."""
+    import json
+
+    from safetensors import safe_open
+
+    config = adapter_dir / ADAPTER_CONFIG
+    weights = adapter_dir / ADAPTER_WEIGHTS
+    for path in (config, weights):
+        if not path.is_file():
+            raise RunDamaged(f"{path}: missing from the checkpoint {adapter_dir}")
+    try:
+        json.loads(config.read_text(errors="replace"))
+    except json.JSONDecodeError as error:
+        raise damaged(config, "adapter config", error) from None
+    try:
+        with safe_open(str(weights), framework="pt"):
+            pass
+    except Exception as error:  # safetensors raises its own error type for every defect
+        raise damaged(weights, "adapter weights", error) from None
+
+
+def damaged(path: Path, what: str, error: BaseException) -> RunDamaged:
+    detail = " ".join(str(error).split())[:200]
+    return RunDamaged(
+        f"{path}: damaged {what} ({detail}; {path.stat().st_size} bytes); this checkpoint cannot "
+        "be read: restore the file from a copy of the run"
+    )
+
+
+def load_optimizer_state(adapter_dir: Path, device: Any) -> Any:
+    """The optimizer state stored beside a checkpoint's adapter; RunDamaged naming the file
+    when it cannot be read."""
+    path = adapter_dir / OPTIMIZER_FILE
+    try:
+        # weights_only: a checkpoint from elsewhere must not run code when it is read.
+        return torch.load(path, map_location=device, weights_only=True)
+    except (RuntimeError, EOFError, ValueError, OSError) as error:
+        raise damaged(path, "optimizer state", error) from None
 
 
 def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> Any:
@@ -60,7 +107,10 @@ def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> A
             lora_dropout=0.0,
             task_type="CAUSAL_LM",
         )
-        model = get_peft_model(base, config, adapter_name=LIVE_ADAPTER)
+        # Seeded without touching the process's generator: peft draws A from the global one.
+        with torch.random.fork_rng():
+            torch.manual_seed(lora.seed)
+            model = get_peft_model(base, config, adapter_name=LIVE_ADAPTER)
     model.eval()  # no dropout anywhere; gradients still flow in training
     # Active only in train mode, which the trainer switches on for long rows (dropout is 0).
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -122,6 +172,17 @@ class AdapterStore:
         self._drop("live")
         self._on_change()
 
+    def make_room(self) -> None:
+        """Drop every merged set and the prefix cache before an update (the caller holds the
+        lock): its first optimizer step makes the live set and the cache stale anyway, and kept
+        through the update they would sit in memory beside its activations. An older step's set
+        is merged again when it is next served."""
+        self._merged.clear()
+        self._on_change()
+        # Handed back now: freed in the sampling thread's malloc arena, the memory would not be
+        # reused by the update's allocations in another thread.
+        release_memory()
+
     def forget(self) -> None:
         """Drop what was computed from older checkpoints (their files may be gone)."""
         with self.loaded.lock:
@@ -147,9 +208,10 @@ class AdapterStore:
     def _merged_set(self, tag: WeightsTag) -> MergedSet:
         found = self._merged.get(tag)
         if found is None:
-            found = self._merged[tag] = self._merge(tag)
-            while len(self._merged) > MERGED_KEPT:
+            # Evicted before merging, so no more than MERGED_KEPT sets are ever held at once.
+            while len(self._merged) >= MERGED_KEPT:
                 self._merged.popitem(last=False)
+            found = self._merged[tag] = self._merge(tag)
         self._merged.move_to_end(tag)
         return found
 
@@ -161,6 +223,7 @@ class AdapterStore:
         if tag.kind == "live":
             return merge(model, LIVE_ADAPTER, dtype, packed)
         name = f"step{tag.number}"
+        check_adapter(self.checkpoint_dir(tag.number))
         model.load_adapter(self.checkpoint_dir(tag.number), adapter_name=name, is_trainable=False)
         try:
             return merge(model, name, dtype, packed)

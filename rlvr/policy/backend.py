@@ -161,9 +161,13 @@ class TorchBackend:
         truncated_importance_sampling: float | None = None,
         allow_training_without_logprobs: bool = False,
         verbose: bool = False,
+        rollout_temperature: float = 1.0,
     ) -> LocalTrainResult:
         """One training step on `trajectory_groups` with ART's GRPO loss; the step counter
-        advances (also when no group carries a learning signal, as ART's LocalBackend does)."""
+        advances (also when no group carries a learning signal, as ART's LocalBackend does).
+        `rollout_temperature` (rlvr's own keyword; ART's backends train at 1) is the temperature
+        the rollouts were sampled at: the update trains that tempered policy, the one the
+        trajectories came from, not the untempered one."""
         if num_substeps < 1:
             raise ValueError(f"num_substeps must be >= 1, got {num_substeps}")
         if loss_fn not in ("cispo", "ppo"):
@@ -186,8 +190,17 @@ class TorchBackend:
         )
         started = time.monotonic()
         step = engine.adapters.live_step + 1
+        if rollout_temperature <= 0:
+            raise ValueError(f"rollout_temperature must be > 0, got {rollout_temperature}")
         metrics = await asyncio.to_thread(
-            _tokenize_pack_train, engine, groups, config, dev_config, step, num_substeps
+            _tokenize_pack_train,
+            engine,
+            groups,
+            config,
+            dev_config,
+            step,
+            num_substeps,
+            rollout_temperature,
         )
         summary = build_training_summary_metrics(
             summarize_trajectory_groups(groups), include_trainable_groups=True
@@ -396,6 +409,7 @@ def _tokenize_pack_train(
     dev_config: dev.TrainConfig,
     step: int,
     num_substeps: int,
+    temperature: float,
 ) -> dict[str, float]:
     """Pack `groups` and run one engine update saved as `step` (blocking; run in a thread)."""
     packed = pack_groups(
@@ -411,9 +425,17 @@ def _tokenize_pack_train(
         engine.trainer.save_step(step)
         return {
             engine_names.LOSS: 0.0,
-            engine_names.KL: 0.0,
+            engine_names.SAMPLER_KL: 0.0,
+            engine_names.UPDATE_KL: 0.0,
             engine_names.GRAD_NORM: 0.0,
             engine_names.NUM_TOKENS: 0.0,
             engine_names.GRADIENT_STEPS: 0.0,
         }
-    return engine.trainer.train(packed, config, dev_config, step=step, num_substeps=num_substeps)
+    return engine.trainer.train(
+        packed,
+        config,
+        dev_config,
+        step=step,
+        num_substeps=num_substeps,
+        temperature=temperature,
+    )

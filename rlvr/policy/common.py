@@ -25,8 +25,9 @@ PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the au
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 # A training pass computes the tree of at most this many tokens of its sequences
 # (rlvr.policy.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
-# for the backward pass, so this bounds a step's memory (README, "Performance").
-TREE_TOKENS = 2048
+# for the backward pass, so this bounds a step's memory. At 2048 an email update or warm-start
+# batch peaked ~4 GB above the model in fp32, twice what 1024 costs (docs/concepts/cpu-engine.md).
+TREE_TOKENS = 1024
 TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory
 
 
@@ -52,14 +53,18 @@ def tree_tokens() -> int:
 PREFILL_TOKENS = 4096
 # The fixed cost of one forward pass, in the token columns a pass computes for one row: a pass of a
 # few tokens still streams every weight and walks every layer, while a row padded to a longer row's
-# width computes every padded column (README, "Performance").
+# width computes every padded column (docs/concepts/cpu-engine.md).
 PASS_COLUMNS = 64
 OPTIMIZER_FILE = "optimizer.pt"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 # Keys of the metrics `train` returns (named once; the backend adds ART's data/* summary keys).
 LOSS = "loss"
-KL = "kl"
+# KL(sampler || trainer) on the sampled tokens before the update: how far the logprobs the
+# rollouts were sampled with are from those the trainer computes for the same weights.
+SAMPLER_KL = "sampler_kl"
+# KL(before || after) on the step's trained tokens: how far the update moved the policy.
+UPDATE_KL = "update_kl"
 KL_REF = "kl_ref"
 ENTROPY = "entropy"
 GRAD_NORM = "grad_norm"
@@ -108,6 +113,9 @@ class LoraSettings(BaseModel):
         "up_proj",
         "down_proj",
     )
+    # A fresh adapter's A matrices are random (B starts at 0): drawn from this seed, so two runs
+    # of one config start from the same adapter and can replay each other.
+    seed: int = 0
 
 
 class OptimSettings(BaseModel):

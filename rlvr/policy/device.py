@@ -68,7 +68,7 @@ def choose_autocast(
     On AVX2-only CPUs bf16 is emulated and much slower, so they run fp32 throughout. With bf16
     units a training step and a prompt's prefill (large matrix products) are faster in bf16 but
     decoding (small matrix products, a token a row) is not, so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has it. The figures:
-    README, "Precision, per phase"; the sampler/trainer log-prob gap of each choice is measured
+    docs/concepts/cpu-engine.md, "Precision, per phase"; the sampler/trainer log-prob gap of each choice is measured
     in tests/test_precision.py.
     """
     forced = precision or os.environ.get(PRECISION_ENV, "").strip().lower()
@@ -90,7 +90,7 @@ def run_head_in_fp32(model: PreTrainedModel) -> None:
     trainer alike. bf16 logits keep ~3 significant digits (a step of 0.125 near a logit of 20),
     and two forwards of different shapes round differently, so the sampler's and the trainer's
     log-probs of the same tokens would differ: an off-policy error in the PPO ratio. With the
-    head in fp32 the bf16 body alone leaves the gap (README, "Precision, per phase")."""
+    head in fp32 the bf16 body alone leaves the gap (docs/results/performance.md)."""
     head: torch.nn.Module = model.get_output_embeddings()
     forward = head.forward
 

@@ -18,10 +18,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
 from art.utils.get_model_step import get_step_from_dir
 
-from rlvr.policy.adapters import AdapterStore, attach_adapter, resume_dir
+from rlvr.policy.adapters import (
+    AdapterStore,
+    attach_adapter,
+    load_optimizer_state,
+    resume_dir,
+)
 from rlvr.policy.common import (
     OPTIMIZER_FILE,
     EngineCounters,
@@ -68,10 +72,7 @@ class Engine:
         self.sampler = Sampler(self.loaded, self.adapters, self.prefixes)
         state = None
         if adapter_dir is not None and (adapter_dir / OPTIMIZER_FILE).is_file():
-            # weights_only: a checkpoint from elsewhere must not run code when it is read.
-            state = torch.load(
-                adapter_dir / OPTIMIZER_FILE, map_location=self.loaded.device, weights_only=True
-            )
+            state = load_optimizer_state(adapter_dir, self.loaded.device)
         self.trainer = Trainer(self.loaded, self.adapters, optim or OptimSettings(), state)
         if adapter_dir is None:
             self.trainer.save_step(self.adapters.live_step)

@@ -5,7 +5,7 @@ CPU product re-lays out the weight for its kernel on every call, which at a few 
 than the product itself; a weight packed once (`mkldnn._reorder_linear_weight`, what
 torch.compile's CPU freezing uses) skips that, in the same precision. The packed kernel has no
 backward, so only sampling (no gradient) uses it; training keeps the plain weights. Figures:
-README, "Performance".
+docs/results/performance.md.
 
 Packing is used where a probe at first use agrees with the plain product (a CPU torch build with
 oneDNN); RLVR_PACKED_WEIGHTS=0 turns it off.

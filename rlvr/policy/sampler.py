@@ -42,8 +42,7 @@ def as_decoded(cache: Any, dtype: torch.dtype) -> None:
 
 
 # A decode step of up to this many columns costs little more than one column where few rows are
-# left (the weights are streamed either way): the room greedy rows' drafts get (README,
-# "Performance").
+# left (the weights are streamed either way): the room greedy rows' drafts get.
 SPECULATED_COLUMNS = 16
 
 

@@ -123,6 +123,9 @@ class Route(BaseModel):
 
 
 Router = Callable[[str], Route]  # raises ApiError(404) for unknown names or steps
+# What a server makes of a request before sampling it (the judge pins ART's RULER schema);
+# raises ApiError(400) for a request it cannot serve.
+Prepare = Callable[[ChatRequest, Sampler], ChatRequest]
 
 
 class ClientWatch:
@@ -400,6 +403,7 @@ class _Served:
 
     router: Router
     model_names: Callable[[], list[str]]
+    prepare: Prepare | None = None
     batchers: dict[int, _Batcher] = field(default_factory=dict)  # one per engine
 
 
@@ -410,17 +414,21 @@ def _served(request: Request) -> _Served:
 
 
 def create_app(
-    router: Router, model_names: Callable[[], list[str]], api_key: str | None = None
+    router: Router,
+    model_names: Callable[[], list[str]],
+    api_key: str | None = None,
+    prepare: Prepare | None = None,
 ) -> FastAPI:
     """The FastAPI app; `router` maps a requested model name to an engine and step. With
     `api_key`, every request must carry `Authorization: Bearer <api_key>` (else 401): the port is
-    on loopback, but any local process of any user could reach it.
+    on loopback, but any local process of any user could reach it. `prepare`, where given,
+    rewrites each request for its engine before it is sampled.
 
     The endpoints reach the engines through `app.state`, never through their closure: FastAPI
     keeps every endpoint function in a process-wide cache, so a closure over the router would
     keep each run's models alive after its server stopped (a notebook training twice)."""
     app = FastAPI(title="rlvr policy", docs_url=None, redoc_url=None)
-    app.state.served = _Served(router, model_names)
+    app.state.served = _Served(router, model_names, prepare)
 
     if api_key is not None:
         app.add_middleware(BearerAuth, api_key=api_key)
@@ -451,6 +459,8 @@ def create_app(
         check_tool_choice(request)
         served = _served(raw)
         route = served.router(request.model)
+        if served.prepare is not None:
+            request = served.prepare(request, route.engine)
         rows, prompt_tokens = build_rows(route.engine, request)
         batchers = served.batchers
         batcher = batchers.get(id(route.engine)) or batchers.setdefault(

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 from art import dev
@@ -33,12 +33,13 @@ from rlvr.policy.common import (
     ENTROPY,
     GRAD_NORM,
     GRADIENT_STEPS,
-    KL,
     KL_REF,
     LOSS,
     NUM_SEQUENCES,
     NUM_TOKENS,
     PASS_COLUMNS,
+    SAMPLER_KL,
+    UPDATE_KL,
     EngineCounters,
     OptimSettings,
     tree_tokens,
@@ -83,12 +84,36 @@ def sequences_of(tensors: dict[str, torch.Tensor]) -> list[list[int]]:
 
 class Scored(NamedTuple):
     """What one forward of a chunk's sequences gives: log p(next token) at their trained
-    positions ([n, S], 0 elsewhere; with the graph when a gradient is taken), the entropy of the
-    next-token distribution summed over those positions, and the tokens the tree computed."""
+    positions ([n, S], 0 elsewhere; with the graph when a gradient is taken) under the sampling
+    temperature, the entropy of that next-token distribution summed over those positions, the
+    tokens the tree computed, and the untempered log p (no graph) — what the sampler reports."""
 
     logprobs: torch.Tensor
     entropy: float
     tokens: int
+    raw: torch.Tensor
+
+
+Objective = Literal["sft", "rl"]
+# The objective an optimizer's moments were accumulated on, kept in its param group (saved and
+# restored with its state_dict).
+OBJECTIVE_KEY = "rlvr_objective"
+
+
+def k3_kl(before: torch.Tensor, after: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimates of KL(before || after) from the log-probabilities two policies give
+    tokens sampled from the first: r - 1 - log r with r = p_after / p_before (never negative)."""
+    log_ratio = after - before
+    return log_ratio.exp() - 1 - log_ratio
+
+
+def as_sampled(logprobs: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
+    """Logprobs at the `trained` positions ([n, S], position p predicting token p + 1) laid out
+    as ART's `logprobs` input (at the token's own position; NaN elsewhere), without the graph."""
+    laid = torch.full(logprobs.shape, float("nan"), device=logprobs.device)
+    kept = torch.where(trained, logprobs.detach().float(), float("nan"))
+    laid[:, 1:] = kept[:, :-1]
+    return laid
 
 
 class TreeForward:
@@ -199,10 +224,11 @@ class TreeForward:
             layers.append((pair[0], pair[1]))
         return layers
 
-    def scored(self, trained: torch.Tensor) -> Scored:
+    def scored(self, trained: torch.Tensor, temperature: float = 1.0) -> Scored:
         """log p(next token) at the `trained` positions ([n, S] booleans over the sequences'
-        rows), 0 elsewhere. A position several sequences share is computed once; the token it
-        predicts may differ (their paths part right after it)."""
+        rows) with the logits divided by `temperature`, 0 elsewhere. A position several
+        sequences share is computed once; the token it predicts may differ (their paths part
+        right after it)."""
         rows, columns = trained.nonzero(as_tuple=True)
         pairs = list(zip(rows.tolist(), columns.tolist(), strict=True))
         nodes: dict[tuple[int, int], int] = {}
@@ -221,8 +247,8 @@ class TreeForward:
         )
         order = torch.tensor([k for ks in by_run.values() for k in ks], device=self.device)
         hidden = gathered[torch.argsort(order)]  # node k's hidden state at row k
-        logits = self.causal_lm.get_output_embeddings()(hidden)
-        log_probs = torch.log_softmax(logits.float(), -1)
+        logits = self.causal_lm.get_output_embeddings()(hidden).float()
+        log_probs = torch.log_softmax(logits if temperature == 1 else logits / temperature, -1)
         pair_nodes = torch.tensor(node_of_pair, device=self.device, dtype=torch.long)
         targets = torch.tensor(
             [self.sequences[row][position + 1] for row, position in pairs],
@@ -232,8 +258,18 @@ class TreeForward:
         chosen = log_probs[pair_nodes, targets]
         with torch.no_grad():
             entropy = float(-(log_probs.exp() * log_probs).sum(-1)[pair_nodes].sum())
+            raw = (
+                chosen.detach()
+                if temperature == 1
+                else torch.log_softmax(logits.detach(), -1)[pair_nodes, targets]
+            )
         full = torch.zeros(trained.shape, dtype=chosen.dtype, device=self.device)
-        return Scored(full.index_put((rows, columns), chosen), entropy, self.tree.tokens())
+        return Scored(
+            full.index_put((rows, columns), chosen),
+            entropy,
+            self.tree.tokens(),
+            full.detach().index_put((rows, columns), raw),
+        )
 
     def _node(self, row: int, position: int) -> tuple[int, int]:
         """The run holding sequence `row`'s token at `position`, and its offset there."""
@@ -273,6 +309,19 @@ class Trainer:
         """The training work done so far (running totals; sampling's stay 0 here)."""
         return self._counters
 
+    def _begin(self, objective: Objective) -> None:
+        """Start AdamW's moments afresh when the objective changes (the warm start's
+        cross-entropy, then GRPO). Carried over, the warm start's first moment kept pushing its
+        last batches' direction for tens of RL steps, and its second moment, sized by gradients
+        ~100x larger than GRPO's, shrank every RL update to a fraction of the learning rate.
+        A checkpoint that does not name its objective (older runs) starts afresh once."""
+        groups = self.optimizer.param_groups
+        if groups[0].get(OBJECTIVE_KEY) == objective:
+            return
+        self.optimizer.state.clear()
+        for group in groups:
+            group[OBJECTIVE_KEY] = objective
+
     def _count(
         self, trained: float, sequence_tokens: int, tree_tokens: int, started: float
     ) -> None:
@@ -299,6 +348,7 @@ class Trainer:
         *,
         step: int,
         num_substeps: int = 1,
+        temperature: float = 1.0,
     ) -> dict[str, float]:
         """One GRPO update on ART's tensors (`art.preprocessing.pack.PackedTensors`, one sequence
         a row: `rlvr.policy.backend.pack_groups`), saved as checkpoint `step`, which is served from
@@ -308,13 +358,20 @@ class Trainer:
         `loss_fn` (summed, divided by the chunk's trained tokens) and takes one AdamW step. Within
         a chunk the sequences are computed as trees of at most `tree_tokens` tokens (`TreeForward`).
         `config` is ART's `TrainConfig` (learning rate, kl_penalty_coef), `dev_config` ART's
-        `dev.TrainConfig` (loss variant, clipping). Returns the metrics named at the top.
+        `dev.TrainConfig` (loss variant, clipping). `temperature` is the one the rollouts were
+        sampled at: the trainer computes the policy they were drawn from, logits / temperature,
+        taking each row as sampled from its weights before its update (the sampler reports
+        untempered logprobs, which the sampler-trainer gap is measured on). Returns the metrics
+        named at the top.
         """
         with self.loaded.lock:
+            self._begin("rl")
+            self.adapters.make_room()
             started = time.perf_counter()
             tensors = _trimmed(packed, self.loaded.device)
             sequences = sequences_of(tensors)
             trained = trained_positions(tensors)
+            before = torch.zeros(trained.shape, dtype=torch.float32, device=trained.device)
             chunks = [
                 c.tolist() for c in torch.arange(len(tensors["tokens"])).tensor_split(num_substeps)
             ]
@@ -329,13 +386,16 @@ class Trainer:
                 chunk_tokens = float(trained[chunk].sum())
                 for part in tree_chunks([sequences[row] for row in chunk], self.tree_tokens):
                     rows = [chunk[i] for i in part]
-                    for key, value in self._train_rows(
+                    sums, logprobs = self._train_rows(
                         {key: value[rows] for key, value in tensors.items()},
                         [sequences[row] for row in rows],
                         dev_config,
                         config.kl_penalty_coef,
                         max(chunk_tokens, 1.0),
-                    ).items():
+                        temperature,
+                    )
+                    before[rows] = logprobs.float()
+                    for key, value in sums.items():
                         totals[key] += value
                 norm = torch.nn.utils.clip_grad_norm_(
                     self.adapters.trainable_parameters(), self.optim.max_grad_norm
@@ -345,9 +405,11 @@ class Trainer:
                 self.adapters.changed()
                 self.optimizer.zero_grad(set_to_none=True)
             tokens = max(totals["tokens"], 1.0)
+            moved = self._update_kl(tensors, sequences, trained, before, temperature)
             metrics = {
                 LOSS: totals["loss"] / tokens,
-                KL: totals["k3"] / max(totals["sampled"], 1.0),
+                SAMPLER_KL: totals["k3"] / max(totals["sampled"], 1.0),
+                UPDATE_KL: moved / tokens,
                 ENTROPY: totals["entropy"] / tokens,
                 GRAD_NORM: sum(grad_norms) / max(len(grad_norms), 1),
                 NUM_TOKENS: totals["tokens"],
@@ -367,6 +429,8 @@ class Trainer:
         assistant tokens only (ART's assistant mask), one AdamW step. Not saved: `save_step` once
         the whole warm start is done. Returns the mean loss per trained token before the update."""
         with self.loaded.lock:
+            self._begin("sft")
+            self.adapters.make_room()
             started = time.perf_counter()
             tensors = _trimmed(packed, self.loaded.device)
             sequences = sequences_of(tensors)
@@ -398,6 +462,7 @@ class Trainer:
         inputs: dict[str, torch.Tensor],
         sequences: list[list[int]] | None = None,
         tree: Tree | None = None,
+        temperature: float = 1.0,
     ) -> Scored:
         """log p(next token) at the trained positions of `inputs`' rows (ART's tensors, one
         sequence a row), computed as the rows' tree, cut where its levels would cost more passes
@@ -408,7 +473,31 @@ class Trainer:
         forward = TreeForward(self.loaded.model, sequences, tree, self.tree_tokens)
         with self.loaded.autocast("train"):
             forward.run()
-            return forward.scored(trained_positions(inputs))
+            return forward.scored(trained_positions(inputs), temperature)
+
+    def _update_kl(
+        self,
+        tensors: dict[str, torch.Tensor],
+        sequences: list[list[int]],
+        trained: torch.Tensor,
+        before: torch.Tensor,
+        temperature: float,
+    ) -> float:
+        """The summed k3 estimate of KL(before || after) over the trained tokens: `before` the
+        log-probabilities the rows were trained against, after those of the updated adapter (one
+        more forward without a gradient). It is the step's size in what the policy says, which
+        the learning rate alone does not tell (Adam, clipping, how many tokens a step has)."""
+        total = 0.0
+        with torch.no_grad():
+            for part in tree_chunks(sequences, self.tree_tokens):
+                after = self.forward_logprobs(
+                    {key: value[part] for key, value in tensors.items()},
+                    [sequences[row] for row in part],
+                    temperature=temperature,
+                ).logprobs.float()
+                mask = trained[part]
+                total += float(k3_kl(before[part][mask], after[mask]).sum())
+        return total
 
     def _train_rows(
         self,
@@ -417,16 +506,25 @@ class Trainer:
         dev_config: dev.TrainConfig,
         kl_coef: float,
         chunk_tokens: float,
-    ) -> dict[str, float]:
-        """Forward + backward of some rows (one tree); returns sums for the step's metrics."""
+        temperature: float,
+    ) -> tuple[dict[str, float], torch.Tensor]:
+        """Forward + backward of some rows (one tree); returns sums for the step's metrics and
+        the rows' log-probabilities as computed before the update ([rows, S], no graph)."""
         tree = cheapest_tree(sequences, self.tree_tokens)  # once, for the reference pass too
-        scored = self.forward_logprobs(inputs, sequences, tree)
+        scored = self.forward_logprobs(inputs, sequences, tree, temperature)
         ref_logprobs = None
         if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
             with torch.no_grad(), self.loaded.model.disable_adapter():
-                ref_logprobs = self.forward_logprobs(inputs, sequences, tree).logprobs
+                ref_logprobs = self.forward_logprobs(inputs, sequences, tree, temperature).logprobs
+        # Tempered, the sampled logprobs are not the sampling policy's: ART's loss then takes the
+        # rows as drawn from the weights they are trained on (ratio 1, as for missing logprobs).
+        trained_inputs = (
+            inputs
+            if temperature == 1
+            else {**inputs, "logprobs": as_sampled(scored.logprobs, trained_positions(inputs))}
+        )
         loss = loss_fn(
-            cast(TrainInputs, inputs),
+            cast(TrainInputs, trained_inputs),
             scored.logprobs,
             ref_logprobs,
             None,
@@ -438,15 +536,14 @@ class Trainer:
             trained = trained_positions(inputs)
             old = shift_tensor(inputs["logprobs"], float("nan"))
             sampled = trained & ~torch.isnan(old)
-            # k3 estimate of KL(sampler || trainer) over the sampled tokens.
-            delta = (scored.logprobs.detach() - old)[sampled]
+            # KL(sampler || trainer) over the sampled tokens.
             n_tokens = float(trained.sum())
             return {
                 "loss": float(loss.policy_loss),
-                "k3": float((delta.exp() - 1 - delta).sum()),
+                "k3": float(k3_kl(old[sampled], scored.raw[sampled]).sum()),
                 "sampled": float(sampled.sum()),
                 "entropy": scored.entropy,
                 "tokens": n_tokens,
                 "kl_ref": float(loss.kl_policy_ref or 0.0) * n_tokens,
                 "tree": float(scored.tokens),
-            }
+            }, scored.logprobs.detach()

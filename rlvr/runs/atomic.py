@@ -8,6 +8,9 @@ content or the new one, plus at worst a temporary that `remove_leftovers` clears
 A directory cannot be renamed over a non-empty one, so replacing one takes three renames: the old
 one aside (`.NAME.old.tmp`), the new one in, the old one removed. A kill between the first two
 leaves no `NAME`: `remove_leftovers` first puts the old one back, so old or new is always there.
+
+A write that fails for lack of space raises `rlvr.runs.damage.DiskFull` naming its target (what
+it half wrote is removed, as after any failed write).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rlvr import faults
+from rlvr.runs.damage import space_guard
 
 TMP_SUFFIX = ".tmp"
 ASIDE_SUFFIX = f".old{TMP_SUFFIX}"
@@ -57,10 +61,14 @@ def fsync_tree(root: Path) -> None:
 
 def write_bytes(path: Path, data: bytes) -> None:
     tmp = temp_path(path)
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with space_guard(path), tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)
 
@@ -75,8 +83,9 @@ def writing(path: Path) -> Iterator[Path]:
     success it is fsynced and renamed over `path`, on error removed."""
     tmp = temp_path(path)
     try:
-        yield tmp
-        fsync_file(tmp)
+        with space_guard(path):
+            yield tmp
+            fsync_file(tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -90,10 +99,11 @@ def writing_dir(path: Path) -> Iterator[Path]:
     `path`'s place (an older `path` set aside first, removed last), on error it is removed."""
     tmp = temp_path(path)
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     try:
-        yield tmp
-        fsync_tree(tmp)
+        with space_guard(path):
+            tmp.mkdir(parents=True)
+            yield tmp
+            fsync_tree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

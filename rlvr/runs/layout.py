@@ -9,8 +9,11 @@ runs/<task>-<timestamp>/
   trajectories/test.parquet         the final checkpoint's test rollouts (test-start,
                                     test-after-warm-start, test-last: the same items for the
                                     starting model, after the warm start, the last checkpoint)
-  checkpoints/step-NNNN/, checkpoints/best/   LoRA adapters
-  .art/                             ART's own layout (its checkpoints per policy step)
+  checkpoints/step-NNNN/, checkpoints/best/   LoRA adapters: hard links to the files of ART's
+                                    checkpoint of that step (each checkpoint stored once)
+  .art/<project>/models/<name>/     ART's own layout (its checkpoints per policy step); <name> is
+                                    the run directory's name when it was created, kept when the
+                                    directory is renamed, moved or copied (`policy_name`)
   .lock                             held by the one process writing the run (rlvr.runs.runlock)
 """
 
@@ -27,6 +30,7 @@ TRAJECTORIES = "trajectories"
 CHECKPOINTS = "checkpoints"
 BEST = "best"
 ART_DIR = ".art"
+ART_MODELS = "models"  # .art/<project>/models/<name>/: ART's folder of the run's policy
 LOCK_FILE = ".lock"
 TABLE_SUFFIX = ".parquet"
 TEST_TABLE = "test"  # the final checkpoint's test rollouts
@@ -58,3 +62,21 @@ def table_step(path: Path) -> int | None:
     """The step of a training table's file name (step-NNNN.parquet), else None."""
     found = TRAIN_TABLE.fullmatch(path.name)
     return int(found[1]) if found else None
+
+
+def policy_name(run_dir: Path, project: str) -> str:
+    """The name the run's policy is registered under in ART: the one model folder the run holds
+    (.art/<project>/models/<name>, named when the run was created: a run keeps working when its
+    directory is renamed, moved or copied), else the run directory's name (a new run)."""
+    models = run_dir / ART_DIR / project / ART_MODELS
+    found = (
+        sorted(p.name for p in models.iterdir() if p.is_dir() and not p.name.startswith("."))
+        if models.is_dir()
+        else []
+    )
+    return found[0] if len(found) == 1 and run_dir.name not in found else run_dir.name
+
+
+def policy_dir(run_dir: Path, project: str) -> Path:
+    """ART's folder of the run's policy (its checkpoints are under checkpoints/NNNN)."""
+    return run_dir / ART_DIR / project / ART_MODELS / policy_name(run_dir, project)

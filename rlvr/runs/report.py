@@ -64,7 +64,9 @@ def last_eval_step(rows: list[dict[str, Any]]) -> int | None:
     return max((int(r[M.STEP]) for r in rows if r.get(M.VAL_ACCURACY) is not None), default=None)
 
 
-def checkpoints_tested(rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[CheckpointScore]:
+def checkpoints_tested(
+    rows: list[dict[str, Any]], summary: dict[str, Any]
+) -> list[CheckpointScore]:
     """The test accuracies of the checkpoints summary.json's `test` block holds, at their steps:
     the start (before the warm start, where one ran), after the warm start (step 0), the best
     and the last checkpoint."""

@@ -11,6 +11,7 @@ Crash safety (a run can be SIGKILLed at any instant and resumed):
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -25,13 +26,12 @@ import art
 import polars as pl
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.runs import atomic
 from rlvr import faults
-from rlvr.runs import layout
-from rlvr.runs import runlock
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
 from rlvr.redact import redact_data, redact_rows
+from rlvr.runs import atomic, layout, runlock
+from rlvr.runs.damage import RunDamaged, space_guard
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,19 @@ def read_config(run_dir: Path) -> TrainConfig:
     path = run_dir / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json; is {run_dir} a run directory?")
-    return TrainConfig.model_validate_json(path.read_text())
+    from pydantic import ValidationError
+
+    try:
+        return TrainConfig.model_validate_json(path.read_text(errors="replace"))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the file"
+        raise RunDamaged(
+            f"{path}: damaged or not an rlvr config ({where}: {first['msg']})"
+        ) from None
 
 
-class MetricsError(ValueError):
+class MetricsError(RunDamaged):
     """metrics.jsonl is damaged before its last line; the message names the file and line."""
 
 
@@ -80,7 +89,9 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
     """Append one row as one fsynced line (O(1) per step, and `tail -f` friendly)."""
     line = (json.dumps(redact_data(_json_safe(row))) + "\n").encode()
     torn = faults.armed(faults.FaultPoint.METRICS, row.get("step"))  # test hook: die mid-line
-    with (run_dir / METRICS).open("ab") as f:
+    path = run_dir / METRICS
+    # A line cut short by a full disk is a torn last line, which `recover` cuts off on resume.
+    with space_guard(path), path.open("ab") as f:
         f.write(line[: len(line) // 2] if torn else line)
         f.flush()
         os.fsync(f.fileno())
@@ -163,8 +174,23 @@ def read_summary(run_dir: Path) -> dict[str, Any]:
     path = run_dir / SUMMARY
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no summary.json; has the run finished?")
-    summary: dict[str, Any] = json.loads(path.read_text())
+    summary = read_json_object(path, "the summary of a finished run")
     return summary
+
+
+def read_json_object(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in `path`; RunDamaged naming the file where it is torn or not one."""
+    text = path.read_text(errors="replace")
+    try:
+        found = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RunDamaged(
+            f"{path}: damaged, not valid JSON ({error.msg} at line {error.lineno} column "
+            f"{error.colno} of {len(text.splitlines())}); expected {what}"
+        ) from None
+    if not isinstance(found, dict):
+        raise RunDamaged(f"{path}: damaged, a JSON {type(found).__name__}; expected {what}")
+    return found
 
 
 def _message_dict(message: Any) -> dict[str, Any]:
@@ -221,10 +247,28 @@ def write_trajectories(run_dir: Path, name: str, rows: list[dict[str, Any]]) -> 
 
 
 def save_checkpoint(run_dir: Path, source: Path, name: str) -> Path:
-    """Copy an adapter directory into checkpoints/<name> (replacing an older copy); the copy
-    appears under its name only once complete."""
+    """Name an adapter directory of ART's folder as checkpoints/<name> (replacing an older one);
+    it appears under its name only once complete. Its files are hard links to the source's: the
+    checkpoint is stored once, evaluation (which reads ART's folder) reads the very bytes
+    checkpoints/ names, and ART removing its copy of an older step leaves this one whole."""
     target = run_dir / CHECKPOINTS / name
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic.writing_dir(target) as tmp:
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        link_tree(source, tmp)
     return target
+
+
+def link_tree(source: Path, target: Path) -> None:
+    """Hard-link every file of `source` into the existing folder `target` (subfolders made);
+    a file is copied where the filesystem refuses a link (not the case for a full disk)."""
+    for folder, dirs, files in os.walk(source):
+        here = target / Path(folder).relative_to(source)
+        for name in dirs:
+            (here / name).mkdir(exist_ok=True)
+        for name in files:
+            try:
+                os.link(Path(folder) / name, here / name)
+            except OSError as error:
+                if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                shutil.copy2(Path(folder) / name, here / name)

@@ -5,27 +5,33 @@ model.get_inference_name(), messages=...)` and nothing else. Run as written, tha
 the endpoint's defaults, without logprobs (so no update could be computed from the tokens), and
 validation would not be greedy. `RolloutModel` fills in, for every chat completion request whose
 caller did not set them: the run's `temperature` and `top_p`, `max_tokens` (unless the caller
-gives `max_tokens` or `max_completion_tokens`), `logprobs=True`, and the model name of the
-call's checkpoint; `get_inference_name()` with no step names that checkpoint too. Whatever the
+gives `max_tokens` or `max_completion_tokens`), `logprobs=True`, the model name of the call's
+checkpoint, and, for a seeded sampling, the call's `seed` (derived from the rollout's seed and the
+call's number: the n-th call of a replayed rollout draws what it drew before, and two calls of one
+rollout draw afresh); `get_inference_name()` with no step names that checkpoint too. Whatever the
 caller sets is sent as set. Everything else is the wrapped model's (`name`, `get_step()`, ...).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import Any
 
 import art
 
 from rlvr.types import Sampling
 
+Defaults = Callable[[], dict[str, Any]]  # the defaults of the next call
+
 
 class _Completions:
-    def __init__(self, completions: Any, defaults: dict[str, Any]) -> None:
+    def __init__(self, completions: Any, defaults: Defaults) -> None:
         self._completions = completions
         self._defaults = defaults
 
     async def create(self, **request: Any) -> Any:
-        return await self._completions.create(**with_defaults(request, self._defaults))
+        return await self._completions.create(**with_defaults(request, self._defaults()))
 
     @property
     def with_raw_response(self) -> _Completions:
@@ -40,7 +46,7 @@ class _Completions:
 
 
 class _Chat:
-    def __init__(self, chat: Any, defaults: dict[str, Any]) -> None:
+    def __init__(self, chat: Any, defaults: Defaults) -> None:
         self.completions = _Completions(chat.completions, defaults)
         self._chat = chat
 
@@ -51,7 +57,7 @@ class _Chat:
 class _Client:
     """An OpenAI client whose chat completions get the run's defaults (module docstring)."""
 
-    def __init__(self, client: Any, defaults: dict[str, Any]) -> None:
+    def __init__(self, client: Any, defaults: Defaults) -> None:
         self._client = client
         self._defaults = defaults
         self.chat = _Chat(client.chat, defaults)
@@ -78,6 +84,7 @@ class RolloutModel:
     def __init__(self, model: art.Model[Any, Any], sampling: Sampling) -> None:
         self._model = model
         self._sampling = sampling
+        self._calls = itertools.count()  # shared by every client made from this model
 
     @property
     def wrapped(self) -> art.Model[Any, Any]:
@@ -87,8 +94,12 @@ class RolloutModel:
         return self._model.get_inference_name(self._sampling.step if step is None else step)
 
     def openai_client(self) -> Any:
+        return _Client(self._model.openai_client(), self._next_defaults)
+
+    def _next_defaults(self) -> dict[str, Any]:
         defaults = {"model": self.get_inference_name(), **self._sampling.request()}
-        return _Client(self._model.openai_client(), defaults)
+        seed = self._sampling.call_seed(next(self._calls))
+        return defaults if seed is None else {**defaults, "seed": seed}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)

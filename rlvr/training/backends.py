@@ -49,6 +49,13 @@ def check_engine_environment(cfg: TrainConfig) -> None:
 
 def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[art.Backend, str]:
     """(backend, base_model) for the configured backend."""
+    if cfg.backend == "local" and cfg.inference.engine == "vllm":
+        from rlvr.inference.backend import VllmBackend
+        from rlvr.policy.models import resolve_model
+
+        # Trains like TorchBackend; rollouts sample from vLLM (rlvr.inference).
+        vllm = VllmBackend(path=str(art_path), inference=cfg.inference, lora_rank=cfg.lora_rank)
+        return cast("art.Backend", vllm), str(resolve_model(cfg.model))
     if cfg.backend == "local":
         from rlvr.policy.backend import TorchBackend
         from rlvr.policy.models import resolve_model
@@ -82,7 +89,7 @@ def rewind_policy(cfg: TrainConfig, run_dir: Path, policy_step: int) -> list[int
     checkpoints: nothing here to rewind."""
     if cfg.backend not in ("local", "art-local"):
         return []
-    root = run_dir / ART_DIR / cfg.project / "models" / run_dir.name / "checkpoints"  # ART's
+    root = layout.policy_dir(run_dir, cfg.project) / "checkpoints"  # ART's
     atomic.remove_leftovers(root)
     dirs = {int(p.name): p for p in root.glob("[0-9]*") if p.name.isdigit() and p.is_dir()}
     newer = sorted(s for s in dirs if s > policy_step)
@@ -121,13 +128,17 @@ def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:
     }
     if cfg.backend == "local":
         kwargs["num_substeps"] = cfg.num_substeps
+        # rlvr's backend trains the tempered policy the rollouts sampled from (ART's train at 1;
+        # greedy rollouts have no tempered policy, so they are trained as ART does).
+        kwargs["rollout_temperature"] = cfg.temperature if cfg.temperature > 0 else 1.0
     return kwargs
 
 
 @asynccontextmanager
 async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
-    """Register a trainable model named after the run; the backend is closed on exit, errors and
-    Ctrl-C included, so no server outlives the run."""
+    """Register the run's trainable model (named once, when the run was created:
+    `layout.policy_name`); the backend is closed on exit, errors and Ctrl-C included, so no
+    server outlives the run."""
     art_path = run_dir / ART_DIR
     backend, base_model = _make_backend(cfg, art_path)
     # LoRA rank travels the way ART's own backends read it (peft_args of the internal config).
@@ -137,7 +148,7 @@ async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
         else None
     )
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
-        name=run_dir.name,
+        name=layout.policy_name(run_dir, cfg.project),
         project=cfg.project,
         base_model=base_model,
         base_path=str(art_path),

@@ -47,14 +47,16 @@ async def rollout_groups(
     and counted, never retried silently.
     `after_each` runs on each group as soon as its own rollouts are done (ART's hook), so scoring
     one group overlaps the rollouts of the others; then `progress` advances by one, noting the
-    mean reward so far under the name `shown`."""
+    mean reward so far under the name `shown`. The k-th rollout of an item samples with its own
+    seed (`Sampling.for_rollout`): the same seed replays it, whatever the timing."""
 
-    async def one(item: Item) -> art.Trajectory:
+    async def one(item: Item, sample: int) -> art.Trajectory:
+        own = sampling.for_rollout(item.id, sample)
         async with limit:
             # A RolloutModel stands in for the art.Model it wraps (what it does not fill in is
             # the model's), which is what a rollout is written against.
-            model = cast("art.Model[Any, Any]", RolloutModel(policy.model, sampling))
-            trajectory = await rollout(model, item, sampling)
+            model = cast("art.Model[Any, Any]", RolloutModel(policy.model, own))
+            trajectory = await rollout(model, item, own)
         trajectory.metadata["item_id"] = item.id
         return trajectory
 
@@ -68,7 +70,7 @@ async def rollout_groups(
 
     by_id = {item.id: item for item in items}
     groups = await art_private.gather_groups(
-        (_pending_group((one(item) for _ in range(n)), item.id) for item in items),
+        (_pending_group((one(item, k) for k in range(n)), item.id) for item in items),
         after_each=finished,
         max_exceptions=len(items) * n,
     )

@@ -12,7 +12,13 @@ from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS
 
 MOSTLY = 0.5  # "mostly" in the decision policy
 TRUNCATION_HIGH = 0.3
-KL_HIGH = 0.1
+# An update's size, KL(before || after) per trained token (train/update_kl): above HIGH one step
+# rewrites much of what the policy says, below LOW the weights barely moved its tokens.
+UPDATE_KL_HIGH = 0.05
+UPDATE_KL_LOW = 1e-5
+# The sampler's and the trainer's logprobs for the same weights (train/sampler_kl) should agree
+# to rounding; above this the importance ratios are no longer about the update.
+SAMPLER_KL_HIGH = 0.02
 LENIENT_GAP = (
     0.4  # reward above ground truth on the same rollouts that means "rewards wrong answers"
 )
@@ -71,7 +77,8 @@ def truncation(truncated: float, looping: float, cfg: TrainConfig) -> str:
 
 def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
     """What the scorer, the update and the judge say: a lenient scorer, converged groups,
-    untrainable turns, a high KL, skipped groups, a judge that does not agree with truth."""
+    untrainable turns, an update too large or too small, engines that disagree, skipped groups, a
+    judge that does not agree with truth."""
     groups = metrics.get(M.GROUPS, 0) or 0
     all_one = metrics.get(M.ALL_ONE, 0) / groups if groups else 0.0
     hints: list[str] = []
@@ -95,11 +102,7 @@ def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
             "cannot train them: leave logprobs to the rollout's client (it asks for them unless "
             "the request says logprobs=False)"
         )
-    kl = metrics.get(M.KL)  # None on a step with nothing to train
-    if kl is not None and kl > KL_HIGH:
-        hints.append(
-            f"KL {kl:.3f} is high: lower learning_rate (now {cfg.learning_rate:g}) or temperature"
-        )
+    hints += _size_hints(metrics, cfg)
     if metrics.get(M.SKIPPED, 0):
         hints.append(
             f"{metrics[M.SKIPPED]:.0f} groups skipped because the judge failed: see judge/* "
@@ -110,5 +113,29 @@ def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
         hints.append(
             f"judge agreement with ground truth is {agreement:+.2f}: the judge may be too weak "
             "for this task; use a stronger judge or scorer=verifier"
+        )
+    return hints
+
+
+def _size_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+    """What the update's size says (None on a step with nothing to train)."""
+    hints: list[str] = []
+    moved = metrics.get(M.UPDATE_KL)
+    if moved is not None and moved > UPDATE_KL_HIGH:
+        hints.append(
+            f"the update moved the policy by KL {moved:.3f} a token (train/update_kl): lower "
+            f"learning_rate (now {cfg.learning_rate:g}) or add groups_per_batch"
+        )
+    elif moved is not None and (metrics.get(M.TRAINED_TOKENS) or 0) and moved < UPDATE_KL_LOW:
+        hints.append(
+            f"the update barely moved the policy (KL {moved:.1e} a token, train/update_kl): "
+            f"raise learning_rate (now {cfg.learning_rate:g})"
+        )
+    gap = metrics.get(M.SAMPLER_KL)
+    if gap is not None and gap > SAMPLER_KL_HIGH:
+        hints.append(
+            f"the sampler's logprobs are KL {gap:.3f} a token from the trainer's for the same "
+            "weights (train/sampler_kl): check the precision (RLVR_PRECISION) or set "
+            "truncated_importance_sampling"
         )
     return hints

@@ -18,15 +18,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from rlvr.config import TrainConfig
+import art
+
+from rlvr.config import ConfigError, TrainConfig
 from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M
 from rlvr.paired import test_block
+from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store
 from rlvr.runs.report import plot_report
 from rlvr.tasks.api import Task
-from rlvr.training.checkpoints import keep_checkpoints, save_best
-from rlvr.training.failures import RunFailed
+from rlvr.training.checkpoints import checkpoint_path, keep_checkpoints, save_best
+from rlvr.training.evaluation import rollout_groups
+from rlvr.training.failures import RunFailed, require_some
 from rlvr.training.hints import decision_hints
 from rlvr.training.output import (
     print_alarm,
@@ -37,7 +41,7 @@ from rlvr.training.output import (
     print_warm_start,
 )
 from rlvr.training.pool import record
-from rlvr.training.progress import console
+from rlvr.training.progress import LINES_PER_PHASE, Progress, console
 from rlvr.training.session import Session, as_test_result, open_finished, open_session
 from rlvr.training.state import (
     RunResult,
@@ -60,7 +64,7 @@ from rlvr.training.stopping import (
     judge_disagrees,
 )
 from rlvr.training.warmstart import WarmMetric, warm_start
-from rlvr.types import BudgetExhausted, Scenario, Scorer
+from rlvr.types import BudgetExhausted, Sampling, Scenario, Scorer, derived_seed
 
 
 async def run_training(
@@ -286,9 +290,68 @@ async def evaluate_run(
     best_step = int(store.read_summary(run_dir)["best_step"])
     async with open_finished(run_dir, scenario) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
+        policy_step = run.state.policy_steps.get(best_step, 0)
+        stored = checkpoint_path(run.policy, policy_step)
+        if stored is not None:  # a damaged file is named here, not in every rollout's error
+            from rlvr.policy.adapters import check_adapter
+
+            check_adapter(stored)
         accuracy, groups, done, _ = await run.evaluate(
-            items, split_name, f"eval {split_name}", step=run.state.policy_steps.get(best_step, 0)
+            items, split_name, f"eval {split_name}", step=policy_step
         )
         rows = store.trajectory_rows(groups, [i.id for i in done], step=best_step, split=split_name)
         store.write_trajectories(run_dir, f"eval-{split_name}", rows)
     return accuracy
+
+
+async def evaluate_samples(
+    run_dir: Path,
+    samples: int,
+    temperature: float,
+    split_name: Literal["val", "test"] = "test",
+    scenario: Scenario | Task | None = None,
+) -> SampledEval:
+    """`samples` answers per item of a finished run's split from its best checkpoint, sampled at
+    `temperature` and scored by the task's ground truth: pass@k, pass^k and avg@k
+    (rlvr.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
+    if samples < 1:
+        raise ConfigError(f"--samples {samples}: expected at least 1")
+    best_step = int(store.read_summary(run_dir)["best_step"])
+    async with open_finished(run_dir, scenario) as run:
+        items = {"test": run.split.test, "val": run.split.val}[split_name]
+        policy_step = run.state.policy_steps.get(best_step, 0)
+        sampling = Sampling(
+            temperature=temperature,
+            top_p=run.cfg.top_p,
+            max_tokens=run.cfg.max_tokens,
+            step=policy_step,
+            # the k-th sample of an item draws the same tokens when this is run again
+            seed=derived_seed(run.cfg.seed, "samples", split_name),
+        )
+        by_id = {item.id: item for item in items}
+
+        async def checked(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
+            item = by_id[str(group.metadata["item_id"])]
+            for trajectory in group.trajectories:
+                trajectory.reward = await run.scenario.check(item, trajectory)
+            return group
+
+        desc = f"eval {split_name} x{samples} at T={temperature:g}"
+        with Progress(desc, len(items), "item", lines=LINES_PER_PHASE) as progress:
+            groups, done, _, failures = await rollout_groups(
+                run.rollout, run.policy, items, samples, sampling, run.limit, progress, checked
+            )
+        run.failure_log.report(failures, desc)
+        complete = [
+            (item, group)
+            for item, group in zip(done, groups, strict=True)
+            if len(group.trajectories) == samples
+        ]
+        require_some(len(complete), failures, desc)
+        rows = store.trajectory_rows(
+            [g for _, g in complete], [i.id for i, _ in complete], step=best_step, split=split_name
+        )
+        store.write_trajectories(run_dir, f"eval-{split_name}-samples", rows)
+    return sampled_eval(
+        {item.id: [t.reward for t in group.trajectories] for item, group in complete}, temperature
+    )

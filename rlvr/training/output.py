@@ -18,12 +18,12 @@ from rlvr.training.warmstart import WarmMetric
 
 
 def print_step(row: dict[str, Any]) -> None:
-    kl = row.get(M.KL)
+    moved = row.get(M.UPDATE_KL)
     console.print(
         f"[bold]step {row[M.STEP]}[/] reward {row[M.REWARD_MEAN]:.3f}±{row[M.REWARD_STD]:.3f}  "
         f"no-signal {row[M.NO_SIGNAL_RATE]:.0%} (all-0 {row[M.ALL_ZERO]}, all-1 {row[M.ALL_ONE]})  "
-        f"trunc {row[M.TRUNCATED_RATE]:.0%}{truncation_detail(row)}  kl {'-' if kl is None else f'{kl:.4f}'}  "
-        f"skipped {row[M.SKIPPED]}  {row[M.STEP_SECONDS]:.0f}s",
+        f"trunc {row[M.TRUNCATED_RATE]:.0%}{truncation_detail(row)}  update-kl {'-' if moved is None else f'{moved:.4f}'}  "
+        f"skipped {row[M.SKIPPED]}{tool_timeouts(row)}  {row[M.STEP_SECONDS]:.0f}s",
         highlight=False,
     )
     for hint in row.get(HINT_KEY, []):
@@ -31,6 +31,13 @@ def print_step(row: dict[str, Any]) -> None:
 
 
 CUT_CALLS = f"{ROLLOUT_PREFIX}{EpisodeMetric.CUT_CALL}"
+TOOL_TIMEOUTS = f"{ROLLOUT_PREFIX}{EpisodeMetric.TOOL_TIMEOUTS}"
+
+
+def tool_timeouts(row: dict[str, Any]) -> str:
+    """The tool calls abandoned at their timeout, per rollout, where there were any."""
+    rate = row.get(TOOL_TIMEOUTS)
+    return f"  tool timeouts {rate:.2f}/rollout" if rate else ""
 
 
 def truncation_detail(row: dict[str, Any]) -> str:

@@ -3,7 +3,11 @@
 Progress is for phases that take more than a few seconds (the warm start's demonstrations and
 steps, evaluations, checkpoint saves): in a terminal a live bar; where the output goes to a file
 or a pipe, one plain line per step (per tenth of a long phase) and one when it ends, so a log
-shows where a run is without carriage returns."""
+shows where a run is without carriage returns.
+
+Where the output is not a terminal, Rich assumes 80 columns; the run's console writes each line
+of text whole there (a log line broken mid-line reads as two), and boxes (alarms, the finished
+panel) at the width Rich gives them."""
 
 from __future__ import annotations
 
@@ -18,7 +22,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as Bar
 
-console = Console()
+
+class RunConsole(Console):
+    """Rich's console, except that a line of text is never broken where the output is not a
+    terminal: a file or a pipe has no width to fit, and a reader greps a log by lines."""
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **options: Any) -> None:
+        if soft_wrap is None:
+            soft_wrap = not self.is_terminal and all(isinstance(o, str) for o in objects)
+        super().print(*objects, soft_wrap=soft_wrap, **options)
+
+
+console = RunConsole()
 Clock = Callable[[], float]
 LINES_PER_PHASE = 10  # piped output: what a phase of many small units prints at most
 

@@ -57,7 +57,15 @@ from rlvr.training.state import (
     tested,
     window_reward,
 )
-from rlvr.training.stopping import EvalPoint, Thresholds, divergence, is_new, val_trend
+from rlvr.training.stopping import (
+    AlarmName,
+    EvalPoint,
+    Thresholds,
+    divergence,
+    is_new,
+    rl_regression,
+    val_trend,
+)
 from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.types import Item, Judge, Sampling, Scenario, Scorer
 
@@ -226,11 +234,15 @@ class Session:
             M.VAL_TREND_SE: trend.se if trend.points >= 2 and trend.se < float("inf") else None,
             **({M.TEST_CHECKPOINT: test.value} if test in self.tests else {}),
         }
-        alarm = divergence(self.state.evals, self.thresholds)
-        if alarm is not None and is_new(alarm, self.state.alarms):
-            self.state.alarms.append(alarm)
-            row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
-            print_alarm(alarm)
+        regressed = any(a.name == AlarmName.RL_REGRESSION for a in self.state.alarms)
+        for alarm in (
+            divergence(self.state.evals, self.thresholds),
+            None if regressed else rl_regression(self.state.evals, self.thresholds),  # said once
+        ):
+            if alarm is not None and is_new(alarm, self.state.alarms):
+                self.state.alarms.append(alarm)
+                row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
+                print_alarm(alarm)
         self.emit(row)
         print_validation(step, accuracy, policy_step, row[M.VAL_TREND], row[M.VAL_TREND_SE])
         await keep_checkpoints(self.cfg, self.policy, self.state, self.run_dir, self.rows)

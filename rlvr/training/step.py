@@ -20,6 +20,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 
 from rlvr import faults
+from rlvr.inference.metrics import serving_metrics
 from rlvr.metrics import (
     INDEPENDENT_REWARD,
     M,
@@ -47,6 +48,8 @@ from rlvr.types import Item, Sampling
 
 _SKIPPED = "rlvr_skipped"  # group metadata: the scorer returned None
 NUM_TOKENS = "num_tokens"  # trained positions, in the update's metrics (the backends' name)
+SAMPLER_KL = "sampler_kl"  # the backends' names of the two KL measures (rlvr.policy.common)
+UPDATE_KL = "update_kl"
 
 
 class Span(BaseModel):
@@ -147,7 +150,7 @@ class Refills:
         item = next(i for i in train if i.id == picked[0])
         label = f"step {self.step + 1} refill {len(self.tasks) + 1}"
         self.progress.grow()
-        play = play_round(self.run, [item], label, self.after, self.progress)
+        play = play_round(self.run, self.step, [item], label, self.after, self.progress)
         self.tasks.append(asyncio.create_task(play))
 
     async def rounds(self) -> list[Round]:
@@ -172,28 +175,29 @@ async def gather_batch(run: Session, step: int) -> Batch:
     with Progress(f"step {step + 1} rollouts", len(drawn), "group") as progress:
         refills = Refills(run, step, drawn, cfg.groups_per_batch if cap is None else cap, progress)
         items = [by_id[i] for i in drawn]
-        first = await play_round(run, items, f"step {step + 1}", refills.after, progress)
+        first = await play_round(run, step, items, f"step {step + 1}", refills.after, progress)
         rounds = [first, *await refills.rounds()]
     return Batch(rounds=rounds, started=started, gathered=time.monotonic())
 
 
 async def play_round(
     run: Session,
+    step: int,
     items: list[Item],
     label: str,
     after: Callable[[art.TrajectoryGroup], None],
     progress: Progress,
 ) -> Round:
-    """Roll out a group per item; each group's ground truth and training reward are scored as
-    soon as its own rollouts finish (so scoring overlaps the other groups' rollouts), then handed
-    to `after`."""
+    """Roll out a group per item at training step `step` (which seeds the rollouts); each group's
+    ground truth and training reward are scored as soon as its own rollouts finish (so scoring
+    overlaps the other groups' rollouts), then handed to `after`."""
     spans: list[Span] = []
     groups, done, errors, failures = await rollout_groups(
         run.rollout,
         run.policy,
         items,
         run.cfg.group_size,
-        Sampling.from_config(run.cfg, "train"),
+        Sampling.from_config(run.cfg, "train", draw=step),
         run.limit,
         progress,
         after_each=functools.partial(score_group, run, {i.id: i for i in items}, spans, after),
@@ -285,7 +289,8 @@ def step_row(
         M.SKIPPED: sum(r.skipped for r in batch.rounds),
         M.ROLLOUT_ERRORS: sum(r.rollout_errors for r in batch.rounds),
         M.NO_LOGPROB_TURNS: update.turns_without_logprobs,
-        M.KL: update.metrics.get("kl"),
+        M.SAMPLER_KL: update.metrics.get(SAMPLER_KL),
+        M.UPDATE_KL: update.metrics.get(UPDATE_KL),
         M.LOSS: update.metrics.get("loss"),
         M.INDEPENDENT: sum(truths) / len(truths) if truths else None,
         M.TRUTH_ROLLOUTS: len(truths),
@@ -305,6 +310,7 @@ def step_row(
         M.PEAK_RSS: peak_rss_gb(),
         **run.scorer.pop_metrics(),
         **trajectory_metric_means(groups),
+        **serving_metrics(run.policy.backend, run.policy.model, update.metrics),
     }
     if truths:  # how far the training reward agrees with ground truth (judge or not)
         row[M.JUDGE_AGREEMENT] = agreement([t.reward for t in scored], truths)

@@ -9,6 +9,9 @@ The hybrid approach trains on the scorer's reward and trusts only held-out valid
   `val_drop` and more than `val_z` standard errors of that change, or by more than one standard
   error at two evaluations in a row; one such fall alone is a warning (`val_falling`);
 - converged: the training reward trends up while validation stays flat;
+- RL regression: validation has fallen below where RL started (the first evaluation, after any
+  warm start) by more than `val_drop` and `val_z` standard errors of the paired difference, whatever
+  the training reward did: the updates unteach the policy;
 - judge disagrees: over the last `window` training steps the scorer's reward and the ground truth
   of the very same rollouts differ by more than `gap` and more than their sampling noise (a judge
   that rewards wrong answers, or a reward that does not measure the task);
@@ -33,6 +36,7 @@ class AlarmName(StrEnum):
     VAL_FALLING = "val_falling"  # reward up, validation down once by 1-`val_z` s.e.: a warning
     CONVERGED = "converged"  # reward up, validation flat: more steps buy nothing
     JUDGE_DISAGREES = "judge_disagrees"  # training reward far from ground truth, same rollouts
+    RL_REGRESSION = "rl_regression"  # validation below where RL started, beyond paired noise
 
 
 class EvalPoint(BaseModel):
@@ -250,6 +254,34 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
             ),
         )
     return None
+
+
+def rl_regression(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
+    """Validation at the latest evaluation is below the first one (where RL started: after any
+    warm start) by more than `val_drop` and `val_z` standard errors of their difference, paired
+    over their common items where both carry per-item scores. Unlike reward hacking it needs no
+    rising reward: updates that lower the reward they optimise unteach the policy as surely."""
+    if len(points) < 2:
+        return None
+    rows = common_scores([points[0], points[-1]])
+    gain, se = (
+        mean_and_se([later - earlier for earlier, later in rows])
+        if rows is not None
+        else (points[-1].val - points[0].val, val_noise(points))
+    )
+    if gain > -max(thresholds.val_drop, thresholds.val_z * se):
+        return None
+    return Alarm(
+        name=AlarmName.RL_REGRESSION,
+        step=points[-1].step,
+        message=(
+            f"validation {points[-1].val:.3f} at step {points[-1].step} is {gain:+.3f} (s.e. "
+            f"{se:.3f}) below where RL started ({points[0].val:.3f} at step {points[0].step}): the "
+            "updates unteach the policy, and the best checkpoint is kept. Read train/update_kl "
+            "and the rollouts (rlvr inspect RUN --step N); try a lower learning_rate, a KL "
+            "penalty toward the start (kl_penalty_coef) or more groups_per_batch"
+        ),
+    )
 
 
 def is_new(alarm: Alarm, alarms: list[Alarm]) -> bool:

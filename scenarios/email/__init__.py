@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from scenarios.email.scenario import EmailScenario
 
 
-# Chosen from the oracle episodes' token profile (README, "A tool agent"): search results get
+# Chosen from the oracle episodes' token profile (docs/guide/tool-agents.md): search results get
 # shorter snippets, an email as read stays whole.
 OBSERVATION_TOKENS = 200
 
@@ -69,7 +69,7 @@ task = Task(
     # The scorer is the ground-truth verifier, since the local 135M judge cannot judge this task;
     # with a real judge, use scorer=ruler_ref. Validation on all 40 held-out questions, every 3
     # steps: on 16 it moved by whole questions either way, and RL's change is a few of them.
-    # Figures: README, "Results".
+    # Figures: results/records/email-*.json (docs: Results).
     defaults={
         "sft_steps": 12,
         "sft_batch_size": 8,

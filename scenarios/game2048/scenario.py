@@ -166,7 +166,7 @@ def episode_reward(episode: Episode, rules: Rules) -> float:
 
 # Short because the whole chat is prefilled again at every turn, which is what an episode costs on
 # CPU. The example exchange before the first board is what makes SmolLM2-135M answer with a
-# direction (README, Results); it is context only, never trained on (ART trains sampled Choices)
+# direction (in 31 of 32 first replies, against 17 without it); it is context only, never trained on (ART trains sampled Choices)
 # and never played (`replies`).
 SYSTEM = (
     "You play 2048 on a {size}x{size} board: make the {target} tile within {max_turns} moves. "

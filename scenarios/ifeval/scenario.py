@@ -80,8 +80,8 @@ SHORT: dict[str, Feasible] = {
     "detectable_content:number_placeholders": lambda kw: kw["num_placeholders"] <= 3,
     "detectable_format:number_highlighted_sections": lambda kw: kw["num_highlights"] <= 3,
 }
-# Instructions SmolLM2-135M never followed in sampled short replies (README, Results): a group on
-# them alone is all 0, so the easy level leaves them out.
+# Instructions SmolLM2-135M never followed in 256 sampled short replies (96 tokens, T=1: replies are
+# cut before they end): a group on them alone is all 0, so the easy level leaves them out.
 NEVER_FOLLOWED = frozenset(
     {"startend:quotation", "change_case:english_lowercase", "startend:end_checker"}
 )

@@ -118,7 +118,7 @@ task = Task(
     name="math",
     make=make,
     options=Options,
-    # Results of these defaults: README, Results (`math`).
+    # Results of these defaults: results/records/math-*.json (docs: Results).
     defaults=ONE_TURN_DEFAULTS,
     description="arithmetic (reasoning-gym), exact final number; partial credit in training",
 )

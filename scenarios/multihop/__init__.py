@@ -20,8 +20,8 @@ retrieval recall/precision), `oracle` (scripted demonstrations for warm starts),
 What SmolLM2-135M does with it (T=0.7): at the easy level it answers from the shown passages,
 often with the bridge entity (the birth city when asked for the country), so F1 groups are mixed;
 at medium and hard it answers from imagination at once instead of searching (reward 0) until a
-warm start on the oracle's demonstrations teaches it the protocol (what each level reached:
-README, "Results").
+warm start on the oracle's demonstrations teaches it the protocol (what the hard level reaches:
+results/records/multihop-*.json).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from scenarios.multihop.scenario import MultihopScenario
 
 
-# Chosen from the oracle episodes' token profile (README, "A tool agent"): search results get
+# Chosen from the oracle episodes' token profile (docs/guide/tool-agents.md): search results get
 # shorter snippets, a passage as read stays whole.
 OBSERVATION_TOKENS = 96
 
@@ -95,7 +95,7 @@ task = Task(
     # prompt and groups lose their signal. The untrained model never answers exactly (it gives
     # the bridge entity or a sentence), so a warm start on the oracle's demonstrations comes
     # first: 12 steps of 8, since 24 demonstrations taught nothing and 96 the whole protocol.
-    # Figures: README, "Results".
+    # Figures: results/records/multihop-*.json (docs: Results).
     defaults={
         "sft_steps": 12,
         "sft_batch_size": 8,

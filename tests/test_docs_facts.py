@@ -1,10 +1,10 @@
-"""The README agrees with the code: the numbers and names its "How it works", "Configuration",
-"What a run writes" and "Performance" sections state about the code, each checked against the
-constant, default or function it describes.
+"""The documentation agrees with the code: the numbers and names the concept pages, the
+configuration guide, the performance notes and the README's "What a run writes" state about the
+code, each checked against the constant, default or function it describes.
 
-A case is a README phrase (a regex over the section with its line breaks folded, whose groups
-capture what the README states) and a check of those captures against the code. A phrase that
-no longer matches fails too: the README was reworded and the case must follow it.
+A case is a phrase (a regex over the pages with their line breaks folded, whose groups capture
+what the page states) and a check of those captures against the code. A phrase that no longer
+matches fails too: the page was reworded and the case must follow it.
 """
 
 from __future__ import annotations
@@ -29,22 +29,36 @@ from rlvr.config import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
 README = (ROOT / "README.md").read_text()
 HOW = "How it works"
 CONFIG = "Configuration"
 WRITES = "What a run writes"
 PERF = "Performance"
+# Where each subject is documented: pages of the documentation site, or a README section.
+PAGES = {
+    HOW: sorted((DOCS / "concepts").glob("*.md")),
+    CONFIG: [DOCS / "guide" / "configuration.md"],
+    PERF: [DOCS / "results" / "performance.md"],
+}
 WORDS = {"two": 2, "three": 3, "four": 4, "five": 5}
 WORDS_SHARE = {"half": 0.5, "a third": 1 / 3, "a quarter": 0.25}
 
 Check = Callable[[tuple[str, ...]], None]
 
 
-def section(title: str) -> str:
-    """A `## title` section of the README, its whitespace folded to single spaces."""
+def readme_section(title: str) -> str:
     start = README.index(f"\n## {title}\n")
     end = README.find("\n## ", start + 1)
-    return " ".join(README[start : end if end != -1 else None].split())
+    return README[start : end if end != -1 else None]
+
+
+def section(title: str) -> str:
+    """The pages documenting `title` (or the README section of that title), their whitespace
+    folded to single spaces."""
+    pages = PAGES.get(title)
+    text = "\n".join(p.read_text() for p in pages) if pages else readme_section(title)
+    return " ".join(text.split())
 
 
 def number(text: str) -> float:
@@ -57,7 +71,7 @@ def literal(field: Any) -> tuple[str, ...]:
 
 
 def shape(text: str) -> str:
-    """`text` with every number replaced by N: a printed line and a README example compare."""
+    """`text` with every number replaced by N: a printed line and a documented example compare."""
     return re.sub(r"[+-]?\d[\d,]*(\.\d+)?", "N", text)
 
 
@@ -92,10 +106,10 @@ def game2048_test_boards(groups: tuple[str, ...]) -> None:
     assert number(groups[0]) == sizes[2]
 
 
-def resamples(groups: tuple[str, ...]) -> None:
-    from rlvr.paired import RESAMPLES
+def sign_patterns(groups: tuple[str, ...]) -> None:
+    from rlvr.paired import FLIPS
 
-    assert number(groups[0]) == RESAMPLES
+    assert number(groups[0]) == FLIPS
 
 
 def gain_line(groups: tuple[str, ...]) -> None:
@@ -269,7 +283,7 @@ FACTS = [
     (HOW, r"deterministic (\d+)/(\d+)/(\d+) split", split_ratios),
     (HOW, r"`ifeval` tests on half its level, (\d+) prompts", ifeval_test_items),
     (HOW, r"`2048` on (\d+) boards", game2048_test_boards),
-    (HOW, r"paired-bootstrap 95% interval \(([\d,]+) resamples\)", resamples),
+    (HOW, r"both come from the same ([\d,]+) seeded sign patterns", sign_patterns),
     (HOW, r'printed as e\.g\. "(RL gain: [^"]+)"', gain_line),
     (
         HOW,
@@ -326,11 +340,11 @@ FACTS = [
     ("where", "phrase", "check"),
     [pytest.param(w, p, c, id=f"{w}: {c.__name__}") for w, p, c in FACTS],
 )
-def test_a_number_or_name_the_readme_states_is_the_codes(
+def test_a_number_or_name_the_docs_state_is_the_codes(
     where: str, phrase: str, check: Check
 ) -> None:
     found = re.search(phrase, section(where))
-    assert found, f"README, {where}: no phrase matches {phrase!r}"
+    assert found, f"{where}: no phrase matches {phrase!r}"
     check(found.groups())
 
 
@@ -351,7 +365,7 @@ def metric_keys() -> set[str]:
 
 
 @pytest.mark.parametrize("where", [HOW, CONFIG, WRITES, PERF])
-def test_every_metric_key_the_readme_names_is_written_by_the_code(where: str) -> None:
+def test_every_metric_key_the_docs_name_is_written_by_the_code(where: str) -> None:
     named = set(METRIC.findall(section(where)))
     assert named or where in (CONFIG, PERF)
     assert named <= metric_keys(), sorted(named - metric_keys())
@@ -389,7 +403,7 @@ def test_every_file_a_run_writes_is_named_by_the_layout() -> None:
         assert full in written_shapes, name
 
 
-def test_every_summary_key_the_readme_names_is_written() -> None:
+def test_every_summary_key_the_docs_name_is_written() -> None:
     from rlvr.paired import test_block
     from rlvr.training import loop
     from rlvr.training.state import RunResult
@@ -406,7 +420,7 @@ def test_every_summary_key_the_readme_names_is_written() -> None:
     )
 
 
-def test_every_configuration_key_the_readme_lists_is_a_key() -> None:
+def test_every_configuration_key_the_docs_list_is_a_key() -> None:
     text = section(CONFIG)
     listed = text[text.index("The main TrainConfig keys:") : text.index("The old flat names")]
     listed = re.sub(r"\(forwarded to every backend.*?\)", "", listed)  # backends, not keys
@@ -415,7 +429,7 @@ def test_every_configuration_key_the_readme_lists_is_a_key() -> None:
     assert [k for k in keys if not known_key(k)] == []
 
 
-def test_every_scorer_the_readme_names_is_installed() -> None:
+def test_every_scorer_the_docs_name_is_installed() -> None:
     installed = {e.name for e in entry_points(group="rlvr.scorers")}
     specs = re.findall(r"`scorer=([\w*.+>]+)`", section(HOW) + section(CONFIG))
     parts = {p.split("*")[0] for spec in specs for p in re.split(r"[+>]", spec)}
@@ -426,7 +440,7 @@ def test_every_scorer_the_readme_names_is_installed() -> None:
     assert named <= installed, sorted(named - installed)
 
 
-def test_every_verifier_the_readme_lists_is_in_the_library() -> None:
+def test_every_verifier_the_docs_list_is_in_the_library() -> None:
     from rlvr.scoring import verifiers
 
     listed = re.search(
@@ -439,7 +453,7 @@ def test_every_verifier_the_readme_lists_is_in_the_library() -> None:
 
 
 @pytest.mark.parametrize("where", [HOW, CONFIG, WRITES, PERF])
-def test_every_path_the_readme_names_exists(where: str) -> None:
+def test_every_path_the_docs_name_exists(where: str) -> None:
     paths = re.findall(r"`((?:rlvr|judges|scenarios|tests)/[\w/.]*)`", section(where))
     assert paths or where in (CONFIG, WRITES)
     assert [p for p in paths if not (ROOT / p).exists()] == []
