@@ -26,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rlvr.export_gguf import ExportError as ExportError  # raised here too; defined beneath
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BEST, checkpoint_for
 
@@ -34,10 +35,6 @@ CARD = "README.md"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 CHAT_TEMPLATE = "chat_template.jinja"
 UNKNOWN = "unknown"
-
-
-class ExportError(ValueError):
-    """An export that cannot be made; the message is one line naming the path and what to do."""
 
 
 class SplitSizes(BaseModel):

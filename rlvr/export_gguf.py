@@ -13,7 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlvr.export import ExportError
+
+class ExportError(ValueError):
+    """An export that cannot be made; the message is one line naming the path and what to do
+    (defined here, beneath `rlvr.export`, which raises it too)."""
+
 
 # Keys the writer sets itself, or that describe the source file's quantisation.
 SKIPPED_KEYS = frozenset(
