@@ -16,8 +16,8 @@ import torch
 from openai.types.chat.chat_completion import Choice
 
 from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.models import DEFAULT_MODEL
 from rlvr.policy.trainer import OBJECTIVE_KEY, _trimmed, trained_positions
+from tests.test_policy_backend import registered
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -30,12 +30,6 @@ async def backend(tmp_path_factory):
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     yield backend
     await backend.close()
-
-
-async def registered(backend: TorchBackend, name: str) -> art.TrainableModel:
-    model = art.TrainableModel(name=name, project="tests", base_model=DEFAULT_MODEL)
-    await model.register(backend)
-    return model
 
 
 async def episode(
