@@ -375,16 +375,29 @@ def inspect_run(
     limit: Annotated[int, typer.Option(help="conversations to print")] = 4,
     threshold: Annotated[float, typer.Option(help="high reward / passing truth")] = 0.5,
     jump: Annotated[float, typer.Option(help="step-to-step reward rise that is sudden")] = 0.3,
+    flips: Annotated[
+        bool, typer.Option("--flips", help="the test items RL won and lost, with both answers")
+    ] = False,
+    before: Annotated[
+        str | None,
+        typer.Option(help="--flips from: start, after-warm-start (default where run), best, last"),
+    ] = None,
+    after: Annotated[str, typer.Option(help="--flips to: a checkpoint as for --before")] = "last",
 ) -> None:
     """Look at a run: step table, alarms and hints; --step N its rollouts; --suspicious the
-    hacking candidates (high reward failing ground truth, identical completions, reward jumps)."""
+    hacking candidates (high reward failing ground truth, identical completions, reward jumps);
+    --flips the test items whose score changed between two checkpoints."""
     from rich.console import Console as Out
 
     from rlvr import inspection as ri
+    from rlvr.inspection.flips import flips as find_flips
+    from rlvr.inspection.flips import flips_view
 
     with one_line_errors(ri.InspectError):
         run = ri.load_run(run_dir)
-        if suspicious:
+        if flips:
+            parts = flips_view(find_flips(run, before, after), limit)
+        elif suspicious:
             parts = ri.suspicious_view(run, threshold, jump, step, limit)
         elif step is not None or split != "train":
             parts = ri.step_view(run, step, split, limit)

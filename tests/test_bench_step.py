@@ -60,3 +60,44 @@ def test_bench_step_prints_the_split_its_bare_figures_and_peak_memory() -> None:
     assert {ROLLOUTS, UPDATE} <= set(phases)
     # The model alone is ~0.5 GB resident; no phase is above the process's high-water mark.
     assert all(0.5 < peak <= figures["peak_rss_gb"] + 0.01 for peak in phases.values()), phases
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--inference", "sglang"],
+        ["inference=vllm"],
+        ["inference.engine=vllm"],
+    ],
+)
+def test_bench_step_refuses_an_engine_it_cannot_compare_in_one_line(args: list[str]) -> None:
+    from typer.testing import CliRunner
+
+    from rlvr.cli import app
+
+    result = CliRunner().invoke(app, ["bench", "step", "math", *args])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "inference" in result.output
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_bench_step_sets_vllm_beside_rlvr_on_the_same_steps() -> None:
+    """`rlvr bench step --inference vllm`: both engines' figures, and vLLM's ÷ rlvr's."""
+    from typer.testing import CliRunner
+
+    from rlvr.bench.step import COMPARED
+    from rlvr.cli import app
+
+    args = ["groups_per_batch=2", "group_size=4", "max_tokens=16", "num_items=40", "sft_steps=0"]
+    result = CliRunner().invoke(
+        app, ["bench", "step", "math", "--steps", "1", "--inference", "vllm", "--no-bare", *args]
+    )
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    vllm, rlvr = figures["vllm"], figures["rlvr"]
+    assert vllm["vllm_startup_s"] > 0 and vllm["vllm_rss_gb"] > 0.1
+    assert "vllm_startup_s" not in rlvr  # rlvr's own engine has no server to start
+    for key in COMPARED:
+        assert vllm[key] > 0 and rlvr[key] > 0, key
+        assert figures[f"{key}_vllm_vs_rlvr"] == pytest.approx(vllm[key] / rlvr[key], rel=0.01)

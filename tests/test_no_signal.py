@@ -55,7 +55,13 @@ def test_a_run_without_signal_stops_and_says_what_to_do(tmp_path, capsys, reward
     result = asyncio.run(run_training(config(tmp_path), scenario=constant_task(reward)))
     assert result.stop_reason == "no_signal" and result.steps == NO_SIGNAL_STEPS
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["test"] is None  # nothing trained: the budget is not spent on tests
+    # Nothing was trained: the test block is the start's result, kept from the first validation,
+    # and no test split was evaluated again for it.
+    block = summary["test"]
+    assert block["start"] == block["final"] == result.test_accuracy
+    assert block["gain"] == 0.0 and block["items"] == 4
+    tables = sorted(p.name for p in (tmp_path / "run" / "trajectories").glob("test*.parquet"))
+    assert tables == ["test-start.parquet", "test.parquet"]
     verdict = summary["no_signal"]
     assert any(remedy in r for r in verdict["remedies"])
     assert verdict["reward_counts"] == {f"{reward:g}": 2 * NO_SIGNAL_STEPS * 4 * 2}

@@ -170,11 +170,28 @@ def bench_step(
     overrides: Overrides = None,
     steps: Annotated[int, typer.Option(help="RL steps measured (median)", min=1)] = 2,
     bare: Annotated[bool, typer.Option(help="also time the bare baselines")] = True,
+    inference: Annotated[
+        str,
+        typer.Option(
+            help="rlvr: rlvr's engine samples; vllm: the same steps sampled by a vLLM server, "
+            "then by rlvr's engine, side by side (`make vllm-env` first)"
+        ),
+    ] = "rlvr",
 ) -> None:
     """Real RL steps of TASK at its defaults (its warm start first): seconds in rollouts,
     scoring and the update, tokens prompted (prefix-cached), decoded and trained, each against
     its bare figure (a batched generate of the same turn prompts; a bare forward+backward+AdamW
-    of each sequence in full). Prints one JSON line last."""
-    from rlvr.bench.step import run_step_bench
+    of each sequence in full). With --inference vllm: both engines' figures (step, rollout,
+    update and adapter-load seconds, evaluation seconds per item, vLLM's startup, both
+    processes' memory) and vLLM's ÷ rlvr's. Prints one JSON line last."""
+    from rlvr.bench.step import run_step_bench, run_step_side_by_side
 
-    _print_figures(run_step_bench(task, steps, bare, **_overrides(overrides)))
+    extra = _overrides(overrides)
+    if "inference" in extra or any(k.startswith("inference.") for k in extra):
+        _fail("bench step: choose the engine with --inference, not an inference= override")
+    if inference == "vllm":
+        _print_figures(run_step_side_by_side(task, steps, bare, **extra))
+        return
+    if inference != "rlvr":
+        _fail(f"--inference {inference!r}: expected rlvr or vllm")
+    _print_figures(run_step_bench(task, steps, bare, **extra))

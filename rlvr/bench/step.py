@@ -22,6 +22,7 @@ from openai.types.chat.chat_completion import Choice
 
 from rlvr.bench.policy import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.bench.rss import RssWatch
+from rlvr.inference.metrics import VllmMetric
 from rlvr.metrics import M, peak_rss_gb
 from rlvr.policy.backend import TorchBackend, pack_groups
 from rlvr.policy.engine import Engine
@@ -46,7 +47,14 @@ REPORTED = {
     "trained_tokens": M.TRAINED_TOKENS,
     "sequence_tokens": M.SEQUENCE_TOKENS,
     "forwarded_tokens": M.FORWARDED_TOKENS,
+    # inference=vllm only (absent, so left out, on rlvr's engine)
+    "adapter_load_s": VllmMetric.ADAPTER_LOAD_S,
+    "vllm_startup_s": VllmMetric.STARTUP_S,
+    "vllm_rss_gb": VllmMetric.RSS_GB,
+    "mismatch_kl": VllmMetric.MISMATCH_KL,
 }
+# The figures `--inference vllm` sets side by side (vLLM's ÷ rlvr's engine's).
+COMPARED = ("step_s", "rollout_s", "update_s", "eval_s_per_item")
 
 
 def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str, Any]]], int]:
@@ -115,24 +123,28 @@ async def bare_figures(engine: Engine, run: Session, batch: Batch) -> dict[str, 
     return figures
 
 
-async def bench_warm_start(run: Session, watch: RssWatch) -> float:
+async def bench_warm_start(run: Session, watch: RssWatch) -> tuple[float, float]:
     """The loop's warm start (rlvr.training.loop.warm: validation with every item in flight,
-    then the supervised steps), each its own memory phase; its seconds in all."""
+    then the supervised steps), each its own memory phase: its seconds in all, and the
+    validation's seconds per item."""
     began = time.monotonic()
     with watch.phase(EVALUATION):
         await run.evaluate_with_test("validate before warm start", Tested.START)
-    with watch.phase(WARM_START):
-        cfg = run.cfg
-        await warm_start(
-            cfg, run.scenario, run.policy.model, run.split.train, share=cfg.sft_budget_share
-        )
-    return time.monotonic() - began
+    per_item = (time.monotonic() - began) / max(1, len(run.val_items))
+    cfg = run.cfg
+    if cfg.sft_steps > 0:
+        with watch.phase(WARM_START):
+            await warm_start(
+                cfg, run.scenario, run.policy.model, run.split.train, share=cfg.sft_budget_share
+            )
+    return time.monotonic() - began, per_item
 
 
-def ratio(figures: dict[str, Any], ours: str, bare: str) -> float | None:
-    if figures.get(ours) is None or not figures.get(bare):
+def ratio(top: Any, bottom: Any) -> float | None:
+    """top ÷ bottom, rounded; None unless both are numbers and bottom is not 0."""
+    if not isinstance(top, int | float) or not isinstance(bottom, int | float) or not bottom:
         return None
-    return round(float(figures[ours]) / float(figures[bare]), 3)
+    return round(top / bottom, 3)
 
 
 async def run_step_bench(
@@ -143,7 +155,7 @@ async def run_step_bench(
         cfg = task_config(task, **overrides, run_dir=str(Path(path) / "run"))
         with RssWatch() as watch:
             async with open_session(cfg, None, None, None) as run:
-                warm_s = await bench_warm_start(run, watch) if cfg.sft_steps > 0 else None
+                warm_s, eval_s_per_item = await bench_warm_start(run, watch)
                 per_step = [await bench_one_step(run, step, bare, watch) for step in range(steps)]
     medians = {
         key: statistics.median(values)
@@ -154,11 +166,33 @@ async def run_step_bench(
         "bench": "step",
         "task": task,
         "steps": steps,
-        "warm_start_s": warm_s,
+        "warm_start_s": round(warm_s, 3),
+        "eval_s_per_item": round(eval_s_per_item, 3),
         **{k: round(v, 3) for k, v in medians.items()},
-        "rollout_vs_bare": ratio(medians, "rollout_s", "bare_generate_s"),
-        "update_vs_bare": ratio(medians, "update_s", "bare_update_s"),
+        "rollout_vs_bare": ratio(medians.get("rollout_s"), medians.get("bare_generate_s")),
+        "update_vs_bare": ratio(medians.get("update_s"), medians.get("bare_update_s")),
         PEAK_RSS: round(peak_rss_gb(), 2),
         PEAK_RSS_BY_PHASE: watch.rounded(),
         "per_step": per_step,
+    }
+
+
+async def run_step_side_by_side(
+    task: str, steps: int = 2, bare: bool = True, **overrides: Any
+) -> dict[str, Any]:
+    """The same steps of `task` sampled by a vLLM server, then by rlvr's engine, in this process
+    (vLLM first, so rlvr's own run is not measured on a heap the other left behind): each run's
+    figures, and vLLM's ÷ rlvr's for COMPARED. The vLLM server's memory is its own processes'
+    (`vllm_rss_gb`); `peak_rss_gb` is this process's high-water mark, over both runs."""
+    vllm = await run_step_bench(task, steps, False, **overrides, inference="vllm")
+    rlvr = await run_step_bench(task, steps, bare, **overrides, inference="rlvr")
+    for figures in (vllm, rlvr):
+        figures.pop("per_step")
+    return {
+        "bench": "step",
+        "task": task,
+        "steps": steps,
+        "vllm": vllm,
+        "rlvr": rlvr,
+        **{f"{key}_vllm_vs_rlvr": ratio(vllm.get(key), rlvr.get(key)) for key in COMPARED},
     }

@@ -90,7 +90,9 @@ async def run_training(
         evals = run.state.evals
         best = evals[best_eval(evals, cfg.stopping.min_delta)]
         save_best(run.policy, run.state.policy_steps.get(best.step, 0), run.run_dir)
-        untested = stop in (StopReason.JUDGE_BUDGET, StopReason.NO_SIGNAL)
+        # Without signal nothing was trained: the test results of the start and of the warm
+        # start, kept from their validations, are the whole block, and nothing is evaluated again.
+        untested = stop == StopReason.JUDGE_BUDGET
         results = (None, None) if untested else await evaluate_tests(run, best, evals[-1])
         return finish(run, stop, best, *results)
 
