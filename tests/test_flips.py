@@ -54,7 +54,14 @@ LAST = {"a": 1.0, "b": 1.0, "c": 0.0, "d": 0.0, "e": 1.0}
     ("tables", "before", "after", "won", "lost", "gain"),
     [
         # the default: after the warm start -> last; a partial score counts as a change too
-        ({"after-warm-start": WARM, "last": LAST, None: LAST}, None, "last", ["b", "e"], ["d"], 0.1),
+        (
+            {"after-warm-start": WARM, "last": LAST, None: LAST},
+            None,
+            "last",
+            ["b", "e"],
+            ["d"],
+            0.1,
+        ),
         # no warm start: from the start; no separate last table: last is the best one
         ({"start": WARM, None: LAST}, None, "last", ["b", "e"], ["d"], 0.1),
         ({"start": LAST, None: WARM}, "start", "best", ["d"], ["b", "e"], -0.1),
