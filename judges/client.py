@@ -59,6 +59,8 @@ litellm.suppress_debug_info = True
 T = TypeVar("T")
 
 LOCAL_JUDGE = "local"
+# judge=vllm before the run's vLLM servers are up (JudgeClient.serve_from names the real one).
+UNSERVED = "openai/vllm-judge-not-served-yet"
 # The name the local engine is addressed by (judges.server.SERVED_NAME, through litellm's openai/).
 LOCAL_MODEL_ID = "openai/smollm2-135m-judge"
 REMOTE_TIMEOUT_S = 120.0
@@ -136,7 +138,11 @@ class JudgeSettings(BaseModel):
 
     @classmethod
     def from_config(cls, cfg: TrainConfig) -> JudgeSettings:
-        local = cfg.judge.model == LOCAL_JUDGE
+        from rlvr.config import VLLM_JUDGE
+
+        served = cfg.judge.model == VLLM_JUDGE  # the run's vLLM servers, named by serve_from
+        # Both are engines of this machine: free, slow on a CPU, decoding by the whole schema.
+        local = cfg.judge.model == LOCAL_JUDGE or served
         dialect = {
             "auto": Dialect.JSON_SCHEMA,
             "json_schema": Dialect.JSON_SCHEMA,
@@ -145,7 +151,7 @@ class JudgeSettings(BaseModel):
         default_timeout_s = LOCAL_TIMEOUT_S if local else REMOTE_TIMEOUT_S
         timeout_s = default_timeout_s if cfg.judge.timeout_s is None else cfg.judge.timeout_s
         return cls(
-            model=LOCAL_MODEL_ID if local else cfg.judge.model,
+            model=UNSERVED if served else LOCAL_MODEL_ID if local else cfg.judge.model,
             api_base=cfg.judge.base_url,
             dialect=dialect,
             pinned=local or dialect is Dialect.JSON_OBJECT,
@@ -359,6 +365,15 @@ class JudgeClient:
         keys = [m.value for m in JudgeMetric] + [judge_fault_metric(kind) for kind in FaultKind]
         return {key: float(counts.get(key, 0)) for key in keys}
 
+    def serve_from(self, base_url: str, api_key: str, model: str) -> None:
+        """Ask `model` at `base_url` (OpenAI-compatible, bearer `api_key`) from now on: the run's
+        own vLLM servers for judge=vllm, which decode the reply by its JSON schema (vLLM's
+        structured outputs)."""
+        self.settings = self.settings.model_copy(
+            update={"model": f"openai/{model}", "api_base": base_url}
+        )
+        self._endpoint_key = api_key
+
     async def api_base(self, verify: bool = False) -> str | None:
         """Where requests go; for the local engine this starts it (once) and waits until it
         answers. `verify` replaces a local engine that no longer answers."""
@@ -379,6 +394,12 @@ class JudgeClient:
         scores it clamped; raises InvalidOutput), retrying what is worth retrying.
 
         Raises JudgeFailure after the retries, BudgetExhausted at the spend cap."""
+        if self.settings.model == UNSERVED:
+            raise JudgeFailure(
+                FaultKind.CONNECTION,
+                "judge=vllm: asked before the run's vLLM servers were up (the judge answers from "
+                "the run's policy servers once the policy is open)",
+            )
         # Outside the retry loop: a local engine that cannot start is a setup error, not a fault
         # to retry. One that died is started again here, by the next request.
         api_base = await self.api_base()

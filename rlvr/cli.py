@@ -216,7 +216,7 @@ def preflight(
     """Roll out and score a few training items as the run would; exit 1 if GRPO would have
     nothing to learn from on what the run trains on (for a task with a warm start: its
     demonstrations, checked by the task and scored beside the untrained samples)."""
-    from rlvr.training.preflight import describe, verdict
+    from rlvr.training.preflight import describe, suggestions, verdict
     from rlvr.training.preflight import preflight as run_preflight
 
     if not task:
@@ -230,6 +230,8 @@ def preflight(
     console.print(f"judged: {judged.judged}", highlight=False, markup=False)
     for warning in judged.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    for suggestion in suggestions(report, cfg):
+        console.print(f"suggest {suggestion.line()}", highlight=False, markup=False)
     if not judged.ok:
         fail(judged.message, code=1)
     console.print(f"[green]{escape(judged.message)}[/]", highlight=False)

@@ -36,13 +36,19 @@ class ConfigError(ValueError):
         super().__init__(redact_error(message))
 
 
+# judge=vllm: the judge asks the run's own vLLM servers (the policy's base weights).
+VLLM_JUDGE = "vllm"
+
+
 class JudgeConfig(BaseModel):
     """The judge a judged scorer calls (`judge.KEY=value`; read by the judges package only)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = Field(
-        "local", description="'local' (rlvr's engine on 127.0.0.1), 'none', or a litellm model id"
+        "local",
+        description="'local' (rlvr's engine on 127.0.0.1), 'vllm' (the run's own vLLM servers, "
+        "base weights; needs inference=vllm), 'none', or a litellm model id",
     )
     temperature: float = Field(0.0, ge=0.0, le=2.0, description="the judge's sampling temperature")
     max_retries: int = Field(
@@ -116,6 +122,13 @@ class StoppingConfig(BaseModel):
         1.0,
         ge=0,
         description="a trend keeps the run going while its slope exceeds this many standard errors",
+    )
+    min_budget_share: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="share of the run's budget (max_minutes, else max_steps) spent before the "
+        "plateau stop may end it: a slow learner gets its chance (0 = the plateau rule alone)",
     )
 
 
@@ -432,6 +445,11 @@ class TrainConfig(BaseModel):
             raise ValueError(
                 f"inference=vllm serves rlvr's trainer's adapters: it needs backend=local, "
                 f"not backend={self.backend}"
+            )
+        if self.judge.model == VLLM_JUDGE and self.inference.engine != "vllm":
+            raise ValueError(
+                "judge=vllm asks the run's own vLLM servers: it needs inference=vllm "
+                f"(inference is {self.inference.engine})"
             )
         return self
 

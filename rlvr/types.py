@@ -179,6 +179,14 @@ class Judge(Protocol):
     def max_usd(self) -> float | None: ...
 
 
+@runtime_checkable
+class ServedJudge(Protocol):
+    """A judge that asks the run's own inference servers (`judge=vllm`): they start with the
+    policy, after the judge is opened, so the session tells it where they are."""
+
+    def serve_from(self, base_url: str, api_key: str, model: str) -> None: ...
+
+
 class BudgetExhausted(RuntimeError):
     """Raised by a judge when the configured spend cap is reached; ends the run cleanly
     with stop_reason=judge_budget."""

@@ -93,3 +93,48 @@ def test_a_resumed_run_reads_its_early_test_results_back(tmp_path: Path) -> None
 def test_a_named_table_that_is_missing_is_left_for_the_end(tmp_path: Path) -> None:
     store.write_trajectories(tmp_path, layout.test_name(st.Tested.START), table_rows({"a": 1.0}))
     assert set(read_early_tests(tmp_path, history(True))) == {st.Tested.START}
+
+
+def flat_history(evaluations: int, seconds_each: float) -> list[dict[str, Any]]:
+    """Validation flat at 0.3 for `evaluations` evaluations, one step apart, `seconds_each`
+    apart on the wall clock: the plateau rule alone would stop it after `patience` of them."""
+    rows: list[dict[str, Any]] = []
+    for step in range(evaluations):
+        wall = seconds_each * (step + 1)
+        if step:
+            rows.append({M.STEP: step, M.REWARD_MEAN: 0.2, M.WALL_SECONDS: wall - 1})
+        rows.append(
+            {
+                M.STEP: step,
+                M.VAL_ACCURACY: 0.3,
+                M.POLICY_STEP: step,
+                M.WALL_SECONDS: wall,
+                M.EVAL_SECONDS: 1.0,
+                M.EVAL_ITEM_SECONDS: 0.01,
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("settings", "seconds_each", "expected"),
+    [
+        # 4 evaluations 30 s apart: 120 s of a 10-minute budget spent, the plateau waits
+        ({"max_minutes": 10}, 30.0, None),
+        # the same history 90 s apart: 360 s of 600 spent, over half: the plateau stops it
+        ({"max_minutes": 10}, 90.0, StopReason.PLATEAU),
+        # no time budget: the share of max_steps (3 of 40 steps; 3 of 5)
+        ({"max_steps": 40}, 30.0, None),
+        ({"max_steps": 5}, 30.0, StopReason.PLATEAU),
+        # 0: the plateau rule alone
+        ({"max_minutes": 10, "stopping.min_budget_share": 0.0}, 30.0, StopReason.PLATEAU),
+    ],
+    ids=["time-left", "time-spent", "steps-left", "steps-spent", "share-0"],
+)
+def test_the_plateau_stop_waits_for_a_share_of_the_budget(
+    settings: dict[str, Any], seconds_each: float, expected: StopReason | None
+) -> None:
+    rows = flat_history(4, seconds_each)
+    cfg = TrainConfig(**{"eval_every": 1, "stopping.rule": "best", **settings})
+    state = restore_state(rows)
+    assert stop_after_eval(cfg, state, rows, test_items=10, val_items=10) == expected

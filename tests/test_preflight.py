@@ -15,7 +15,9 @@ from rlvr.training.preflight import (
     PreflightReport,
     Rewards,
     describe,
+    no_spread_chance,
     rewards_of,
+    suggestions,
     verdict,
 )
 
@@ -179,6 +181,59 @@ def test_rewards_of_counts_the_groups_a_scorer_skipped() -> None:
     assert counted.all_zero == 1 and counted.constant
 
 
+# --- suggestions ----------------------------------------------------------------------------------
+
+
+def measured(
+    values: list[float], truncated: float = 0.0, val_items: int = 200, group_size: int = 8
+) -> PreflightReport:
+    base = report(rewards(*values)).model_copy(
+        update={"val_items": val_items, "group_size": group_size}
+    )
+    return base.model_copy(
+        update={"samples": base.samples.model_copy(update={"truncated_rate": truncated})}
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "truncated", "val_items", "settings", "expected"),
+    [
+        # spread, room and a large validation: nothing to suggest
+        ([0.0, 1.0] * 8, 0.0, 200, {}, []),
+        # a third of the replies were cut at 48 tokens
+        ([0.0, 1.0] * 8, 0.33, 200, {}, [("max_tokens", "96", "33% of the samples were cut")]),
+        # mean 1/16: a group of 8 is all-0 60% of the time; 16 halves it (36%)
+        ([1.0] + [0.0] * 15, 0.0, 200, {}, [("group_size", "16", "all equal 60% of the time")]),
+        # mean 0.5 on 40 validation items: ±0.16 of noise; 100 items resolve 0.1
+        ([0.0, 1.0] * 8, 0.0, 40, {}, [("validation items", "100 or more", "±0.16")]),
+        # a constant reward: the verdict's business, not a size to suggest
+        ([0.0] * 16, 0.0, 200, {}, []),
+    ],
+    ids=["none", "cut-replies", "rare-successes", "small-validation", "constant"],
+)
+def test_preflight_suggests_what_its_measurements_argue_for(
+    values: list[float],
+    truncated: float,
+    val_items: int,
+    settings: dict[str, object],
+    expected: list[tuple[str, str, str]],
+) -> None:
+    from rlvr.config import TrainConfig
+
+    cfg = TrainConfig(task="math", **settings)
+    found = suggestions(measured(values, truncated, val_items, cfg.group_size), cfg)
+    assert [(s.key, s.value.split(" (")[0]) for s in found] == [(k, v) for k, v, _ in expected]
+    for suggestion, (_, _, why) in zip(found, expected, strict=True):
+        assert why in suggestion.why, suggestion.why
+
+
+@pytest.mark.parametrize(
+    ("mean", "size", "chance"), [(0.5, 2, 0.5), (0.1, 8, 0.430), (1.0, 4, 1.0)]
+)
+def test_the_chance_a_pass_fail_group_is_all_equal(mean: float, size: int, chance: float) -> None:
+    assert no_spread_chance(mean, size) == pytest.approx(chance, abs=1e-3)
+
+
 # --- for real -------------------------------------------------------------------------------------
 
 
@@ -235,3 +290,14 @@ def test_preflight_of_multihop_at_its_defaults_judges_the_warm_start() -> None:
     assert "constant (" not in out
     assert "judged: 1 demonstration of the 12-step warm start the run trains from" in out
     assert "1 of 1 demonstrations pass the task's own check" in out
+
+
+@pytest.mark.slow
+def test_preflight_suggests_room_and_a_larger_validation_for_real() -> None:
+    """Math at 4 new tokens: most replies are cut; 4 validation items cannot see a change."""
+    code, out = preflight_cli(
+        "math", "--items", "2", "group_size=2", "max_tokens=4", "num_items=40", "judge=none"
+    )
+    assert code in (0, 1), out[-3000:]
+    assert "suggest max_tokens=8: " in out and "were cut at max_tokens=4" in out, out[-3000:]
+    assert "suggest validation items=" in out and "a validation of 4 items" in out, out[-3000:]

@@ -147,6 +147,7 @@ def chat(url: str, key: str, model: str, content: str, **extra: Any) -> httpx.Re
         (["inference.urls=[ftp://a:1]"], "is not an http:// or https:// URL"),
         (["inference=vllm", "backend=tinker"], "it needs backend=local"),
         (["inference=rlvr", "inference.urls=[http://127.0.0.1:1]"], "needs inference.engine=vllm"),
+        (["judge=vllm"], "judge=vllm asks the run's own vLLM servers: it needs inference=vllm"),
     ],
 )
 def test_bad_inference_config_is_one_line(pairs: list[str], says: str) -> None:
@@ -414,6 +415,60 @@ def test_logprob_mismatch_is_reported(trained: Path) -> None:
         kl = row[VllmMetric.MISMATCH_KL]
         assert math.isfinite(kl) and 0 <= kl < 0.05
         assert row["train/sampler_kl"] == kl
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_the_judge_asks_the_run_servers_with_guided_decoding(owner: Owner) -> None:
+    """judge=vllm: the judge client asks the base weights (`run@0`) through the run's router;
+    vLLM decodes each reply by its JSON schema, so even the 135M model answers in shape, first
+    time, every time."""
+    from judges.client import JudgeClient, JudgeSettings
+    from rlvr.types import ServedJudge
+
+    cfg = parse_overrides(["inference=vllm", "judge=vllm", "judge.max_retries=0"])
+    endpoints = [Endpoint(s.url, s.key, "base", None) for s in owner.servers]
+    pool = ServerPool("m", endpoints, lambda step: Path("/nonexistent"), lambda: 0)
+    router = ServerThread(create_router(pool, "router-key"))
+    router.start()
+    judge = JudgeClient(JudgeSettings.from_config(cfg))
+    assert isinstance(judge, ServedJudge)
+    judge.serve_from(router.base_url, "router-key", "m@0")
+    schema = {
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["correct", "wrong"]},
+            "score": {"type": "integer", "minimum": 0, "maximum": 9},
+        },
+        "required": ["verdict", "score"],
+        "additionalProperties": False,
+    }
+
+    def parse(value: Any) -> tuple[tuple[str, int], int]:
+        assert isinstance(value, dict) and set(value) == {"verdict", "score"}, value
+        return (value["verdict"], value["score"]), 0
+
+    async def ask() -> list[Any]:
+        question = [{"role": "user", "content": "Is 7+5=12? Judge it."}]
+        return await asyncio.gather(
+            *(
+                judge.complete(question, name="verdict", schema=schema, parse=parse)
+                for _ in range(4)
+            )
+        )
+
+    try:
+        replies = asyncio.run(ask())
+    finally:
+        router.stop()
+    for reply in replies:
+        verdict, score = reply.value
+        assert verdict in ("correct", "wrong") and 0 <= score <= 9
+        assert reply.attempts == 1 and reply.cost_usd == 0.0
+        # compact JSON (no whitespace between fields): a few tokens, not a context of newlines
+        assert reply.completion_tokens < 40, reply.completion_tokens
+    counts = judge.pop_metrics()
+    assert counts["judge/calls"] == 4 and counts["judge/retries"] == 0
 
 
 @pytest.mark.slow

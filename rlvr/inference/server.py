@@ -141,6 +141,10 @@ def server_command(python: Path, spec: ServerSpec, port: int) -> list[str]:
         "--enable-auto-tool-choice",
         "--tool-call-parser",
         "hermes",
+        # A judge's JSON (judge=vllm) decoded compactly: with whitespace allowed between fields, a
+        # small model can fill its whole context with newlines inside a valid reply.
+        "--structured-outputs-config",
+        '{"backend": "xgrammar", "disable_any_whitespace": true}',
         "--disable-uvicorn-access-log",
     ]
 

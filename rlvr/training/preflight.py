@@ -16,6 +16,7 @@ run's `Session` (its traced rollout, rollout limit and failure log), in a throwa
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from collections import Counter
@@ -101,6 +102,7 @@ class PreflightReport(BaseModel):
     demos: Demonstrations | None  # None: no warm start, or judged after one
     clipped: int  # rewards clipped to a verifier contract's [0, 1]
     reward_errors: int
+    val_items: int = 0  # items each validation of the run evaluates (0: not known)
 
     @property
     def sampled_from(self) -> str:
@@ -177,6 +179,76 @@ def samples_verdict(report: PreflightReport) -> Verdict:
     )
 
 
+class Suggestion(BaseModel):
+    """A setting preflight's measurements argue for, and the measurement."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    value: str
+    why: str
+
+    def line(self) -> str:
+        return f"{self.key}={self.value}: {self.why}"
+
+
+CUT_SHARE = 0.1  # samples cut at max_tokens above this share: the replies need room
+SPREAD_WANTED = 0.5  # a group should show reward spread at least this often
+GROUP_SIZES = (4, 8, 16, 32)
+# A validation should resolve a change of this size: two standard errors of one evaluation's mean.
+RESOLVED_CHANGE = 0.1
+
+
+def no_spread_chance(mean: float, group_size: int) -> float:
+    """The chance that a group of pass/fail rewards with success rate `mean` is all equal."""
+    return float(mean**group_size + (1 - mean) ** group_size)
+
+
+def suggestions(report: PreflightReport, cfg: TrainConfig) -> list[Suggestion]:
+    """Settings the measured rewards argue for: room for replies that were cut, groups large
+    enough to show reward spread, and validations large enough to see a change of
+    RESOLVED_CHANGE (pure: the report and the config alone)."""
+    s, found = report.samples, []
+    if s.truncated_rate > CUT_SHARE:
+        found.append(
+            Suggestion(
+                key="max_tokens",
+                value=str(cfg.max_tokens * 2),
+                why=f"{s.truncated_rate:.0%} of the samples were cut at max_tokens={cfg.max_tokens}",
+            )
+        )
+    mean = statistics.mean(s.rewards) if s.rewards else 0.0
+    if 0 < mean < 1 and no_spread_chance(mean, cfg.group_size) > SPREAD_WANTED:
+        size = next(
+            (g for g in GROUP_SIZES if no_spread_chance(mean, g) <= SPREAD_WANTED), GROUP_SIZES[-1]
+        )
+        if size > cfg.group_size:
+            found.append(
+                Suggestion(
+                    key="group_size",
+                    value=str(size),
+                    why=f"at a mean reward of {mean:.2f}, a group of {cfg.group_size} is all "
+                    f"equal {no_spread_chance(mean, cfg.group_size):.0%} of the time and "
+                    f"teaches nothing; a group of {size}, "
+                    f"{no_spread_chance(mean, size):.0%}",
+                )
+            )
+    spread = min(max(mean, 0.05), 0.95)  # an accuracy near the samples' mean reward
+    needed = math.ceil(spread * (1 - spread) * (2 / RESOLVED_CHANGE) ** 2)
+    if report.val_items and report.val_items < needed:
+        noise = 2 * math.sqrt(spread * (1 - spread) / report.val_items)
+        found.append(
+            Suggestion(
+                key="validation items",
+                value=f"{needed} or more (max_val_items, val_ratio, or the task's item count)",
+                why=f"a validation of {report.val_items} items at about {spread:.2f} moves by "
+                f"±{noise:.2f} on noise alone; {needed} items resolve a change of "
+                f"{RESOLVED_CHANGE:g}",
+            )
+        )
+    return found
+
+
 def describe(report: PreflightReport) -> list[str]:
     """The report in the lines `rlvr preflight` prints before its verdict."""
     s = report.samples
@@ -221,6 +293,7 @@ async def preflight(
             run.split,
         )
         batch = random.Random(cfg.seed).sample(split.train, min(items, len(split.train)))
+        val_items = len(run.val_items)
         trained = None
         if warm_steps > 0:
             short = cfg.model_copy(update={"sft_steps": warm_steps})
@@ -255,6 +328,7 @@ async def preflight(
         demos=demos,
         clipped=int(counts.get(M.REWARD_CLIPPED, 0)),
         reward_errors=int(counts.get(M.REWARD_ERRORS, 0)),
+        val_items=val_items,
     )
 
 

@@ -26,12 +26,12 @@ from typing import Any, Literal
 import art
 import polars as pl
 
-from rlvr.config import TrainConfig
+from rlvr.config import VLLM_JUDGE, TrainConfig
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.runs import layout, runlock, store
-from rlvr.tasks.api import Task
+from rlvr.tasks.api import Task, settings_line
 from rlvr.tasks.plugins import open_judge, resolve_task
 from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
 from rlvr.training.backends import (
@@ -67,7 +67,7 @@ from rlvr.training.stopping import (
     val_trend,
 )
 from rlvr.training.warmstart import check_can_demonstrate
-from rlvr.types import Item, Judge, Sampling, Scenario, Scorer
+from rlvr.types import Item, Judge, Sampling, Scenario, Scorer, ServedJudge
 
 
 async def build_scenario(
@@ -83,6 +83,9 @@ async def build_scenario(
     judge = await stack.enter_async_context(open_judge(cfg))
     built = task.build(cfg, judge) if task is not None else scenario
     assert isinstance(built, Scenario)
+    if not resuming:  # a fresh run says where its settings came from
+        defaults = task.defaults if task is not None else {}
+        console.print(settings_line(cfg, defaults), highlight=False, markup=False)
     return cfg, built, judge
 
 
@@ -330,7 +333,19 @@ async def open_session(
             highlight=False,
         )
         policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        await serve_judge(cfg, judge, policy)
         yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy, compared)
+
+
+async def serve_judge(cfg: TrainConfig, judge: Judge | None, policy: Policy) -> None:
+    """judge=vllm: the judge asks the policy's vLLM servers for the base weights (the run's
+    model at step 0, through the router the rollouts use, so it shares their fail-over)."""
+    model = policy.model
+    if cfg.judge.model != VLLM_JUDGE or not isinstance(judge, ServedJudge):
+        return
+    if model.inference_base_url is None or model.inference_api_key is None:
+        raise RunFailed("judge=vllm: the policy registered no endpoint for the judge to ask")
+    judge.serve_from(model.inference_base_url, model.inference_api_key, f"{model.name}@0")
 
 
 async def quiet_session(

@@ -12,7 +12,14 @@ from pydantic import BaseModel, ConfigDict
 from rlvr.config import TrainConfig
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.training.pool import History, Outcome, record
-from rlvr.training.stopping import Alarm, AlarmName, EvalPoint, out_of_time, plateau
+from rlvr.training.stopping import (
+    Alarm,
+    AlarmName,
+    EvalPoint,
+    budget_spent,
+    out_of_time,
+    plateau,
+)
 from rlvr.training.warmstart import WarmMetric
 
 
@@ -110,7 +117,8 @@ def stop_after_eval(
     evals = [r for r in rows if M.VAL_ACCURACY in r]
     if hacking and cfg.stopping.on_divergence == "stop":
         return StopReason.REWARD_HACKING
-    if plateau(
+    spent = budget_spent(state.step, cfg.max_steps, evals[-1][M.WALL_SECONDS], cfg.max_minutes)
+    if spent >= rules.min_budget_share and plateau(
         state.evals, rules.patience, rules.min_delta, rules.rule, rules.trend_window, rules.trend_z
     ):
         return StopReason.PLATEAU

@@ -361,3 +361,11 @@ def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool
         return False
     now = eval_walls[-1]
     return now + (now - eval_walls[-2]) + test_s > budget_s
+
+
+def budget_spent(step: int, max_steps: int, wall_s: float, max_minutes: float | None) -> float:
+    """The share of the run's budget spent: of max_minutes where the run has one (time is what
+    ends it), else of max_steps."""
+    if max_minutes is not None:
+        return min(1.0, wall_s / (max_minutes * 60))
+    return min(1.0, step / max_steps)
