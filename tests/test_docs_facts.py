@@ -140,7 +140,7 @@ def max_refill_default(groups: tuple[str, ...]) -> None:
 
 
 def no_signal_steps(groups: tuple[str, ...]) -> None:
-    from rlvr.training.state import NO_SIGNAL_STEPS
+    from rlvr.training.stop_rules import NO_SIGNAL_STEPS
 
     assert number(groups[0]) == NO_SIGNAL_STEPS
 
@@ -164,7 +164,7 @@ def plateau_rule(groups: tuple[str, ...]) -> None:
 
 
 def counted_gain(groups: tuple[str, ...]) -> None:
-    from rlvr.training.stopping import EvalPoint, gain_threshold
+    from rlvr.training.trends import EvalPoint, gain_threshold
 
     stated, items, percent = number(groups[0]), int(number(groups[1])), number(groups[2])
     point = EvalPoint(step=0, val=percent / 100, val_items=items)
@@ -172,7 +172,7 @@ def counted_gain(groups: tuple[str, ...]) -> None:
 
 
 def fall_noise(groups: tuple[str, ...]) -> None:
-    from rlvr.training.stopping import EvalPoint, val_noise
+    from rlvr.training.trends import EvalPoint, val_noise
 
     stated, items = number(groups[0]), int(number(groups[1]))
     assert round(val_noise([EvalPoint(step=0, val=0.5, val_items=items)]), 2) == stated
@@ -187,7 +187,8 @@ def warm_share(groups: tuple[str, ...]) -> None:
 
 
 def warm_cut_message(groups: tuple[str, ...]) -> None:
-    from rlvr.training.warmstart import WarmMetric, print_cut
+    from rlvr.metrics import WarmMetric
+    from rlvr.training.warmstart import print_cut
 
     share, minutes = number(groups[1]) / 100, number(groups[2])
     row: dict[str, float | None] = {
@@ -354,9 +355,8 @@ METRIC = re.compile(r"`((?:train|val|judge|sampling|pool|time|sys|warm|ruler|rub
 
 
 def metric_keys() -> set[str]:
-    from rlvr.metrics import ALARM_PREFIX, JudgeMetric, M, RubricMetric, RulerMetric
-    from rlvr.training.stopping import AlarmName
-    from rlvr.training.warmstart import WarmMetric
+    from rlvr.metrics import ALARM_PREFIX, JudgeMetric, M, RubricMetric, RulerMetric, WarmMetric
+    from rlvr.runs.records import AlarmName
 
     enums = (M, JudgeMetric, RulerMetric, RubricMetric)
     keys = {str(k) for enum in enums for k in enum}
@@ -405,8 +405,8 @@ def test_every_file_a_run_writes_is_named_by_the_layout() -> None:
 
 def test_every_summary_key_the_docs_name_is_written() -> None:
     from rlvr.paired import test_block
+    from rlvr.runs.records import RunResult
     from rlvr.training import loop
-    from rlvr.training.state import RunResult
 
     row = re.search(r"\| `summary\.json` \| (.*?) \|", section(WRITES))
     assert row

@@ -11,17 +11,19 @@ from typing import Any
 import pytest
 
 from rlvr.config import TrainConfig
-from rlvr.metrics import M
+from rlvr.metrics import M, WarmMetric
 from rlvr.runs import layout, store
+from rlvr.runs.records import StopReason
 from rlvr.training import state as st
 from rlvr.training.session import read_early_tests
-from rlvr.training.state import StopReason, early_tested, restore_state, stop_after_eval
-from rlvr.training.warmstart import WarmMetric
+from rlvr.training.state import early_tested, restore_state
+from rlvr.training.stop_rules import stop_after_eval
+from rlvr.runs.records import Row, parse_row
 
 WARM_POLICY_STEP = 3
 
 
-def history(marked: bool) -> list[dict[str, Any]]:
+def history(marked: bool) -> list[Row]:
     """A run with a warm start, validated at 0 (wall 100 s) and 2 (wall 200 s), 1 s an item;
     `marked`: its rows name the test splits evaluated beside the two first validations."""
     warm = {M.STEP: 0, WarmMetric.SECONDS: 50.0, M.POLICY_STEP: WARM_POLICY_STEP}
@@ -39,7 +41,7 @@ def history(marked: bool) -> list[dict[str, Any]]:
     steps = [{M.STEP: s, M.REWARD_MEAN: 0.5, M.WALL_SECONDS: 100.0 + 40 * s} for s in (1, 2)]
     val2 = {**val0, M.STEP: 2, M.POLICY_STEP: 5, M.WALL_SECONDS: 200.0, M.VAL_ACCURACY: 0.35}
     val2.pop(M.TEST_CHECKPOINT, None)
-    return [warm, val0, *steps, val2]
+    return [parse_row(r) for r in (warm, val0, *steps, val2)]
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@
 - `output`: what a run prints.
 """
 
+from rlvr.runs.records import RunResult, StopReason
 from rlvr.training.loop import evaluate_run, evaluate_samples, run_training
-from rlvr.training.state import RunResult, StopReason
 
 __all__ = ["RunResult", "StopReason", "evaluate_run", "evaluate_samples", "run_training"]

@@ -25,12 +25,12 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from rlvr.config import TrainConfig
-from rlvr.metrics import M, group_stats
+from rlvr.metrics import M, WarmMetric, group_stats
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import require_some
 from rlvr.training.progress import Progress, console
 from rlvr.training.session import open_scratch
-from rlvr.training.warmstart import WarmMetric, check_can_demonstrate, demonstrated, warm_start
+from rlvr.training.warmstart import check_can_demonstrate, demonstrated, warm_start
 from rlvr.types import Item, Sampling, Scenario, Scorer
 
 

@@ -160,5 +160,3 @@ def val_noise(points: list[EvalPoint]) -> float:
     items at 50 % accuracy), so it cannot stop a run as reward hacking. For a check that is not
     an accuracy (ART's idiom without one: the rollout's own reward) the measured spread counts."""
     return math.sqrt(2) * item_noise(points)
-
-

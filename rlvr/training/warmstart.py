@@ -30,6 +30,7 @@ from rich.console import Console
 
 from rlvr import art_private
 from rlvr.config import ConfigError, TrainConfig
+from rlvr.metrics import WarmMetric
 from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
 from rlvr.types import Item, Scenario
 
@@ -39,23 +40,6 @@ WARM_SHARE: float = TrainConfig.model_fields["sft_budget_share"].default
 CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be loaded
 
 TokenCount = Callable[[art.Trajectory], int]
-
-
-class WarmMetric:
-    """Keys of the warm-start row in metrics.jsonl (written once, before the baseline)."""
-
-    DEMONSTRATIONS = "warm/demonstrations"  # demonstrations trained on (correct ones only)
-    REJECTED = "warm/rejected"  # demonstrations the ground truth failed (left out)
-    LOSS_FIRST = "warm/loss_first"  # cross-entropy per assistant token, first batch
-    LOSS_LAST = "warm/loss_last"  # ... last batch (measured before its update)
-    VAL_BEFORE = "warm/val_before"  # validation accuracy before the warm start
-    SECONDS = "warm/seconds"
-    STEPS = "warm/steps"  # SFT steps trained
-    STEPS_PLANNED = "warm/steps_planned"  # ... the steps its demonstrations made
-    TOKENS = "warm/tokens"  # tokens of the demonstrations trained on (prompts and replies)
-    TOKENS_PLANNED = "warm/tokens_planned"  # ... of all the demonstrations made
-    BUDGET_S = "warm/budget_s"  # the seconds it could take (share of max_minutes; None: no cap)
-    CUT = "warm/cut"  # 1 when the budget cut it short, else 0
 
 
 def check_can_demonstrate(cfg: TrainConfig, scenario: Scenario) -> None:
