@@ -412,7 +412,7 @@ def test_every_summary_key_the_docs_name_is_written() -> None:
     assert row
     named = set(re.findall(r"`(\w+)`", row.group(1)))
     start = {str(i): float(i % 2) for i in range(8)}
-    block = test_block(start, start, start, start)
+    block = test_block(start, start, start, start).model_dump(exclude_unset=True)
     suffixes = {s for k in block for s in ("_ci95", "_p") if k.endswith(s)}
     literals = set(re.findall(r'"(\w+)"', inspect.getsource(loop.finish)))
     assert named <= set(RunResult.model_fields) | set(block) | suffixes | literals, sorted(

@@ -13,12 +13,11 @@ import pytest
 from rlvr.config import TrainConfig
 from rlvr.metrics import M, WarmMetric
 from rlvr.runs import layout, store
-from rlvr.runs.records import StopReason
+from rlvr.runs.records import Row, StopReason, parse_row
 from rlvr.training import state as st
 from rlvr.training.session import read_early_tests
 from rlvr.training.state import early_tested, restore_state
 from rlvr.training.stop_rules import stop_after_eval
-from rlvr.runs.records import Row, parse_row
 
 WARM_POLICY_STEP = 3
 

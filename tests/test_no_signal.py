@@ -13,9 +13,9 @@ import pytest
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from rlvr.runs.records import parse_row
 from rlvr.tasks.api import scenario
 from rlvr.training import run_training
-from rlvr.runs.records import parse_row
 from rlvr.training.stop_rules import NO_SIGNAL_STEPS, no_signal_stop, no_signal_verdict
 
 

@@ -151,7 +151,8 @@ def story_lines(rows: list[Row], summary: RunResult | None) -> list[str]:
         ]
         lines.append(f"test ({block.items} paired items): " + " -> ".join(shown))
         lines += [gain.words(block.items) for gain in gains(summary)]
-        if block.last is None and block.gain_last is not None:
+        # a block written with the last checkpoint's keys empty: the last one was the best
+        if block.last is None and "gain_last" in block.model_fields_set:
             lines.append("the last checkpoint is the best one")
     return lines
 

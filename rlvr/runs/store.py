@@ -195,8 +195,10 @@ def read_summary(run_dir: Path) -> RunResult:
     except ValidationError as error:
         first = error.errors()[0]
         key = ".".join(str(part) for part in first["loc"])
+        found = first.get("input")
+        shown = "" if isinstance(found, dict) else f" is {found!r}"
         raise RunDamaged(
-            f"{path}: {key}: {first['msg'].lower()}; expected the summary of a finished run"
+            f"{path}: {key}{shown}: {first['msg'].lower()}; expected the summary of a finished run"
         ) from None
 
 
