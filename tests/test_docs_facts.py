@@ -188,16 +188,20 @@ def warm_share(groups: tuple[str, ...]) -> None:
 
 def warm_cut_message(groups: tuple[str, ...]) -> None:
     from rlvr.metrics import WarmMetric
+    from rlvr.runs.records import WarmStartRow
     from rlvr.training.warmstart import print_cut
 
     share, minutes = number(groups[1]) / 100, number(groups[2])
-    row: dict[str, float | None] = {
-        WarmMetric.BUDGET_S: minutes * 60 * share,
-        WarmMetric.STEPS: 8,
-        WarmMetric.STEPS_PLANNED: 12,
-        WarmMetric.TOKENS: 8000,
-        WarmMetric.TOKENS_PLANNED: 12000,
-    }
+    row = WarmStartRow.model_validate(
+        {
+            WarmMetric.SECONDS: minutes * 60 * share,
+            WarmMetric.BUDGET_S: minutes * 60 * share,
+            WarmMetric.STEPS: 8,
+            WarmMetric.STEPS_PLANNED: 12,
+            WarmMetric.TOKENS: 8000,
+            WarmMetric.TOKENS_PLANNED: 12000,
+        }
+    )
     out = io.StringIO()
     print_cut(row, minutes, share, Console(file=out, width=400))
     assert groups[0] in out.getvalue()

@@ -6,11 +6,16 @@ import pytest
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
-from rlvr.runs.records import RunResult, StopReason, parse_row
 from rlvr.runs import store
+from rlvr.runs.records import RunResult, StepRow, StopReason, parse_row
 from rlvr.runs.report import plot_report
 from rlvr.training.hints import decision_hints
 from rlvr.training.output import CUT_CALLS, truncation_detail
+
+
+def hints_of(metrics: dict, cfg: TrainConfig) -> list[str]:
+    """The hints of a step whose row holds `metrics`."""
+    return decision_hints(StepRow.model_validate({M.REWARD_MEAN: 0.0, **metrics}), cfg)
 
 
 def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
@@ -124,14 +129,14 @@ def test_report_png_is_written(tmp_path):
         ),
     ],
 )
-def test_decision_hints(metrics, expected):
-    hints = decision_hints(metrics, TrainConfig())
+def test_hints_of(metrics, expected):
+    hints = hints_of(metrics, TrainConfig())
     assert any(expected in h for h in hints), hints
 
 
 def test_hints_tolerate_a_step_without_training():
     assert (
-        decision_hints(
+        hints_of(
             {
                 M.GROUPS: 2,
                 M.ALL_ZERO: 0,
@@ -147,7 +152,7 @@ def test_hints_tolerate_a_step_without_training():
 
 def test_no_hints_on_a_healthy_step():
     assert (
-        decision_hints(
+        hints_of(
             {
                 M.GROUPS: 8,
                 M.ALL_ZERO: 1,
@@ -165,9 +170,9 @@ def test_no_hints_on_a_healthy_step():
 
 def test_a_lenient_scorer_is_not_called_converged():
     metrics = {M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01}
-    assert not any("converged" in h for h in decision_hints(metrics, TrainConfig()))
+    assert not any("converged" in h for h in hints_of(metrics, TrainConfig()))
     agreeing = {**metrics, M.INDEPENDENT: 0.8}  # the reward is earned: no lenience hint
-    assert not any("wrong answers" in h for h in decision_hints(agreeing, TrainConfig()))
+    assert not any("wrong answers" in h for h in hints_of(agreeing, TrainConfig()))
 
 
 @pytest.mark.parametrize(

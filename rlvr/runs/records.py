@@ -113,7 +113,13 @@ class StepRow(Row):
     truncated_rate: float | None = Field(None, alias=M.TRUNCATED_RATE)
     looping_rate: float | None = Field(None, alias=M.LOOPING_RATE)
     skipped: int | None = Field(None, alias=M.SKIPPED)
+    reward_errors: int | None = Field(None, alias=M.REWARD_ERRORS)
+    reward_clipped: int | None = Field(None, alias=M.REWARD_CLIPPED)
+    no_logprob_turns: int | None = Field(None, alias=M.NO_LOGPROB_TURNS)
     update_kl: float | None = Field(None, alias=M.UPDATE_KL)
+    sampler_kl: float | None = Field(None, alias=M.SAMPLER_KL)
+    trained_tokens: float | None = Field(None, alias=M.TRAINED_TOKENS)
+    judge_agreement: float | None = Field(None, alias=M.JUDGE_AGREEMENT)
     step_s: float | None = Field(None, alias=M.STEP_SECONDS)
     independent: float | None = Field(None, alias=M.INDEPENDENT)
     truth_rollouts: int | None = Field(None, alias=M.TRUTH_ROLLOUTS)
@@ -166,6 +172,7 @@ class WarmStartRow(Row):
     tokens: float | None = Field(None, alias=WarmMetric.TOKENS)
     tokens_planned: float | None = Field(None, alias=WarmMetric.TOKENS_PLANNED)
     cut: float | None = Field(None, alias=WarmMetric.CUT)  # 1 when its budget cut it short
+    budget_s: float | None = Field(None, alias=WarmMetric.BUDGET_S)
     test_checkpoint: str | None = Field(None, alias=M.TEST_CHECKPOINT)
 
     def summary(self) -> dict[str, JsonValue]:

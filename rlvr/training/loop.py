@@ -21,12 +21,11 @@ from typing import Literal
 import art
 
 from rlvr.config import ConfigError, TrainConfig
-from rlvr.metrics import M, WarmMetric
 from rlvr.paired import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store
-from rlvr.runs.records import RunResult, StepRow, StopReason, WarmStartRow
+from rlvr.runs.records import RunResult, StepRow, StopReason
 from rlvr.runs.report import plot_report
 from rlvr.tasks.api import Task
 from rlvr.training.alarms import judge_alarm
@@ -104,7 +103,7 @@ async def train_until_stop(run: Session) -> StopReason:
         while stop is None and state.step < cfg.max_steps:
             row, table = await train_step(run, state.step)
             run.save_trajectories(layout.step_name(state.step + 1), state.step + 1, table)
-            row = row.with_values(hints=decision_hints(row.numbers(), cfg))
+            row = row.with_values(hints=decision_hints(row, cfg))
             state.step += 1
             state.pool = record(state.pool, row.outcomes)
             row = raise_judge_alarm(run, row)
@@ -126,7 +125,7 @@ async def warm(run: Session) -> None:
     """Validation before the warm start (its own gain; the test split's start beside it), then
     the warm start; one row."""
     before = await run.evaluate_with_test("validate before warm start", Tested.START)
-    values = await warm_start(
+    done = await warm_start(
         run.cfg,
         run.scenario,
         run.policy.model,
@@ -134,16 +133,9 @@ async def warm(run: Session) -> None:
         share=run.cfg.sft_budget_share,
     )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
-    beside = {M.TEST_CHECKPOINT: Tested.START.value} if Tested.START in run.tests else {}
-    row = WarmStartRow.model_validate(
-        {
-            M.STEP: 0,
-            WarmMetric.VAL_BEFORE: before.accuracy,
-            **values,
-            M.POLICY_STEP: saved,
-            **beside,
-        }
-    )
+    row = done.with_values(step=0, val_before=before.accuracy, policy_step=saved)
+    if Tested.START in run.tests:
+        row = row.with_values(test_checkpoint=Tested.START.value)
     run.emit(row)
     print_warm_start(row)
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
 from rlvr.config import TrainConfig
-from rlvr.metrics import M, WarmMetric, group_stats
+from rlvr.metrics import M, group_stats
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import require_some
 from rlvr.training.progress import Progress, console
@@ -226,7 +226,7 @@ async def preflight(
             short = cfg.model_copy(update={"sft_steps": warm_steps})
             check_can_demonstrate(short, scenario)
             row = await warm_start(short, scenario, policy.model, split.train, out=out)
-            trained = int(row[WarmMetric.STEPS] or 0)
+            trained = int(row.steps or 0)
         with Progress("preflight rollouts", len(batch), "group") as progress:
             groups, done, _, failures = await rollout_groups(
                 run.rollout,
