@@ -213,6 +213,12 @@ def parse_row(raw: dict[str, JsonValue]) -> Row:
     return ROW_TYPES[row_kind(raw)].model_validate(values)
 
 
+def last_policy_step(rows: list[Row]) -> int:
+    """The latest policy checkpoint any of `rows` names (0: none names one); a resumed run
+    rewinds its policy to it."""
+    return max((r.policy_step for r in rows if r.policy_step is not None), default=0)
+
+
 class AlarmName(StrEnum):
     REWARD_HACKING = "reward_hacking"  # reward up, validation down: stop and read the rollouts
     VAL_FALLING = "val_falling"  # reward up, validation down once by 1-`val_z` s.e.: a warning

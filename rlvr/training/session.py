@@ -29,7 +29,7 @@ from rlvr.config import TrainConfig
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
 from rlvr.runs import layout, runlock, store
-from rlvr.runs.records import EvalRow, Row, StepRow
+from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
 from rlvr.tasks.api import Task
 from rlvr.tasks.plugins import open_judge, resolve_task
 from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
@@ -52,7 +52,6 @@ from rlvr.training.state import (
     Tested,
     TestResult,
     early_tested,
-    last_policy_step,
     restore_state,
     tested,
     window_reward,

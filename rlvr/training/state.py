@@ -36,35 +36,27 @@ class RunState(BaseModel):
     pool: dict[str, History] = {}  # training item id -> its groups so far (rlvr.training.pool)
 
 
-def eval_point(row: EvalRow) -> EvalPoint:
-    """The validation an evaluation row records, as the stop rules and alarms read it."""
-    return EvalPoint(
-        step=row.step,
-        val=row.accuracy,
-        reward=row.train_reward,
-        val_items=row.items,
-        val_std=row.std,
-        scores=row.scores,
-    )
-
-
 def restore_state(rows: list[Row]) -> RunState:
     state = RunState()
     for row in rows:
         if isinstance(row, StepRow):
             state.step = max(state.step, row.step)
             state.pool = record(state.pool, row.outcomes)
-        if isinstance(row, EvalRow):
-            state.evals.append(eval_point(row))
+        if isinstance(row, EvalRow):  # the validation as stop rules and alarms read it
+            point = EvalPoint(
+                step=row.step,
+                val=row.accuracy,
+                reward=row.train_reward,
+                val_items=row.items,
+                val_std=row.std,
+                scores=row.scores,
+            )
+            state.evals.append(point)
             state.policy_steps[row.step] = row.policy_step or 0
         for name, message in row.alarms.items():
             state.alarms.append(Alarm(name=AlarmName(name), step=row.step, message=message))
         state.wall_s = max(state.wall_s, row.wall_s or 0.0)
     return state
-
-
-def last_policy_step(rows: list[Row]) -> int:
-    return max((r.policy_step for r in rows if r.policy_step is not None), default=0)
 
 
 def eval_due(cfg: TrainConfig, step: int) -> bool:
