@@ -568,7 +568,7 @@ def test_the_resumed_run_has_a_continuous_history(chain: Chain) -> None:
     final = chain.final
     assert final.returncode == 0, final.stderr
     assert "dropped an incomplete last line" in final.stderr  # the metrics kill's torn line
-    rows = store.read_metrics(chain.run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(chain.run_dir)]
     train = [r for r in rows if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in train] == [1, 2, 3]  # every step once, none lost
     assert [r[M.POLICY_STEP] for r in train] == [1, 2, 3]  # the policy agrees, step by step

@@ -206,9 +206,9 @@ def one_line(done: warm.Finished) -> str:
 def finishes(run_dir: Path) -> None:
     resumed = train(run_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows = store.read_metrics(run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(run_dir)]
     assert [r[M.STEP] for r in rows if M.REWARD_MEAN in r] == [1, 2]  # every step once
-    assert store.read_summary(run_dir)["steps"] == 2
+    assert store.read_summary(run_dir).steps == 2
     assert not list(run_dir.rglob("*.tmp"))
 
 

@@ -206,7 +206,9 @@ def test_negative_rewards_train_as_set_or_are_counted_when_clipped(
         f"runs_root={runs}",
     )
     run_dir = only_run(runs)
-    [row] = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    [row] = [
+        r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r
+    ]
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
     replies = [json.loads(m)[-1]["content"] or "" for m in frame["messages"].to_list()]
     shaping = [task_shaping(text) for text in replies]

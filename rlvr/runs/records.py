@@ -84,17 +84,11 @@ class Row(BaseModel):
             float(found) if isinstance(found, int | float) and not isinstance(found, bool) else None
         )
 
-    def numbers(self) -> dict[str, float]:
-        """Every number of the row by its metric key (what step hints and curves read)."""
-        return {
-            key: float(value)
-            for key, value in self.model_dump(mode="json", by_alias=True).items()
-            if isinstance(value, int | float) and not isinstance(value, bool)
-        }
-
     def with_values(self, **values: object) -> Self:
-        """This row with more values (by field name or metric key): an alarm, the hints, the time."""
-        return self.model_copy(update=values)
+        """This row with more values (by field name or metric key): an alarm, the hints, the time.
+        A field's metric key sets that field, so no key is ever written twice."""
+        fields = {str(f.alias): name for name, f in type(self).model_fields.items() if f.alias}
+        return self.model_copy(update={fields.get(k, k): v for k, v in values.items()})
 
 
 class StepRow(Row):
