@@ -80,7 +80,7 @@ class JudgeConfig(BaseModel):
 
 
 class StoppingConfig(BaseModel):
-    """When a run stops or raises an alarm (`stopping.KEY=value`; rlvr.training.stopping)."""
+    """When a run stops or raises an alarm (`stopping.KEY=value`; rlvr.training.stop_rules)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from rlvr.export_gguf import ExportError as ExportError  # raised here too; defined beneath
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BEST, checkpoint_for
+from rlvr.runs.records import Row, RunResult, StepRow
 
 ADAPTER_DIR = "adapter"
 CARD = "README.md"
@@ -83,7 +84,7 @@ def _damaged(path: Path, error: Exception, expected: str) -> ExportError:
     return ExportError(f"{path}: unreadable ({type(error).__name__}); expected {expected}")
 
 
-def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def read_run(run_dir: Path) -> tuple[dict[str, Any], RunResult | None]:
     """(config.json, summary.json or None before the run finished), each damaged file one line."""
     try:
         cfg = store.read_config(run_dir).public_dict()
@@ -100,28 +101,28 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     return cfg, summary
 
 
-def checkpoint_label(which: str, checkpoint: Path, summary: dict[str, Any] | None) -> str:
+def checkpoint_label(which: str, checkpoint: Path, summary: RunResult | None) -> str:
     """`best (step N)`, `last (step N)` or `step N`, for the card and the command's output."""
     if checkpoint.name == BEST:
-        step = summary.get("best_step") if summary else None
+        step = summary.best_step if summary else None
         return f"best (step {step})" if step is not None else "best"
     step = int(checkpoint.name.removeprefix("step-"))
     return f"last (step {step})" if which.strip().lower() == "last" else f"step {step}"
 
 
-def split_sizes(rows: list[dict[str, Any]], summary: dict[str, Any] | None) -> SplitSizes:
+def split_sizes(rows: list[Row], summary: RunResult | None) -> SplitSizes:
     """The training pool's size (its last row's pool counts), the validation items and the
     paired test items of summary.json."""
     from rlvr.metrics import M
 
-    pools = [r for r in rows if M.POOL_UNTRIED in r]
+    pools = [r for r in rows if isinstance(r, StepRow) and r.number(M.POOL_UNTRIED) is not None]
     train = (
-        sum(int(pools[-1].get(k) or 0) for k in (M.POOL_MIXED, M.POOL_EQUAL, M.POOL_UNTRIED))
+        sum(int(pools[-1].number(k) or 0) for k in (M.POOL_MIXED, M.POOL_EQUAL, M.POOL_UNTRIED))
         if pools
         else None
     )
-    test = ((summary or {}).get("test") or {}).get("items")
-    val = (summary or {}).get("val_items")
+    test = summary.test.items if summary and summary.test else None
+    val = summary.val_items if summary else None
     return SplitSizes(
         train=train,
         val=int(val) if val is not None else None,
@@ -143,7 +144,11 @@ def card_facts(
 
     cfg, summary = read_run(run_dir)
     rows = store.read_metrics(run_dir)
-    commit = (summary or {}).get("commit") or cfg.get("commit") or UNKNOWN
+    commit = (
+        ((summary.model_extra or {}).get("commit") if summary else None)
+        or cfg.get("commit")
+        or UNKNOWN
+    )
     return CardFacts(
         run=run_dir.resolve().name,
         task=str(cfg.get("task")),

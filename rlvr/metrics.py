@@ -125,6 +125,24 @@ class M(StrEnum):
     REWARD_CLIPPED = "train/reward_clipped"
 
 
+class WarmMetric:
+    """Keys of the warm-start row in metrics.jsonl (written once, before the baseline)."""
+
+    PREFIX = "warm/"
+    DEMONSTRATIONS = "warm/demonstrations"  # demonstrations trained on (correct ones only)
+    REJECTED = "warm/rejected"  # demonstrations the ground truth failed (left out)
+    LOSS_FIRST = "warm/loss_first"  # cross-entropy per assistant token, first batch
+    LOSS_LAST = "warm/loss_last"  # ... last batch (measured before its update)
+    VAL_BEFORE = "warm/val_before"  # validation accuracy before the warm start
+    SECONDS = "warm/seconds"
+    STEPS = "warm/steps"  # SFT steps trained
+    STEPS_PLANNED = "warm/steps_planned"  # ... the steps its demonstrations made
+    TOKENS = "warm/tokens"  # tokens of the demonstrations trained on (prompts and replies)
+    TOKENS_PLANNED = "warm/tokens_planned"  # ... of all the demonstrations made
+    BUDGET_S = "warm/budget_s"  # the seconds it could take (share of max_minutes; None: no cap)
+    CUT = "warm/cut"  # 1 when the budget cut it short, else 0
+
+
 ALARM_PREFIX = "alarm/"
 HINT_KEY = "hints"
 INDEPENDENT_REWARD = "independent_reward"

@@ -14,7 +14,8 @@ gain that a best-of-N validation curve cannot resolve can be resolved here.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from enum import StrEnum
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -200,70 +201,152 @@ METHOD = (
 )
 
 
+class Compared(StrEnum):
+    """The comparisons of the test block: each checkpoint's gain over the start, and RL's own gain
+    over the model after the warm start (over the start without a warm start)."""
+
+    GAIN = "gain"  # the final (best) checkpoint over the start
+    RL_GAIN = "rl_gain"  # the final checkpoint over the warm start
+    GAIN_LAST = "gain_last"  # the last checkpoint over the start
+    RL_GAIN_LAST = "rl_gain_last"  # the last checkpoint over the warm start
+
+
+class Comparison(BaseModel):
+    """One paired comparison of the test block: the gain, its 95% interval and p-value."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gain: float
+    ci95: tuple[float, float]
+    p: float
+
+
+class TestBlock(BaseModel):
+    """summary.json's `test` block: the items every tested checkpoint completed, each one's test
+    accuracy (start, after the warm start, final = best, last), and the paired comparisons
+    (`Compared`), each as gain, 95% interval and p-value. Its keys on disk are its field names;
+    a field left out is a comparison that was not made (no warm start, no last checkpoint)."""
+
+    __test__ = False  # a record, not a pytest class
+
+    model_config = ConfigDict(frozen=True)
+
+    items: int
+    method: str
+    start: float | None = None
+    after_warm_start: float | None = None
+    final: float | None = None
+    last: float | None = None
+    gain: float | None = None
+    gain_ci95: tuple[float, float] | None = None
+    gain_p: float | None = None
+    rl_gain: float | None = None
+    rl_gain_ci95: tuple[float, float] | None = None
+    rl_gain_p: float | None = None
+    gain_last: float | None = None
+    gain_last_ci95: tuple[float, float] | None = None
+    gain_last_p: float | None = None
+    rl_gain_last: float | None = None
+    rl_gain_last_ci95: tuple[float, float] | None = None
+    rl_gain_last_p: float | None = None
+
+    def compared(self, which: Compared) -> Comparison | None:
+        """One comparison, None where it was not made."""
+        gain, ci95, p = {
+            Compared.GAIN: (self.gain, self.gain_ci95, self.gain_p),
+            Compared.RL_GAIN: (self.rl_gain, self.rl_gain_ci95, self.rl_gain_p),
+            Compared.GAIN_LAST: (self.gain_last, self.gain_last_ci95, self.gain_last_p),
+            Compared.RL_GAIN_LAST: (
+                self.rl_gain_last,
+                self.rl_gain_last_ci95,
+                self.rl_gain_last_p,
+            ),
+        }[which]
+        if gain is None or ci95 is None or p is None:
+            return None
+        return Comparison(gain=gain, ci95=ci95, p=p)
+
+
 def test_block(
     start: dict[str, float],
     after_warm_start: dict[str, float] | None,
     final: dict[str, float],
     last: dict[str, float] | None = None,
-) -> dict[str, Any]:
-    """summary.json's `test` block from per-item test scores of the starting model, the model
-    after the warm start (None without one), the final (best) checkpoint and the last checkpoint
-    (None where it could not be evaluated; the final's scores where it is the final one): the items
-    all of them completed, each accuracy, and each checkpoint's gain over the start (`gain`,
-    `gain_last`) and over the warm start (`rl_gain`, `rl_gain_last`; over the start without a
-    warm start), each with its interval and p-value."""
+) -> TestBlock:
+    """The test block from per-item test scores of the starting model, the model after the warm
+    start (None without one), the final (best) checkpoint and the last checkpoint (None where it
+    could not be evaluated; the final's scores where it is the final one), over the items all of
+    them completed."""
     tables = [start, final, *(t for t in (after_warm_start, last) if t is not None)]
     common = sorted(set.intersection(*(set(t) for t in tables)))
     if not common:
-        return {"items": 0, "method": METHOD}
+        return TestBlock(items=0, method=METHOD)
     base = after_warm_start if after_warm_start is not None else start
-    block: dict[str, Any] = {
-        "items": len(common),
-        "start": float(np.mean([start[i] for i in common])),
-        "after_warm_start": (
-            float(np.mean([after_warm_start[i] for i in common]))
-            if after_warm_start is not None
-            else None
+
+    def on_common(scores: dict[str, float]) -> list[float]:
+        return [scores[i] for i in common]
+
+    best = paired_gain(on_common(start), on_common(final))
+    rl = paired_gain(on_common(base), on_common(final))
+    found = TestBlock(
+        items=len(common),
+        start=best.before,
+        after_warm_start=(
+            float(np.mean(on_common(after_warm_start))) if after_warm_start is not None else None
         ),
-    }
-    for suffix, scores in (("", final), ("_last", last)):
-        if scores is None:
-            continue
-        gain = paired_gain([start[i] for i in common], [scores[i] for i in common])
-        rl = paired_gain([base[i] for i in common], [scores[i] for i in common])
-        block |= {
-            "final" if not suffix else "last": gain.after,
-            f"gain{suffix}": gain.gain,
-            f"gain{suffix}_ci95": list(gain.ci95),
-            f"gain{suffix}_p": gain.p_value,
-            f"rl_gain{suffix}": rl.gain,
-            f"rl_gain{suffix}_ci95": list(rl.ci95),
-            f"rl_gain{suffix}_p": rl.p_value,
+        final=best.after,
+        gain=best.gain,
+        gain_ci95=best.ci95,
+        gain_p=best.p_value,
+        rl_gain=rl.gain,
+        rl_gain_ci95=rl.ci95,
+        rl_gain_p=rl.p_value,
+        method=METHOD,
+    )
+    if last is None:
+        return found
+    at_last = paired_gain(on_common(start), on_common(last))
+    rl_last = paired_gain(on_common(base), on_common(last))
+    return found.model_copy(
+        update={
+            "last": at_last.after,
+            "gain_last": at_last.gain,
+            "gain_last_ci95": at_last.ci95,
+            "gain_last_p": at_last.p_value,
+            "rl_gain_last": rl_last.gain,
+            "rl_gain_last_ci95": rl_last.ci95,
+            "rl_gain_last_p": rl_last.p_value,
         }
-    return block | {"method": METHOD}
+    )
 
 
-def describe_block(block: dict[str, Any]) -> list[str]:
+def describe_block(block: TestBlock) -> list[str]:
     """The block in words a user reads at a glance, one line per comparison."""
-    if not block.get("items"):
+    if not block.items:
         return ["test: no item completed in every evaluation"]
 
-    def line(key: str, label: str) -> str:
-        low, high = block[f"{key}_ci95"]
+    def line(which: Compared, label: str) -> str:
+        found = block.compared(which)
+        if found is None:
+            return f"{label}: not measured"
+        low, high = found.ci95
         return (
-            f"{label}: {block[key]:+.3f} [{signed(low)}, {signed(high)}] on {block['items']} test "
-            f"items (p={block[f'{key}_p']:.3g})"
+            f"{label}: {found.gain:+.3f} [{signed(low)}, {signed(high)}] on {block.items} test "
+            f"items (p={found.p:.3g})"
         )
 
-    start, final = block["start"], block["final"]
-    lines = [f"test accuracy {start:.3f} -> {final:.3f} (best checkpoint); " + line("gain", "gain")]
-    warmed = block.get("after_warm_start") is not None
+    lines = [
+        f"test accuracy {block.start or 0.0:.3f} -> {block.final or 0.0:.3f} (best checkpoint); "
+        + line(Compared.GAIN, "gain")
+    ]
+    warmed = block.after_warm_start is not None
     if warmed:
         lines.append(
-            f"after the warm start {block['after_warm_start']:.3f}; " + line("rl_gain", "RL gain")
+            f"after the warm start {block.after_warm_start:.3f}; "
+            + line(Compared.RL_GAIN, "RL gain")
         )
-    if block.get("last") is not None:
-        key = "rl_gain_last" if warmed else "gain_last"
+    if block.last is not None:
+        which = Compared.RL_GAIN_LAST if warmed else Compared.GAIN_LAST
         label = "RL gain" if warmed else "gain"
-        lines.append(f"last checkpoint {block['last']:.3f}; " + line(key, f"{label} (last)"))
+        lines.append(f"last checkpoint {block.last:.3f}; " + line(which, f"{label} (last)"))
     return lines

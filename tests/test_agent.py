@@ -667,7 +667,11 @@ def test_a_users_tool_agent_trains_from_its_file(agent_run) -> None:
     (tests/conftest.py), a 3-step warm start on 6 demonstrations, then 1 RL step."""
     from rlvr.runs import store
 
-    rows = [r for r in store.read_metrics(agent_run.run_dir) if M.REWARD_MEAN in r]
+    rows = [
+        r
+        for r in (row.on_disk() for row in store.read_metrics(agent_run.run_dir))
+        if M.REWARD_MEAN in r
+    ]
     assert [r[M.STEP] for r in rows] == [1]
     for row in rows:
         for key in (
@@ -679,5 +683,9 @@ def test_a_users_tool_agent_trains_from_its_file(agent_run) -> None:
         ):
             assert isinstance(row[key], float), key
         assert 1.0 <= row["rollout/turns"] <= 2.0
-    warm = next(r for r in store.read_metrics(agent_run.run_dir) if "warm/demonstrations" in r)
+    warm = next(
+        r
+        for r in (row.on_disk() for row in store.read_metrics(agent_run.run_dir))
+        if "warm/demonstrations" in r
+    )
     assert warm["warm/demonstrations"] == 6 and warm["warm/rejected"] == 0  # 3 steps x 2

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.training.stopping import AlarmName, EvalPoint, Thresholds, divergence
+from rlvr.runs.records import AlarmName
+from rlvr.training.alarms import Thresholds, divergence
+from rlvr.training.trends import EvalPoint
 
 DATA = Path(__file__).parent / "data"
 
@@ -106,7 +108,7 @@ START = set(range(15))  # 0.375 on 40 items, as the default email run's warm sta
     ids=["email-defaults-regressed", "control-flat", "noise-dip", "rising"],
 )
 def test_rl_regression_fires_when_validation_falls_below_the_start(points, fires):
-    from rlvr.training.stopping import rl_regression
+    from rlvr.training.alarms import rl_regression
 
     alarm = rl_regression(points, Thresholds())
     assert (alarm is not None) == fires
@@ -117,7 +119,7 @@ def test_rl_regression_fires_when_validation_falls_below_the_start(points, fires
 
 @pytest.mark.parametrize("name", ["math_run.json", "game2048_run.json"])
 def test_recorded_runs_that_did_not_regress_raise_no_rl_regression(name):
-    from rlvr.training.stopping import rl_regression
+    from rlvr.training.alarms import rl_regression
 
     record = load(name)
     points = [EvalPoint(**point) for point in record["history"]]

@@ -251,7 +251,7 @@ def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str)
     run_dir = only_run(runs)
     config = json.loads((run_dir / "config.json").read_text())
     assert config["scorer"] == "default"
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in rows] == list(range(1, settings["max_steps"] + 1))
     trained = [r for r in rows if r[M.TRAINED_GROUPS] > 0]
     assert trained, "no step had a group with signal"

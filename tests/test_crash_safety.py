@@ -30,6 +30,7 @@ from rlvr import faults
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, store
+from rlvr.runs.records import parse_row
 from rlvr.training.backends import ART_DIR, rewind_policy
 from tests import warm
 
@@ -121,7 +122,7 @@ ROW2 = '{"step": 2, "train/reward_mean": 0.25}'
 )
 def test_parse_metrics_finds_a_torn_last_line(text: str, steps: list[int], torn: int) -> None:
     rows, found = store.parse_metrics(text)
-    assert [r["step"] for r in rows] == steps and found == torn
+    assert [r.step for r in rows] == steps and found == torn
 
 
 @pytest.mark.parametrize("bad", ['{"step": 2, "tr', "[1]"], ids=["unparsable", "not-object"])
@@ -145,20 +146,22 @@ def test_a_complete_last_line_that_is_not_an_object_is_an_error(tmp_path: Path) 
 def test_a_torn_line_is_dropped_with_a_warning_and_cut_on_recover(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store.append_metrics(tmp_path, {M.STEP: 1, M.REWARD_MEAN: 0.5})
+    store.append_metrics(tmp_path, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5}))
     with (tmp_path / store.METRICS).open("a") as f:
         f.write('{"step": 2, "train/rew')
-    assert [r[M.STEP] for r in store.read_metrics(tmp_path)] == [1]
+    assert [r.step for r in store.read_metrics(tmp_path)] == [1]
     assert f"{tmp_path / store.METRICS}:2: dropped an incomplete last line" in caplog.text
-    assert [r[M.STEP] for r in store.recover(tmp_path)] == [1]
-    store.append_metrics(tmp_path, {M.STEP: 2, M.REWARD_MEAN: 0.25})  # lands on a clean line
+    assert [r.step for r in store.recover(tmp_path)] == [1]
+    store.append_metrics(
+        tmp_path, parse_row({M.STEP: 2, M.REWARD_MEAN: 0.25})
+    )  # lands on a clean line
     caplog.clear()
-    assert [r[M.STEP] for r in store.read_metrics(tmp_path)] == [1, 2]
+    assert [r.step for r in store.read_metrics(tmp_path)] == [1, 2]
     assert "incomplete" not in caplog.text
 
 
 def test_recover_removes_temporaries_and_trajectories_of_unrecorded_steps(tmp_path: Path) -> None:
-    store.append_metrics(tmp_path, {M.STEP: 1, M.REWARD_MEAN: 0.5})
+    store.append_metrics(tmp_path, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5}))
     for name in ("step-0001", "step-0002", "val-0000"):
         store.write_trajectories(tmp_path, name, [])
     (tmp_path / ".summary.json.tmp").write_text("{")
@@ -565,7 +568,7 @@ def test_the_resumed_run_has_a_continuous_history(chain: Chain) -> None:
     final = chain.final
     assert final.returncode == 0, final.stderr
     assert "dropped an incomplete last line" in final.stderr  # the metrics kill's torn line
-    rows = store.read_metrics(chain.run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(chain.run_dir)]
     train = [r for r in rows if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in train] == [1, 2, 3]  # every step once, none lost
     assert [r[M.POLICY_STEP] for r in train] == [1, 2, 3]  # the policy agrees, step by step

@@ -108,7 +108,7 @@ def assert_complete(run_dir: Path, steps: int = 1) -> dict:
     assert (run_dir / "checkpoints" / "best" / "adapter_config.json").is_file()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == steps and 0.0 <= summary["test_accuracy"] <= 1.0
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in rows] == list(range(1, steps + 1))
     return summary
 
@@ -172,7 +172,7 @@ def test_an_installed_entry_point_trains_with_a_composite(user_dir: Path, tmp_pa
     cli("train", "user_sums", "scorer=verifier*0.5+brevity*0.5", *tiny_args(runs), path=[site])
     run_dir = only_run(runs)
     assert_complete(run_dir)
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]
     assert "reward/brevity" in rows[0] and "reward/verifier" in rows[0]
 
 

@@ -25,6 +25,7 @@ from rlvr.config import TrainConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.damage import DiskFull, as_disk_full, human_bytes, says_disk_full, stored_bytes
+from rlvr.runs.records import RunResult, StopReason, parse_row
 from rlvr.runs.report import plot_report
 from tests import warm
 
@@ -35,12 +36,29 @@ def a_run(tmp_path: Path) -> Path:
     """An unfinished run directory: a config, a metrics row and a checkpoint to replace."""
     run_dir = tmp_path / "math-full"
     store.write_config(run_dir, TrainConfig(task="math"))
-    store.append_metrics(run_dir, {M.STEP: 0, M.VAL_ACCURACY: 0.5})
+    store.append_metrics(run_dir, parse_row({M.STEP: 0, M.VAL_ACCURACY: 0.5}))
     adapter = tmp_path / "adapter"
     adapter.mkdir()
     (adapter / "adapter_model.safetensors").write_bytes(b"w" * 5000)
     store.save_checkpoint(run_dir, adapter, layout.BEST)
     return run_dir
+
+
+def finished(run_dir: Path, steps: int) -> RunResult:
+    """What a run that stopped at `steps` writes as summary.json."""
+    return RunResult(
+        run_dir=run_dir,
+        task="math",
+        scorer="verifier",
+        stop_reason=StopReason.MAX_STEPS,
+        steps=steps,
+        baseline_val=0.5,
+        best_val=0.5,
+        best_step=0,
+        test_accuracy=None,
+        alarms=[],
+        wall_s=1.0,
+    )
 
 
 def art_checkpoint(run_dir: Path) -> None:
@@ -53,12 +71,14 @@ def art_checkpoint(run_dir: Path) -> None:
 
 WRITES: dict[str, Callable[[Path], Any]] = {
     "config": lambda run: store.write_config(run, TrainConfig(task="math", seed=7)),
-    "metrics": lambda run: store.append_metrics(run, {M.STEP: 1, M.REWARD_MEAN: 0.5}),
+    "metrics": lambda run: store.append_metrics(run, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5})),
     "trajectories": lambda run: store.write_trajectories(run, layout.step_name(1), []),
     "checkpoints": lambda run: store.save_checkpoint(run, run / layout.CHECKPOINTS / "best", "2"),
     ".art": art_checkpoint,
-    "report": lambda run: plot_report(store.read_metrics(run), {}, run / layout.REPORT),
-    "summary": lambda run: store.write_summary(run, {"steps": 2}),
+    "report": lambda run: plot_report(
+        store.read_metrics(run), finished(run, 1), run / layout.REPORT
+    ),
+    "summary": lambda run: store.write_summary(run, finished(run, 2)),
 }
 
 
@@ -90,7 +110,7 @@ def test_a_finished_run_refused_a_write_is_told_to_run_the_command_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = a_run(tmp_path)
-    store.write_summary(run_dir, {"steps": 1})
+    store.write_summary(run_dir, finished(run_dir, 1))
     monkeypatch.setenv(faults.FAULT_ENV, f"{faults.FaultPoint.DISK_FULL}:trajectories")
     with pytest.raises(DiskFull, match=r"eval-test\.parquet: no space .* run the command again$"):
         store.write_trajectories(run_dir, "eval-test", [])
@@ -186,9 +206,9 @@ def one_line(done: warm.Finished) -> str:
 def finishes(run_dir: Path) -> None:
     resumed = train(run_dir)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows = store.read_metrics(run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(run_dir)]
     assert [r[M.STEP] for r in rows if M.REWARD_MEAN in r] == [1, 2]  # every step once
-    assert store.read_summary(run_dir)["steps"] == 2
+    assert store.read_summary(run_dir).steps == 2
     assert not list(run_dir.rglob("*.tmp"))
 
 

@@ -140,7 +140,7 @@ def max_refill_default(groups: tuple[str, ...]) -> None:
 
 
 def no_signal_steps(groups: tuple[str, ...]) -> None:
-    from rlvr.training.state import NO_SIGNAL_STEPS
+    from rlvr.training.stop_rules import NO_SIGNAL_STEPS
 
     assert number(groups[0]) == NO_SIGNAL_STEPS
 
@@ -164,7 +164,7 @@ def plateau_rule(groups: tuple[str, ...]) -> None:
 
 
 def counted_gain(groups: tuple[str, ...]) -> None:
-    from rlvr.training.stopping import EvalPoint, gain_threshold
+    from rlvr.training.trends import EvalPoint, gain_threshold
 
     stated, items, percent = number(groups[0]), int(number(groups[1])), number(groups[2])
     point = EvalPoint(step=0, val=percent / 100, val_items=items)
@@ -172,7 +172,7 @@ def counted_gain(groups: tuple[str, ...]) -> None:
 
 
 def fall_noise(groups: tuple[str, ...]) -> None:
-    from rlvr.training.stopping import EvalPoint, val_noise
+    from rlvr.training.trends import EvalPoint, val_noise
 
     stated, items = number(groups[0]), int(number(groups[1]))
     assert round(val_noise([EvalPoint(step=0, val=0.5, val_items=items)]), 2) == stated
@@ -187,16 +187,21 @@ def warm_share(groups: tuple[str, ...]) -> None:
 
 
 def warm_cut_message(groups: tuple[str, ...]) -> None:
-    from rlvr.training.warmstart import WarmMetric, print_cut
+    from rlvr.metrics import WarmMetric
+    from rlvr.runs.records import WarmStartRow
+    from rlvr.training.warmstart import print_cut
 
     share, minutes = number(groups[1]) / 100, number(groups[2])
-    row: dict[str, float | None] = {
-        WarmMetric.BUDGET_S: minutes * 60 * share,
-        WarmMetric.STEPS: 8,
-        WarmMetric.STEPS_PLANNED: 12,
-        WarmMetric.TOKENS: 8000,
-        WarmMetric.TOKENS_PLANNED: 12000,
-    }
+    row = WarmStartRow.model_validate(
+        {
+            WarmMetric.SECONDS: minutes * 60 * share,
+            WarmMetric.BUDGET_S: minutes * 60 * share,
+            WarmMetric.STEPS: 8,
+            WarmMetric.STEPS_PLANNED: 12,
+            WarmMetric.TOKENS: 8000,
+            WarmMetric.TOKENS_PLANNED: 12000,
+        }
+    )
     out = io.StringIO()
     print_cut(row, minutes, share, Console(file=out, width=400))
     assert groups[0] in out.getvalue()
@@ -354,9 +359,8 @@ METRIC = re.compile(r"`((?:train|val|judge|sampling|pool|time|sys|warm|ruler|rub
 
 
 def metric_keys() -> set[str]:
-    from rlvr.metrics import ALARM_PREFIX, JudgeMetric, M, RubricMetric, RulerMetric
-    from rlvr.training.stopping import AlarmName
-    from rlvr.training.warmstart import WarmMetric
+    from rlvr.metrics import ALARM_PREFIX, JudgeMetric, M, RubricMetric, RulerMetric, WarmMetric
+    from rlvr.runs.records import AlarmName
 
     enums = (M, JudgeMetric, RulerMetric, RubricMetric)
     keys = {str(k) for enum in enums for k in enum}
@@ -405,14 +409,14 @@ def test_every_file_a_run_writes_is_named_by_the_layout() -> None:
 
 def test_every_summary_key_the_docs_name_is_written() -> None:
     from rlvr.paired import test_block
+    from rlvr.runs.records import RunResult
     from rlvr.training import loop
-    from rlvr.training.state import RunResult
 
     row = re.search(r"\| `summary\.json` \| (.*?) \|", section(WRITES))
     assert row
     named = set(re.findall(r"`(\w+)`", row.group(1)))
     start = {str(i): float(i % 2) for i in range(8)}
-    block = test_block(start, start, start, start)
+    block = test_block(start, start, start, start).model_dump(exclude_unset=True)
     suffixes = {s for k in block for s in ("_ci95", "_p") if k.endswith(s)}
     literals = set(re.findall(r'"(\w+)"', inspect.getsource(loop.finish)))
     assert named <= set(RunResult.model_fields) | set(block) | suffixes | literals, sorted(

@@ -11,17 +11,18 @@ from typing import Any
 import pytest
 
 from rlvr.config import TrainConfig
-from rlvr.metrics import M
+from rlvr.metrics import M, WarmMetric
 from rlvr.runs import layout, store
+from rlvr.runs.records import Row, StopReason, parse_row
 from rlvr.training import state as st
 from rlvr.training.session import read_early_tests
-from rlvr.training.state import StopReason, early_tested, restore_state, stop_after_eval
-from rlvr.training.warmstart import WarmMetric
+from rlvr.training.state import early_tested, restore_state
+from rlvr.training.stop_rules import stop_after_eval
 
 WARM_POLICY_STEP = 3
 
 
-def history(marked: bool) -> list[dict[str, Any]]:
+def history(marked: bool) -> list[Row]:
     """A run with a warm start, validated at 0 (wall 100 s) and 2 (wall 200 s), 1 s an item;
     `marked`: its rows name the test splits evaluated beside the two first validations."""
     warm = {M.STEP: 0, WarmMetric.SECONDS: 50.0, M.POLICY_STEP: WARM_POLICY_STEP}
@@ -39,7 +40,7 @@ def history(marked: bool) -> list[dict[str, Any]]:
     steps = [{M.STEP: s, M.REWARD_MEAN: 0.5, M.WALL_SECONDS: 100.0 + 40 * s} for s in (1, 2)]
     val2 = {**val0, M.STEP: 2, M.POLICY_STEP: 5, M.WALL_SECONDS: 200.0, M.VAL_ACCURACY: 0.35}
     val2.pop(M.TEST_CHECKPOINT, None)
-    return [warm, val0, *steps, val2]
+    return [parse_row(r) for r in (warm, val0, *steps, val2)]
 
 
 @pytest.mark.parametrize(
@@ -95,7 +96,7 @@ def test_a_named_table_that_is_missing_is_left_for_the_end(tmp_path: Path) -> No
     assert set(read_early_tests(tmp_path, history(True))) == {st.Tested.START}
 
 
-def flat_history(evaluations: int, seconds_each: float) -> list[dict[str, Any]]:
+def flat_history(evaluations: int, seconds_each: float) -> list[Row]:
     """Validation flat at 0.3 for `evaluations` evaluations, one step apart, `seconds_each`
     apart on the wall clock: the plateau rule alone would stop it after `patience` of them."""
     rows: list[dict[str, Any]] = []
@@ -113,7 +114,7 @@ def flat_history(evaluations: int, seconds_each: float) -> list[dict[str, Any]]:
                 M.EVAL_ITEM_SECONDS: 0.01,
             }
         )
-    return rows
+    return [parse_row(r) for r in rows]
 
 
 @pytest.mark.parametrize(

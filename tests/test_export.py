@@ -24,7 +24,7 @@ from rlvr.config import TrainConfig
 from rlvr.export import CardFacts, SplitSizes, model_card
 from rlvr.runs.checkpoints import NoCheckpoint, checkpoint_for
 from rlvr.runs.report import story_lines
-from rlvr.runs.store import read_metrics
+from rlvr.runs.store import read_metrics, read_summary
 from rlvr.serve import KEY_ENV, Endpoint, serve_key
 from tests import warm
 from tests.conftest import TinyRun
@@ -282,7 +282,9 @@ def test_export_is_a_plain_transformers_model(exported_best: Path, run_copy: Pat
     card = (exported_best / "README.md").read_text()
     summary = json.loads((run_copy / "summary.json").read_text())
     assert f"checkpoint **best (step {summary['best_step']})**" in card
-    for line in story_lines(read_metrics(run_copy), summary):  # the paired test result and more
+    for line in story_lines(
+        read_metrics(run_copy), read_summary(run_copy)
+    ):  # the paired test result and more
         assert f"- {line}" in card, line
     assert "gain, best - start:" in card
     assert [p.name for p in exported_best.parent.iterdir()] == ["best"]  # no temporaries

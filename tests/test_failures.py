@@ -100,8 +100,9 @@ async def test_evaluation_scores_completed_items_only(failing, accuracy, errors)
         with pytest.raises(RunFailed, match=r"every rollout of validate @0 failed \(4\)"):
             await run
         return
-    value, _, done, failures = await run
-    assert value == accuracy and len(done) == 4 - errors and len(failures) == errors
+    evaluated = await run
+    assert evaluated.accuracy == accuracy
+    assert len(evaluated.items) == 4 - errors and len(evaluated.failures) == errors
 
 
 BROKEN = """

@@ -20,6 +20,7 @@ from rlvr.config import TrainConfig
 from rlvr.inspection.conversations import RUBRIC_VERDICTS, RULER_EXPLANATION
 from rlvr.metrics import M
 from rlvr.runs import store
+from rlvr.runs.records import RunResult, StepRow, StopReason, parse_row
 
 SYSTEM = {"role": "system", "content": "You are a calculator."}
 
@@ -91,7 +92,7 @@ def make_run(run_dir: Path) -> Path:
         },
     ]
     for row in rows:
-        store.append_metrics(run_dir, row)
+        store.append_metrics(run_dir, parse_row(row))
     write_step(run_dir, 0, [[("5", 1.0, 1.0)], [("4", 0.0, 0.0)]], split="val")
     write_step(
         run_dir,
@@ -124,13 +125,19 @@ def make_run(run_dir: Path) -> Path:
     write_step(run_dir, 1, [[("5", 1.0, 1.0)], [("3", 0.0, 0.0)]], split="test")
     store.write_summary(
         run_dir,
-        {
-            "stop_reason": "reward_hacking",
-            "best_step": 1,
-            "best_val": 0.5,
-            "test_accuracy": 0.5,
-            "steps": 2,
-        },
+        RunResult(
+            run_dir=run_dir,
+            task="math",
+            scorer="verifier",
+            stop_reason=StopReason.REWARD_HACKING,
+            best_step=1,
+            baseline_val=0.25,
+            best_val=0.5,
+            test_accuracy=0.5,
+            steps=2,
+            alarms=[],
+            wall_s=10.0,
+        ),
     )
     return run_dir
 
@@ -482,10 +489,10 @@ def test_a_long_identical_completion_is_cut_and_says_so(length: int, said: str) 
 )
 def test_reward_jumps(rewards, truths, jump_steps):
     rows = [
-        {M.STEP: s + 1, M.REWARD_MEAN: r, M.INDEPENDENT: t}
+        parse_row({M.STEP: s + 1, M.REWARD_MEAN: r, M.INDEPENDENT: t})
         for s, (r, t) in enumerate(zip(rewards, truths, strict=True))
     ]
-    rows.insert(0, {M.STEP: 0, M.VAL_ACCURACY: 0.1})
+    rows.insert(0, parse_row({M.STEP: 0, M.VAL_ACCURACY: 0.1}))
     found = ri.reward_jumps(rows, jump=0.3)
     assert [s.step for s in found] == jump_steps
     assert all(s.reason == ri.Reason.REWARD_JUMP and s.group is None for s in found)
@@ -530,8 +537,11 @@ def test_frame_table_renders_polars_frames(run_dir):
 def test_metrics_json_round_trip_of_hints(run_dir):
     # hints are lists in metrics.jsonl; the table shows them as text, the raw rows stay lists
     run = ri.load_run(run_dir)
-    assert run.metrics[1]["hints"] == ["raise max_tokens"]
-    assert json.loads(json.dumps(run.metrics)) == run.metrics
+    step = run.metrics[1]
+    assert isinstance(step, StepRow) and step.hints == ["raise max_tokens"]
+    on_disk = [r.on_disk() for r in run.metrics]
+    assert on_disk[1]["hints"] == ["raise max_tokens"]
+    assert json.loads(json.dumps(on_disk)) == on_disk
 
 
 def test_latest_run_picks_the_newest_run_dir(tmp_path):

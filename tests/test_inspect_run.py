@@ -154,11 +154,11 @@ def test_the_tiny_runs_story_in_words_and_in_its_report(tiny_run):
     assert f"-> best (step {summary['best_step']}) " in lines[1]
     assert lines[2].startswith("gain, best - start: ")
     assert not any(line.startswith("RL gain") for line in lines)  # no warm start
-    assert [p.step for p in checkpoints_tested(run.metrics, summary)][:2] == [
+    assert [p.step for p in checkpoints_tested(run.metrics, run.summary)][:2] == [
         0,
         summary["best_step"],
     ]
-    fig = report_figure(run.metrics, summary)
+    fig = report_figure(run.metrics, run.summary)
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks == ["0", "1", "2"]  # integer steps
     assert "\n".join(lines) in [t.get_text() for t in fig.texts]

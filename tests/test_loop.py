@@ -38,7 +38,7 @@ def test_run_directory_contract(finished_run):
         assert key in summary, key
     assert summary["steps"] == result.steps == 2
     assert 0.0 <= summary["test_accuracy"] <= 1.0
-    rows = store.read_metrics(run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(run_dir)]
     steps = [r for r in rows if M.REWARD_MEAN in r]
     evals = [r for r in rows if M.VAL_ACCURACY in r]
     assert [r[M.STEP] for r in steps] == [1, 2]
@@ -74,7 +74,7 @@ def test_run_directory_contract(finished_run):
 
 def test_trained_steps_advance_the_policy(finished_run):
     _, run_dir = finished_run
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]
     trained = sum(r[M.TRAINED_GROUPS] > 0 for r in rows)
     assert rows[-1][M.POLICY_STEP] == trained
 

@@ -318,7 +318,7 @@ def test_a_tool_agent_on_an_mcp_server_trains_a_step(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     [run_dir] = [p.parent for p in runs.glob("*/summary.json")]
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in rows] == [1]
     assert all("rollout/turns" in r and "rollout/tool_calls" in r for r in rows)
     tools = json.loads(pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")["tools"][0])

@@ -13,9 +13,10 @@ import pytest
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from rlvr.runs.records import parse_row
 from rlvr.tasks.api import scenario
 from rlvr.training import run_training
-from rlvr.training.state import NO_SIGNAL_STEPS, no_signal_stop, no_signal_verdict
+from rlvr.training.stop_rules import NO_SIGNAL_STEPS, no_signal_stop, no_signal_verdict
 
 
 def constant_task(reward: float) -> object:
@@ -95,7 +96,7 @@ def test_preflight_false_trains_on_anyway(tmp_path):
 )
 def test_no_signal_stop_decides_on_the_first_steps(trained, scored, preflight, stops):
     rows = [
-        {M.STEP: i + 1, M.REWARD_MEAN: 0.0, M.GROUPS: g, M.TRAINED_GROUPS: n}
+        parse_row({M.STEP: i + 1, M.REWARD_MEAN: 0.0, M.GROUPS: g, M.TRAINED_GROUPS: n})
         for i, (n, g) in enumerate(zip(trained, scored, strict=True))
     ]
     cfg = TrainConfig(preflight=preflight)
@@ -104,14 +105,16 @@ def test_no_signal_stop_decides_on_the_first_steps(trained, scored, preflight, s
 
 def test_the_verdict_names_truncation_when_replies_were_cut():
     rows = [
-        {
-            M.STEP: 1,
-            M.REWARD_MEAN: 0.0,
-            M.GROUPS: 4,
-            M.ALL_ZERO: 4,
-            M.TRUNCATED_RATE: 0.8,
-            M.REWARD_COUNTS: {"0": 32},
-        },
+        parse_row(
+            {
+                M.STEP: 1,
+                M.REWARD_MEAN: 0.0,
+                M.GROUPS: 4,
+                M.ALL_ZERO: 4,
+                M.TRUNCATED_RATE: 0.8,
+                M.REWARD_COUNTS: {"0": 32},
+            }
+        ),
     ]
     verdict = no_signal_verdict(rows, TrainConfig(max_tokens=48))
     assert "80% of replies were cut at max_tokens=48" in verdict.message()

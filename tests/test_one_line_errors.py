@@ -18,6 +18,7 @@ import pytest
 from rlvr.config import ConfigError, TrainConfig
 from rlvr.metrics import M
 from rlvr.runs import store
+from rlvr.runs.records import parse_row
 from rlvr.tasks.api import PluginError
 from rlvr.training.failures import RunFailed, as_one_line, first_line, one_line, where_raised
 
@@ -163,8 +164,8 @@ def finished_run(run_dir: Path, task: str) -> Path:
     """A finished run directory of `task`, as a run writes it (no checkpoints needed)."""
     run_dir.mkdir(parents=True)
     store.write_config(run_dir, TrainConfig(task=task, judge="none", run_dir=run_dir))
-    store.append_metrics(run_dir, {M.STEP: 0, M.VAL_ACCURACY: 0.25, M.POLICY_STEP: 0})
-    store.append_metrics(run_dir, {M.STEP: 1, M.REWARD_MEAN: 0.5, M.REWARD_STD: 0.1})
+    store.append_metrics(run_dir, parse_row({M.STEP: 0, M.VAL_ACCURACY: 0.25, M.POLICY_STEP: 0}))
+    store.append_metrics(run_dir, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5, M.REWARD_STD: 0.1}))
     group = art.TrajectoryGroup(
         [
             art.Trajectory(

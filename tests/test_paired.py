@@ -199,19 +199,20 @@ def test_the_test_block_reports_the_best_and_the_last_checkpoint(warm, with_last
     last = {i: float(n < 10) for n, i in enumerate(ids)} if with_last else None
     block = paired.test_block(start, after_warm, final, last)
     base = 0.25 if warm else 0.0
-    assert block["items"] == 20
-    assert (block["final"], block["gain"], block["rl_gain"]) == pytest.approx(
-        (0.4, 0.4, 0.4 - base)
-    )
+    assert block.items == 20
+    assert (block.final, block.gain, block.rl_gain) == pytest.approx((0.4, 0.4, 0.4 - base))
+    on_disk = block.model_dump(exclude_unset=True)
     if with_last:
-        assert (block["last"], block["gain_last"], block["rl_gain_last"]) == pytest.approx(
+        assert (block.last, block.gain_last, block.rl_gain_last) == pytest.approx(
             (0.5, 0.5, 0.5 - base)
         )
-        low, high = block["rl_gain_last_ci95"]
-        assert low <= block["rl_gain_last"] <= high
+        rl_last = block.compared(paired.Compared.RL_GAIN_LAST)
+        assert rl_last is not None and rl_last.ci95[0] <= rl_last.gain <= rl_last.ci95[1]
         assert any("last checkpoint 0.500" in line for line in describe_block(block))
     else:
-        assert "last" not in block and "rl_gain_last" not in block
+        # summary.json has no key for a comparison that was not made
+        assert "last" not in on_disk and "rl_gain_last" not in on_disk
+        assert block.compared(paired.Compared.RL_GAIN_LAST) is None
 
 
 @pytest.mark.parametrize(

@@ -16,13 +16,14 @@ import pytest
 from rlvr.config import ItemSampling, TrainConfig
 from rlvr.integrations import open_tracker
 from rlvr.metrics import M
+from rlvr.runs.records import Outcome
 from rlvr.scoring.scorers import RolloutScorer
 from rlvr.tasks.api import scenario
 from rlvr.training import pool
 from rlvr.training.backends import open_policy
 from rlvr.training.session import Session
 from rlvr.training.split import split_items
-from rlvr.training.state import restore_state, step_outcomes
+from rlvr.training.state import restore_state
 from rlvr.training.step import gather_batch, step_row
 
 SETTINGS = ItemSampling()
@@ -30,7 +31,7 @@ SETTINGS = ItemSampling()
 
 def history(*signals: bool) -> pool.History:
     return pool.record(
-        {}, [pool.Outcome(item_id="x", mean=0.5 if s else 0.0, signal=s) for s in signals]
+        {}, [Outcome(item_id="x", mean=0.5 if s else 0.0, signal=s) for s in signals]
     )["x"]
 
 
@@ -168,9 +169,9 @@ def test_refills_replace_groups_without_signal_within_the_cap(tmp_path, max_refi
             assert len(refills) == min(max_refill, flats_total)
             assert flats_total >= flats
             row = step_row(run, 1, batch, _no_update(), batch.started)
-            assert row[M.REFILLED] == len(refills)
-            assert row[M.EXTRA_ROLLOUTS] == 4 * len(refills)
-            assert row[M.SIGNAL_GROUPS] == len(batch.trainable)
+            assert row.value(M.REFILLED) == len(refills)
+            assert row.value(M.EXTRA_ROLLOUTS) == 4 * len(refills)
+            assert row.value(M.SIGNAL_GROUPS) == len(batch.trainable)
 
     asyncio.run(main())
 
@@ -186,7 +187,7 @@ def test_a_resumed_run_draws_the_same_items(tmp_path):
                 batch = await gather_batch(run, step)
                 row = step_row(run, step + 1, batch, _no_update(), batch.started)
                 rows.append(row)
-                run.state.pool = pool.record(run.state.pool, step_outcomes(row))
+                run.state.pool = pool.record(run.state.pool, row.outcomes)
             resumed = restore_state(rows).pool
             assert resumed == run.state.pool
             ids = [i.id for i in run.split.train]

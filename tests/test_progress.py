@@ -125,6 +125,7 @@ def piped(monkeypatch: pytest.MonkeyPatch) -> io.StringIO:
 
 def test_a_piped_run_writes_each_line_whole_at_any_width(piped: io.StringIO) -> None:
     from rlvr.metrics import HINT_KEY, M
+    from rlvr.runs.records import StepRow
     from rlvr.training.output import CUT_CALLS, print_step, print_validation
 
     hint = "the group's rewards are all 0 at max_tokens=16: raise max_tokens or give partial credit"
@@ -148,7 +149,7 @@ def test_a_piped_run_writes_each_line_whole_at_any_width(piped: io.StringIO) -> 
         for reward in (0.25, 0.19):
             clock.now += 12
             bar.advance(note=f"reward {reward:.2f} over 8 rollouts, 3 of them truncated")
-    print_step(row)
+    print_step(StepRow.model_validate(row))
     print_validation(1, 0.625, 1, 0.0125, 0.004)
 
     lines = piped.getvalue().splitlines()
@@ -165,8 +166,8 @@ def test_a_piped_run_writes_each_line_whole_at_any_width(piped: io.StringIO) -> 
 
 
 def test_a_piped_alarm_box_still_fits_the_width(piped: io.StringIO) -> None:
+    from rlvr.runs.records import Alarm, AlarmName
     from rlvr.training.output import print_alarm
-    from rlvr.training.stopping import Alarm, AlarmName
 
     message = "training reward rose 0.30 over 3 steps while validation fell 0.10: read the rollouts"
     print_alarm(Alarm(name=AlarmName.REWARD_HACKING, step=4, message=message))

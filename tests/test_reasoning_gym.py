@@ -178,7 +178,7 @@ def test_a_generator_trains_a_step_from_the_cli(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     [run_dir] = [p.parent for p in runs.glob("*/summary.json")]
     assert run_dir.name.startswith("reasoning_gym-")
-    rows = store.read_metrics(run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(run_dir)]
     steps = [r for r in rows if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in steps] == [1]
     assert all(0.0 <= r[M.REWARD_MEAN] <= 1.0 for r in steps)

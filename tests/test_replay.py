@@ -122,9 +122,10 @@ async def _evaluate(policy: Any, sampling: Sampling, at_once: int) -> dict[str, 
 
     scenario, items = _math_items()
     limit = asyncio.Semaphore(at_once)
-    _, groups, done, _ = await evaluate(
+    evaluated = await evaluate(
         scenario.rollout, scenario.check, policy, items, sampling, limit, "eval"
     )
+    groups, done = evaluated.groups, evaluated.items
     assert len(done) == len(items)
     return {
         item.id: (

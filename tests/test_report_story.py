@@ -17,6 +17,7 @@ from rlvr import inspection as ri
 from rlvr.cli import app
 from rlvr.metrics import M
 from rlvr.runs import store
+from rlvr.runs.records import Row, RunResult, parse_row
 from rlvr.runs.report import (
     BEFORE_WARM,
     checkpoints_tested,
@@ -27,7 +28,7 @@ from rlvr.runs.report import (
 )
 
 # An email-like run: the warm start made the gain, RL kept it, the last checkpoint fell back.
-ROWS: list[dict[str, Any]] = [
+RAW_ROWS: list[dict[str, Any]] = [
     {M.STEP: 0, "warm/val_before": 0.0, "warm/seconds": 485.0, "warm/steps": 12},
     {M.STEP: 0, M.VAL_ACCURACY: 0.125, M.VAL_ITEMS: 16, M.POLICY_STEP: 1},
     {M.STEP: 1, M.REWARD_MEAN: -0.4, M.REWARD_STD: 0.5, "sampling/prefix_hits": 0.5},
@@ -37,6 +38,8 @@ ROWS: list[dict[str, Any]] = [
     {M.STEP: 4, M.REWARD_MEAN: 0.25, M.REWARD_STD: 0.1},
     {M.STEP: 4, M.VAL_ACCURACY: 0.125, M.VAL_ITEMS: 16, "alarm/converged": "reward up, val flat"},
 ]
+
+ROWS = [parse_row(r) for r in RAW_ROWS]
 
 TEST_BLOCK = {
     "items": 40,
@@ -60,6 +63,8 @@ TEST_BLOCK = {
 }
 
 SUMMARY: dict[str, Any] = {
+    "run_dir": "runs/email-1",
+    "wall_s": 600.0,
     "task": "email",
     "scorer": "verifier",
     "stop_reason": "no_signal",  # a reason this reader has never seen
@@ -84,6 +89,16 @@ STORY = [
     "gain, last - start: +0.125 [+0.000, +0.250] on 40 test items (p=0.07)",
     "RL gain, last - after the warm start: -0.025 [-0.100, +0.050] on 40 test items (p=0.75)",
 ]
+
+
+def run_of(summary: dict[str, Any]) -> tuple[list[Row], RunResult]:
+    """The rows and the summary record of a run whose summary.json is `summary`: its warm-start
+    row is the one the summary copies (none without a warm start)."""
+    warm = summary.get("warm_start")
+    rows = [r for r in RAW_ROWS if "warm/seconds" not in r]
+    if warm is not None:
+        rows = [{M.STEP: 0, **{f"warm/{k}": v for k, v in warm.items()}}, *rows]
+    return [parse_row(r) for r in rows], RunResult.model_validate(summary)
 
 
 def without_last(summary: dict[str, Any]) -> dict[str, Any]:
@@ -117,14 +132,14 @@ def without_warm_start(summary: dict[str, Any]) -> dict[str, Any]:
             without_warm_start(without_last(SUMMARY)),
             [("start", 0, 0.025), ("best", 2, 0.2)],
         ),
-        ({**SUMMARY, "test": {"items": 0}}, []),
+        ({**SUMMARY, "test": {"items": 0, "method": "paired bootstrap"}}, []),
         ({**SUMMARY, "test": None}, []),
     ],
 )
 def test_each_tested_checkpoint_stands_at_its_step(
     summary: dict[str, Any], points: list[tuple[str, int, float]]
 ) -> None:
-    assert [(p.name, p.step, p.accuracy) for p in checkpoints_tested(ROWS, summary)] == points
+    assert [(p.name, p.step, p.accuracy) for p in checkpoints_tested(*run_of(summary))] == points
 
 
 @pytest.mark.parametrize(
@@ -138,7 +153,7 @@ def test_each_tested_checkpoint_stands_at_its_step(
 def test_the_gains_with_intervals_that_are_there(
     summary: dict[str, Any], labels: list[str]
 ) -> None:
-    found = gains(summary)
+    found = gains(run_of(summary)[1])
     assert [g.label for g in found] == labels
     assert all(g.low <= g.gain <= g.high for g in found)
 
@@ -172,13 +187,14 @@ def test_the_gains_with_intervals_that_are_there(
                 **SUMMARY,
                 "warm_start": {
                     "val_before": 0.0,
+                    "seconds": 485.0,
                     "cut": 1,
                     "steps": 7,
                     "steps_planned": 12,
                     "tokens": 41230,
                     "tokens_planned": 70600,
                 },
-                "test": {"items": 0},
+                "test": {"items": 0, "method": "paired bootstrap"},
             },
             [
                 STORY[0],
@@ -189,11 +205,11 @@ def test_the_gains_with_intervals_that_are_there(
     ],
 )
 def test_the_story_in_words(summary: dict[str, Any], expected: list[str]) -> None:
-    assert story_lines(ROWS, summary) == expected
+    assert story_lines(*run_of(summary)) == expected
 
 
 def test_the_picture_holds_the_whole_story() -> None:
-    fig = report_figure(ROWS, SUMMARY)
+    fig = report_figure(*run_of(SUMMARY))
     curves, side = fig.axes
     ticks = [t.get_text() for t in curves.get_xticklabels()]
     assert ticks[0] == "before\nwarm start"
@@ -219,8 +235,7 @@ def test_the_picture_holds_the_whole_story() -> None:
 
 
 def test_without_a_warm_start_the_steps_start_at_zero() -> None:
-    rows = [r for r in ROWS if "warm/val_before" not in r]
-    fig = report_figure(rows, without_warm_start(SUMMARY))
+    fig = report_figure(*run_of(without_warm_start(SUMMARY)))
     ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
     assert ticks[0] == "0" and all(t.isdigit() for t in ticks)
 
@@ -232,7 +247,7 @@ def test_report_png_is_written_and_inspect_says_the_same(tmp_path: Path) -> None
     for row in ROWS:
         store.append_metrics(tmp_path, row)
     (tmp_path / "summary.json").write_text(json.dumps({**SUMMARY, "run_dir": str(tmp_path)}))
-    path = plot_report(ROWS, SUMMARY, tmp_path / "report.png")
+    path = plot_report(*run_of(SUMMARY), tmp_path / "report.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
     assert ri.story(ri.load_run(tmp_path)) == STORY
     shown = CliRunner().invoke(app, ["inspect", str(tmp_path)], env={"COLUMNS": "250"})

@@ -17,6 +17,7 @@ from rlvr import paired
 from rlvr.cli import app
 from rlvr.config import TrainConfig, pairs_to_dict
 from rlvr.runs import layout, store
+from rlvr.runs.records import RunResult, parse_row
 from rlvr.runs.results import (
     Gain,
     ResultsError,
@@ -57,26 +58,28 @@ def write_run(
     store.write_config(run_dir, cfg)
     for step, peak in enumerate(rss or [], start=1):
         store.append_metrics(
-            run_dir, {"step": step, "train/reward_mean": 0.5, "sys/peak_rss_gb": peak}
+            run_dir, parse_row({"step": step, "train/reward_mean": 0.5, "sys/peak_rss_gb": peak})
         )
     block = paired.test_block(scores(2), scores(6) if warm else None, scores(final), scores(last))
-    summary: dict[str, Any] = {
-        "run_dir": str(run_dir),
-        "task": cfg.task,
-        "scorer": "verifier",
-        "stop_reason": "plateau",
-        "steps": 9,
-        "baseline_val": 0.3,
-        "best_val": 0.5,
-        "best_step": 6,
-        "test_accuracy": block["final"],
-        "alarms": [],
-        "wall_s": 940.5,
-        "gain": 0.2,
-        "last_step": 9,
-        "val_items": 20,
-        "test": block,
-    }
+    summary = RunResult.model_validate(
+        {
+            "run_dir": str(run_dir),
+            "task": cfg.task,
+            "scorer": "verifier",
+            "stop_reason": "plateau",
+            "steps": 9,
+            "baseline_val": 0.3,
+            "best_val": 0.5,
+            "best_step": 6,
+            "test_accuracy": block.final,
+            "alarms": [],
+            "wall_s": 940.5,
+            "gain": 0.2,
+            "last_step": 9,
+            "val_items": 20,
+            "test": block,
+        }
+    )
     store.write_summary(run_dir, summary)
     return run_dir
 
@@ -272,9 +275,9 @@ def bad_interval(run: Path) -> None:
     ("damage", "said"),
     [
         pytest.param(bad_summary, "no summary.json (the run has not finished", id="no summary"),
-        pytest.param(torn_summary, "summary.json: not JSON", id="torn summary"),
+        pytest.param(torn_summary, "summary.json: damaged, not valid JSON", id="torn summary"),
         pytest.param(
-            bad_interval, "test.rl_gain_ci95 is 'wide'; expected [low, high]", id="bad CI"
+            bad_interval, "test.rl_gain_ci95 is 'wide': input should be a valid tuple", id="bad CI"
         ),
     ],
 )

@@ -16,10 +16,17 @@ import pytest
 import rlvr
 from rlvr.config import TrainConfig
 from rlvr.metrics import HINT_KEY, M, has_signal
+from rlvr.runs.records import StepRow
 from rlvr.scoring.scorers import CLIP_FIX, reward_scorer, verifier_scorer
 from rlvr.tasks.scorer_spec import make_scorer
 from rlvr.training.hints import decision_hints
 from rlvr.types import Item
+
+
+def hints_of(metrics: dict, cfg: TrainConfig) -> list[str]:
+    """The hints of a step whose row holds `metrics`."""
+    return decision_hints(StepRow.model_validate({M.REWARD_MEAN: 0.0, **metrics}), cfg)
+
 
 ITEM = Item(id="board-7", prompt="Move.", answer="up")
 
@@ -123,7 +130,7 @@ async def test_the_scenario_verifier_is_unbounded_and_a_reward_function_is_not()
 def test_clipping_becomes_a_hint_that_names_the_fix(
     metrics: dict, expected: list[str], absent: str
 ) -> None:
-    hints = decision_hints(metrics, TrainConfig())
+    hints = hints_of(metrics, TrainConfig())
     text = " | ".join(hints)
     assert all(e in text for e in expected), hints
     assert absent not in text
@@ -199,7 +206,9 @@ def test_negative_rewards_train_as_set_or_are_counted_when_clipped(
         f"runs_root={runs}",
     )
     run_dir = only_run(runs)
-    [row] = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    [row] = [
+        r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r
+    ]
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
     replies = [json.loads(m)[-1]["content"] or "" for m in frame["messages"].to_list()]
     shaping = [task_shaping(text) for text in replies]

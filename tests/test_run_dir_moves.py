@@ -131,11 +131,11 @@ def test_a_relocated_run_resumes_then_evaluates_and_inspects(
     run_dir = relocate(placed(runs.unfinished, tmp_path), tmp_path)
     resumed = train("--resume", str(run_dir))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    rows = store.read_metrics(run_dir)
+    rows = [row.on_disk() for row in store.read_metrics(run_dir)]
     train_rows = [r for r in rows if M.REWARD_MEAN in r]
     # The policy continued from step 1's checkpoint (a fresh adapter would start at 0 again).
     assert [(r[M.STEP], r[M.POLICY_STEP]) for r in train_rows] == [(1, 1), (2, 2)]
-    assert store.read_summary(run_dir)["steps"] == 2
+    assert store.read_summary(run_dir).steps == 2
 
     finished = relocate(run_dir, tmp_path / "again")
     evaluated = warm.rlvr("eval", str(finished), timeout_s=600)
@@ -167,9 +167,11 @@ def test_each_checkpoint_is_stored_once_and_eval_reads_the_copy_checkpoints_name
             by_content.setdefault(key, set()).add((info.st_dev, info.st_ino))
     assert by_content and all(len(inodes) == 1 for inodes in by_content.values())
     cfg = TrainConfig.model_validate_json((run_dir / layout.CONFIG).read_text())
-    best_step = store.read_summary(run_dir)["best_step"]
+    best_step = store.read_summary(run_dir).best_step
     policy_step = next(
-        r[M.POLICY_STEP] for r in store.read_metrics(run_dir) if r[M.STEP] == best_step
+        r[M.POLICY_STEP]
+        for r in (row.on_disk() for row in store.read_metrics(run_dir))
+        if r[M.STEP] == best_step
     )
     served = (
         layout.policy_dir(run_dir, cfg.project) / "checkpoints" / f"{policy_step:04d}"

@@ -1,24 +1,12 @@
 import pytest
 
 from rlvr.config import TrainConfig
+from rlvr.runs.records import Alarm, AlarmName
 from rlvr.tasks.api import scenario
 from rlvr.tasks.scorer_spec import compared_with_truth
-from rlvr.training.stopping import (
-    Alarm,
-    AlarmName,
-    EvalPoint,
-    StepPoint,
-    Thresholds,
-    best_eval,
-    divergence,
-    gain_threshold,
-    is_new,
-    judge_disagrees,
-    out_of_time,
-    plateau,
-    trend,
-    val_trend,
-)
+from rlvr.training.alarms import StepPoint, Thresholds, divergence, is_new, judge_disagrees
+from rlvr.training.stop_rules import out_of_time, plateau
+from rlvr.training.trends import EvalPoint, best_eval, gain_threshold, trend, val_trend
 
 T = Thresholds(window=3, reward_rise=0.1, val_drop=0.05, val_flat=0.02)
 

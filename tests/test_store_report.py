@@ -7,20 +7,30 @@ import pytest
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
 from rlvr.runs import store
+from rlvr.runs.records import RunResult, StepRow, StopReason, parse_row
 from rlvr.runs.report import plot_report
 from rlvr.training.hints import decision_hints
 from rlvr.training.output import CUT_CALLS, truncation_detail
+
+
+def hints_of(metrics: dict, cfg: TrainConfig) -> list[str]:
+    """The hints of a step whose row holds `metrics`."""
+    return decision_hints(StepRow.model_validate({M.REWARD_MEAN: 0.0, **metrics}), cfg)
 
 
 def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
     cfg = TrainConfig(task="math", group_size=4, run_dir=tmp_path)
     store.write_config(tmp_path, cfg)
     assert store.read_config(tmp_path) == cfg
-    store.append_metrics(tmp_path, {M.STEP: 1, M.REWARD_MEAN: 0.5, M.SAMPLER_KL: float("nan")})
+    store.append_metrics(
+        tmp_path, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5, M.SAMPLER_KL: float("nan")})
+    )
     with (tmp_path / store.METRICS).open("a") as f:
         f.write('{"step": 2, "train/rew')  # a run killed mid-write
     rows = store.read_metrics(tmp_path)
-    assert rows == [{M.STEP: 1, M.REWARD_MEAN: 0.5, M.SAMPLER_KL: None}]
+    assert [r.on_disk() for r in rows] == [
+        {"kind": "step", M.STEP: 1, M.REWARD_MEAN: 0.5, M.SAMPLER_KL: None}
+    ]
 
 
 def test_read_config_names_the_missing_file(tmp_path):
@@ -75,17 +85,20 @@ def test_report_png_is_written(tmp_path):
         *({M.STEP: s, M.REWARD_MEAN: 0.1 * s, M.REWARD_STD: 0.1} for s in range(1, 5)),
         {M.STEP: 4, M.VAL_ACCURACY: 0.2, "alarm/reward_hacking": "reward up, val down"},
     ]
-    path = plot_report(
-        rows,
-        {
-            "stop_reason": "reward_hacking",
-            "best_step": 0,
-            "best_val": 0.3,
-            "test_accuracy": 0.25,
-            "task": "math",
-        },
-        tmp_path / "report.png",
+    summary = RunResult(
+        run_dir=tmp_path,
+        task="math",
+        scorer="verifier",
+        stop_reason=StopReason.REWARD_HACKING,
+        steps=4,
+        baseline_val=0.3,
+        best_val=0.3,
+        best_step=0,
+        test_accuracy=0.25,
+        alarms=[],
+        wall_s=60.0,
     )
+    path = plot_report([parse_row(r) for r in rows], summary, tmp_path / "report.png")
     assert path.stat().st_size > 10_000
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -116,14 +129,14 @@ def test_report_png_is_written(tmp_path):
         ),
     ],
 )
-def test_decision_hints(metrics, expected):
-    hints = decision_hints(metrics, TrainConfig())
+def test_hints_of(metrics, expected):
+    hints = hints_of(metrics, TrainConfig())
     assert any(expected in h for h in hints), hints
 
 
 def test_hints_tolerate_a_step_without_training():
     assert (
-        decision_hints(
+        hints_of(
             {
                 M.GROUPS: 2,
                 M.ALL_ZERO: 0,
@@ -139,7 +152,7 @@ def test_hints_tolerate_a_step_without_training():
 
 def test_no_hints_on_a_healthy_step():
     assert (
-        decision_hints(
+        hints_of(
             {
                 M.GROUPS: 8,
                 M.ALL_ZERO: 1,
@@ -157,9 +170,9 @@ def test_no_hints_on_a_healthy_step():
 
 def test_a_lenient_scorer_is_not_called_converged():
     metrics = {M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01}
-    assert not any("converged" in h for h in decision_hints(metrics, TrainConfig()))
+    assert not any("converged" in h for h in hints_of(metrics, TrainConfig()))
     agreeing = {**metrics, M.INDEPENDENT: 0.8}  # the reward is earned: no lenience hint
-    assert not any("wrong answers" in h for h in decision_hints(agreeing, TrainConfig()))
+    assert not any("wrong answers" in h for h in hints_of(agreeing, TrainConfig()))
 
 
 @pytest.mark.parametrize(
@@ -176,4 +189,4 @@ def test_a_lenient_scorer_is_not_called_converged():
     ],
 )
 def test_the_step_line_says_what_the_truncated_rollouts_were(row, detail):
-    assert truncation_detail(row) == detail
+    assert truncation_detail(parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5, **row})) == detail

@@ -18,7 +18,8 @@ import pytest
 import rlvr
 from rlvr.agent import EpisodeMetric, ToolTimeout, chat, running_tool_threads
 from rlvr.agent.tools import as_tool
-from rlvr.metrics import trajectory_metric_means
+from rlvr.metrics import M, trajectory_metric_means
+from rlvr.runs.records import parse_row
 from rlvr.training.output import TOOL_TIMEOUTS, tool_timeouts
 from rlvr.types import Item, Sampling
 
@@ -146,7 +147,8 @@ async def test_a_tool_raising_its_own_timeout_error_is_a_failure_not_a_timeout()
 
 @pytest.mark.parametrize(("rate", "said"), [(0.5, "  tool timeouts 0.50/rollout"), (0.0, "")])
 def test_the_step_line_says_the_timeouts(rate: float, said: str) -> None:
-    assert tool_timeouts({TOOL_TIMEOUTS: rate}) == said
+    row = parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5, TOOL_TIMEOUTS: rate})
+    assert tool_timeouts(row) == said
 
 
 HANGING_SERVER = '''

@@ -313,7 +313,7 @@ def train_cli(ref: str, runs: Path, *extra: str) -> Path:
 
 
 def assert_trained(run_dir: Path, metric: str) -> list[dict]:
-    rows = [r for r in store.read_metrics(run_dir) if M.REWARD_MEAN in r]
+    rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]
     assert [r[M.STEP] for r in rows] == [1]
     assert all(metric in r and r[M.NO_LOGPROB_TURNS] == 0 for r in rows), rows
     summary = json.loads((run_dir / "summary.json").read_text())

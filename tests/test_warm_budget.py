@@ -23,7 +23,6 @@ from rlvr.tasks.plugins import resolve_task, task_config
 from rlvr.training.split import split_items
 from rlvr.training.warmstart import (
     WARM_SHARE,
-    WarmMetric,
     demonstrations,
     steps_that_fit,
     token_counter,
@@ -138,28 +137,28 @@ async def test_the_email_warm_start_stays_within_its_share_on_any_cpu(
         out=Console(file=buffer, width=200),
     )
     budget = 27 * 60 * WARM_SHARE
-    assert row[WarmMetric.BUDGET_S] == budget
-    assert row[WarmMetric.SECONDS] <= budget, (cpu, row)
+    assert row.budget_s == budget
+    assert row.seconds <= budget, (cpu, row)
     planned = cfg.sft_steps
-    assert row[WarmMetric.STEPS_PLANNED] == planned
-    assert row[WarmMetric.TOKENS_PLANNED] == sum(tokens)
-    steps = int(row[WarmMetric.STEPS])
-    assert row[WarmMetric.TOKENS] == sum(tokens[: steps * cfg.sft_batch_size])
-    assert row[WarmMetric.DEMONSTRATIONS] == steps * cfg.sft_batch_size
-    assert sum(backend.calls) == row[WarmMetric.DEMONSTRATIONS]
+    assert row.steps_planned == planned
+    assert row.tokens_planned == sum(tokens)
+    steps = int(row.steps)
+    assert row.tokens == sum(tokens[: steps * cfg.sft_batch_size])
+    assert row.demonstrations == steps * cfg.sft_batch_size
+    assert sum(backend.calls) == row.demonstrations
     assert backend.calls[0] == cfg.sft_batch_size  # the first step alone measures the speed
     said = [x for x in buffer.getvalue().splitlines() if x.startswith("warm start cut")]
     if full_warm_start_s + len(backend.calls) <= budget:
-        assert steps == planned and row[WarmMetric.CUT] == 0 and not said
+        assert steps == planned and row.cut == 0 and not said
         assert len(backend.calls) == 2  # measured, then the rest in one call
     else:
-        assert 1 <= steps < planned and row[WarmMetric.CUT] == 1
+        assert 1 <= steps < planned and row.cut == 1
         # as much as fits: one more step would not have
         per_step = full_warm_start_s / planned
-        assert row[WarmMetric.SECONDS] + per_step > budget * 0.9 or steps == 1
+        assert row.seconds + per_step > budget * 0.9 or steps == 1
         assert said == [
             f"warm start cut by its budget ({WARM_SHARE:.0%} of max_minutes=27: {budget:.0f}s): "
-            f"trained {steps} of {planned} steps, {row[WarmMetric.TOKENS]:,.0f} of "
+            f"trained {steps} of {planned} steps, {row.tokens:,.0f} of "
             f"{sum(tokens):,.0f} demonstration tokens; RL keeps the rest of the budget"
         ]
 
@@ -214,11 +213,11 @@ async def test_without_a_budget_one_call_and_rejected_demonstrations_are_said(
         out=Console(file=buffer, width=200),
     )
     assert backend.calls == calls
-    assert row[WarmMetric.REJECTED] == 2 and row[WarmMetric.DEMONSTRATIONS] == 4  # of 6 made
-    assert row[WarmMetric.STEPS] == row[WarmMetric.STEPS_PLANNED] == 2
-    assert row[WarmMetric.CUT] == 0 and row[WarmMetric.TOKENS] == 40
+    assert row.rejected == 2 and row.demonstrations == 4  # of 6 made
+    assert row.steps == row.steps_planned == 2
+    assert row.cut == 0 and row.tokens == 40
     assert "2 of 6 demonstrations failed the task's own check" in buffer.getvalue()
-    assert not math.isnan(row[WarmMetric.LOSS_LAST])
+    assert not math.isnan(row.loss_last)
 
 
 @pytest.mark.slow
@@ -261,9 +260,9 @@ async def test_a_real_warm_start_on_a_slow_clock_trains_one_step_and_says_so(
             out=Console(file=buffer, width=200),
         )
         assert await policy.model.get_step() == before + 1  # one call, one checkpoint
-    assert row[WarmMetric.STEPS] == 1 and row[WarmMetric.STEPS_PLANNED] == 4
-    assert row[WarmMetric.CUT] == 1 and row[WarmMetric.DEMONSTRATIONS] == 2
-    assert 0 < row[WarmMetric.TOKENS] < row[WarmMetric.TOKENS_PLANNED]
-    assert math.isfinite(row[WarmMetric.LOSS_FIRST])
+    assert row.steps == 1 and row.steps_planned == 4
+    assert row.cut == 1 and row.demonstrations == 2
+    assert 0 < row.tokens < row.tokens_planned
+    assert math.isfinite(row.loss_first)
     assert "warm start cut by its budget" in buffer.getvalue()
     assert "trained 1 of 4 steps" in buffer.getvalue()

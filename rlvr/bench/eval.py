@@ -77,7 +77,7 @@ async def timed_eval(
 ) -> tuple[float, float, list[art.TrajectoryGroup]]:
     """Seconds, accuracy and groups of one evaluation of `items`, `concurrency` in flight."""
     started = time.perf_counter()
-    accuracy, groups, _, _ = await evaluate(
+    evaluated = await evaluate(
         scenario.rollout,
         scenario.check,
         policy,
@@ -86,7 +86,7 @@ async def timed_eval(
         asyncio.Semaphore(concurrency),
         f"eval x{concurrency}",
     )
-    return time.perf_counter() - started, accuracy, groups
+    return time.perf_counter() - started, evaluated.accuracy, evaluated.groups
 
 
 @asynccontextmanager
@@ -96,7 +96,7 @@ async def bench_session(
     """The session evaluated and the policy step sampled: a finished run's best checkpoint
     (`run_dir`: the trained agent, as its validations saw it), else the task's fresh policy."""
     if run_dir is not None:
-        best_step = int(store.read_summary(run_dir)["best_step"])
+        best_step = store.read_summary(run_dir).best_step
         async with open_finished(run_dir, None) as run:
             yield run, run.state.policy_steps.get(best_step, 0)
         return

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import TrainConfig
-from rlvr.metrics import ALARM_PREFIX, M
+from rlvr.metrics import ALARM_PREFIX
 from rlvr.runs import store
+from rlvr.runs.records import EvalRow
 from rlvr.training import run_training
 
 HACK_DEFAULTS = {
@@ -34,14 +35,14 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
     """The evaluation history a replay test needs: step, val accuracy, windowed train reward."""
     return [
         {
-            "step": r[M.STEP],
-            "val": r[M.VAL_ACCURACY],
-            "reward": r.get(M.VAL_TRAIN_REWARD),
-            "val_items": r.get(M.VAL_ITEMS),
-            "scores": r.get(M.VAL_SCORES),
+            "step": r.step,
+            "val": r.accuracy,
+            "reward": r.train_reward,
+            "val_items": r.items,
+            "scores": r.scores,
         }
         for r in store.read_metrics(run_dir)
-        if M.VAL_ACCURACY in r
+        if isinstance(r, EvalRow)
     ]
 
 
@@ -62,9 +63,9 @@ async def hack_benchmark(
         "wall_s": round(time.monotonic() - started, 1),
         "history": history(result.run_dir),
         "alarm_rows": [
-            {k: v for k, v in r.items() if k.startswith(ALARM_PREFIX)}
+            {f"{ALARM_PREFIX}{name}": message for name, message in r.alarms.items()}
             for r in store.read_metrics(result.run_dir)
-            if any(k.startswith(ALARM_PREFIX) for k in r)
+            if r.alarms
         ],
     }
     if record is not None:

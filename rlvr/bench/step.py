@@ -30,7 +30,7 @@ from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
 from rlvr.training.pool import record
 from rlvr.training.session import Session, open_session
-from rlvr.training.state import Tested, step_outcomes
+from rlvr.training.state import Tested
 from rlvr.training.step import Batch, gather_batch, step_row, update_policy
 from rlvr.training.warmstart import warm_start
 
@@ -89,11 +89,12 @@ async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -
         batch = await gather_batch(run, step)
     with watch.phase(UPDATE):
         update = await update_policy(run, batch.trainable)
-    row = step_row(run, step + 1, batch, update, started)
-    row |= token_metrics(counted, engine_counters(run.policy))
+    row = step_row(run, step + 1, batch, update, started).with_values(
+        **token_metrics(counted, engine_counters(run.policy))
+    )
     run.state.step = step + 1
-    run.state.pool = record(run.state.pool, step_outcomes(row))
-    figures = {name: row.get(key) for name, key in REPORTED.items()}
+    run.state.pool = record(run.state.pool, row.outcomes)
+    figures = {name: row.value(key) for name, key in REPORTED.items()}
     backend = run.policy.backend
     if bare and isinstance(backend, TorchBackend):
         with watch.phase(BARE):

@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.inspection.reader import Run, alarms_of
+from rlvr.inspection.reader import Run
 from rlvr.inspection.suspects import Reason, Suspect
-from rlvr.metrics import M
+from rlvr.runs.records import EvalRow, StepRow
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -49,33 +49,30 @@ class Curves(BaseModel):
     stop_reason: str | None = None
 
 
-def _points(rows: list[dict[str, Any]], key: str) -> list[Point]:
-    return [
-        Point(step=int(r[M.STEP]), value=float(r[key]))
-        for r in rows
-        if isinstance(r.get(key), int | float)
-    ]
+def _points(values: list[tuple[int, float | None]]) -> list[Point]:
+    return [Point(step=step, value=value) for step, value in values if value is not None]
 
 
 def curves(run: Run) -> Curves:
-    train = [r for r in run.metrics if M.REWARD_MEAN in r]
-    summary = run.summary or {}
-    last = max((int(r.get(M.STEP, 0)) for r in run.metrics), default=None)
+    train = [r for r in run.metrics if isinstance(r, StepRow)]
+    evals = [r for r in run.metrics if isinstance(r, EvalRow)]
+    summary = run.summary
+    last = max((r.step for r in run.metrics), default=None)
     return Curves(
-        reward=_points(train, M.REWARD_MEAN),
-        reward_std=_points(train, M.REWARD_STD),
-        truth=_points(train, M.INDEPENDENT),
-        val=_points(run.metrics, M.VAL_ACCURACY),
+        reward=_points([(r.step, r.reward_mean) for r in train]),
+        reward_std=_points([(r.step, r.reward_std) for r in train]),
+        truth=_points([(r.step, r.independent) for r in train]),
+        val=_points([(r.step, r.accuracy) for r in evals]),
         alarms=[
-            AlarmMark(step=int(r.get(M.STEP, 0)), name=name, message=message)
+            AlarmMark(step=r.step, name=name, message=message)
             for r in run.metrics
-            for name, message in alarms_of(r)
+            for name, message in r.alarms.items()
         ],
-        best_step=summary.get("best_step"),
-        best_val=summary.get("best_val"),
-        test_accuracy=summary.get("test_accuracy"),
-        stop_step=last if run.summary is not None else None,
-        stop_reason=summary.get("stop_reason"),
+        best_step=summary.best_step if summary else None,
+        best_val=summary.best_val if summary else None,
+        test_accuracy=summary.test_accuracy if summary else None,
+        stop_step=last if summary is not None else None,
+        stop_reason=summary.stop_reason if summary else None,
     )
 
 

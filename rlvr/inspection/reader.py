@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M
 from rlvr.runs import layout, store
+from rlvr.runs.damage import RunDamaged
+from rlvr.runs.records import KIND_KEY, Row, RunResult, StepRow
 
 SPLITS = layout.SPLITS
 TRAIN_FILE, VAL_FILE = layout.TRAIN_TABLE, layout.VAL_TABLE
@@ -27,17 +29,18 @@ class InspectError(ValueError):
 
 
 class Run(BaseModel):
-    """A run directory as read from disk; `summary` is None while the run is still going."""
+    """A run directory as read from disk: its config as written, its metrics rows as their
+    records (rlvr.runs.records), and its summary (None while the run is still going)."""
 
     model_config = ConfigDict(frozen=True)
 
     run_dir: Path
-    config: dict[str, Any]
-    metrics: list[dict[str, Any]]
-    summary: dict[str, Any] | None
+    config: dict[str, JsonValue]
+    metrics: list[Row]
+    summary: RunResult | None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _read_json(path: Path) -> dict[str, JsonValue]:
     try:
         value = json.loads(path.read_text())
     except json.JSONDecodeError as error:
@@ -57,13 +60,14 @@ def load_run(run_dir: str | Path) -> Run:
     summary_path = run_dir / store.SUMMARY
     try:
         metrics = store.read_metrics(run_dir)
-    except store.MetricsError as error:
+        summary = store.read_summary(run_dir) if summary_path.is_file() else None
+    except RunDamaged as error:
         raise InspectError(str(error)) from None
     return Run(
         run_dir=run_dir,
         config=_read_json(run_dir / store.CONFIG),
         metrics=metrics,
-        summary=_read_json(summary_path) if summary_path.is_file() else None,
+        summary=summary,
     )
 
 
@@ -78,29 +82,24 @@ def latest_run(*roots: str | Path) -> Path:
     return max(configs, key=lambda c: c.stat().st_mtime).parent.resolve()
 
 
-def alarms_of(row: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, message) of every alarm in a metrics row."""
-    return [
-        (k.removeprefix(ALARM_PREFIX), str(v)) for k, v in row.items() if k.startswith(ALARM_PREFIX)
-    ]
-
-
 def step_table(run: Run) -> pl.DataFrame:
     """One row per step: the training metrics of the step merged with the evaluation made after it
     (step 0 is the baseline evaluation). Alarms and hints are joined into text columns."""
-    merged: dict[int, dict[str, Any]] = {}
+    merged: dict[int, dict[str, JsonValue]] = {}
     for row in run.metrics:
-        step = int(row.get(M.STEP, 0))
-        target = merged.setdefault(step, {M.STEP.value: step})
-        for key, value in row.items():
-            if key.startswith(ALARM_PREFIX) or key == HINT_KEY:
+        target = merged.setdefault(row.step, {M.STEP.value: row.step})
+        for key, value in row.on_disk().items():
+            if key.startswith(ALARM_PREFIX) or key in (HINT_KEY, KIND_KEY):
                 continue
             target[key] = value
-        alarms = [f"{name}: {message}" for name, message in alarms_of(row)]
+        alarms = [f"{name}: {message}" for name, message in row.alarms.items()]
         if alarms:
-            target["alarms"] = "; ".join([*filter(None, [target.get("alarms")]), *alarms])
-        if row.get(HINT_KEY):
-            target["hints"] = "; ".join(row[HINT_KEY])
+            earlier = target.get("alarms")
+            target["alarms"] = "; ".join(
+                [*([earlier] if isinstance(earlier, str) else []), *alarms]
+            )
+        if isinstance(row, StepRow) and row.hints:
+            target["hints"] = "; ".join(row.hints)
     if not merged:
         return pl.DataFrame({M.STEP.value: []}, schema={M.STEP.value: pl.Int64})
     rows = [merged[step] for step in sorted(merged)]
@@ -112,7 +111,7 @@ def step_table(run: Run) -> pl.DataFrame:
     ).with_columns(pl.col(M.STEP.value).cast(pl.Int64))
 
 
-def _cell(value: Any) -> Any:
+def _cell(value: JsonValue) -> str | float | None:
     """Numbers stay numbers (ints become floats so a column has one type); the rest is text."""
     if value is None or isinstance(value, str):
         return value

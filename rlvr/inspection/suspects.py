@@ -12,14 +12,13 @@ from __future__ import annotations
 from collections import Counter
 from enum import StrEnum
 from itertools import pairwise
-from typing import Any
 
 import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.inspection.conversations import Conversation, conversation
 from rlvr.inspection.reader import Run, all_trajectories, trajectories
-from rlvr.metrics import M
+from rlvr.runs.records import Row, StepRow
 
 THRESHOLD = 0.5  # "high" reward and "passing" ground truth
 JUMP = 0.3  # a step-to-step rise of the mean training reward that counts as sudden
@@ -116,24 +115,16 @@ def identical_completions(frame: pl.DataFrame, threshold: float = THRESHOLD) -> 
     return suspects
 
 
-def _number(row: dict[str, Any], key: str) -> float | None:
-    value = row.get(key)
-    return float(value) if isinstance(value, int | float) else None
-
-
-def reward_jumps(metrics: list[dict[str, Any]], jump: float = JUMP) -> list[Suspect]:
+def reward_jumps(metrics: list[Row], jump: float = JUMP) -> list[Suspect]:
     """Steps whose mean training reward rose by >= `jump` over the previous step while the ground
     truth (where measured) rose by less than half as much."""
-    train = sorted(
-        (r for r in metrics if isinstance(r.get(M.REWARD_MEAN), int | float)),
-        key=lambda r: r[M.STEP],
-    )
+    train = sorted((r for r in metrics if isinstance(r, StepRow)), key=lambda r: r.step)
     suspects = []
     for before, after in pairwise(train):
-        rise = after[M.REWARD_MEAN] - before[M.REWARD_MEAN]
+        rise = after.reward_mean - before.reward_mean
         if rise < jump:
             continue
-        t0, t1 = _number(before, M.INDEPENDENT), _number(after, M.INDEPENDENT)
+        t0, t1 = before.independent, after.independent
         truth_known = t0 is not None and t1 is not None
         if t0 is not None and t1 is not None and (t1 - t0) >= rise / 2:
             continue
@@ -146,11 +137,11 @@ def reward_jumps(metrics: list[dict[str, Any]], jump: float = JUMP) -> list[Susp
             Suspect(
                 reason=Reason.REWARD_JUMP,
                 detail=(
-                    f"train reward {before[M.REWARD_MEAN]:.2f} → {after[M.REWARD_MEAN]:.2f} "
-                    f"({rise:+.2f}) from step {before[M.STEP]} to {after[M.STEP]}{truth}"
+                    f"train reward {before.reward_mean:.2f} → {after.reward_mean:.2f} "
+                    f"({rise:+.2f}) from step {before.step} to {after.step}{truth}"
                 ),
-                step=int(after[M.STEP]),
-                reward=float(after[M.REWARD_MEAN]),
+                step=after.step,
+                reward=after.reward_mean,
                 independent_reward=t1 if truth_known else None,
             )
         )

@@ -25,7 +25,8 @@ from rlvr.inspection.suspects import (
     suspects_frame,
     suspicious,
 )
-from rlvr.metrics import HINT_KEY, M
+from rlvr.metrics import M
+from rlvr.runs.records import StepRow
 from rlvr.runs.report import story_lines
 
 # --- terminal views (rlvr inspect) --------------------------------------------------------------
@@ -49,19 +50,19 @@ def story(run: Run) -> list[str]:
     """The run's story in words, as report.png tells it: validation before and after the warm
     start, at its best and at the last evaluation; the test accuracy of the start, after the
     warm start, of the best and the last checkpoint, and the paired gains with their intervals."""
-    return story_lines(run.metrics, run.summary or {})
+    return story_lines(run.metrics, run.summary)
 
 
 def summary_line(run: Run) -> str:
     cfg, s = run.config, run.summary
-    scorer = (s or {}).get("scorer") or cfg.get("scorer", "?")
+    scorer = s.scorer if s else cfg.get("scorer", "?")
     head = f"{cfg.get('task', '?')} · scorer {scorer} · {run.run_dir}"
     if s is None:
         return head + " · still running (no summary.json)"
     return head + (
-        f"\nstop: {s.get('stop_reason')} after {s.get('steps')} steps · baseline val "
-        f"{fmt_score(s.get('baseline_val'))} → best {fmt_score(s.get('best_val'))} (step {s.get('best_step')})"
-        f" · test {fmt_score(s.get('test_accuracy'))}" + "".join(f"\n{line}" for line in story(run))
+        f"\nstop: {s.stop_reason} after {s.steps} steps · baseline val "
+        f"{fmt_score(s.baseline_val)} → best {fmt_score(s.best_val)} (step {s.best_step})"
+        f" · test {fmt_score(s.test_accuracy)}" + "".join(f"\n{line}" for line in story(run))
     )
 
 
@@ -75,10 +76,10 @@ def overview_view(run: Run) -> list[RenderableType]:
         parts.append(
             Panel(Text(alarm.message), title=f"ALARM {alarm.name} @ step {alarm.step}", style="red")
         )
-    hinted = [r for r in run.metrics if r.get(HINT_KEY)]
+    hinted = [r for r in run.metrics if isinstance(r, StepRow) and r.hints]
     if hinted:
-        hints = "\n".join(f"· {h}" for h in hinted[-1][HINT_KEY])
-        parts.append(Panel(Text(hints), title=f"hints @ step {hinted[-1][M.STEP]}", style="yellow"))
+        hints = "\n".join(f"· {h}" for h in hinted[-1].hints)
+        parts.append(Panel(Text(hints), title=f"hints @ step {hinted[-1].step}", style="yellow"))
     found = available(run)
     parts.append(
         Text(

@@ -5,18 +5,20 @@ the stop; where a warm start ran, a position before step 0 holds what came befor
 the test accuracy of the starting model), so its gain is seen apart from RL's; the test accuracy
 of the start, after the warm start, of the best and of the last checkpoint at their steps; and
 beside it the paired test gains with their 95% intervals. `story_lines` says the same in words
-for `rlvr inspect`, the notebook and the end of a run. Keys a reader does not know are ignored.
+for `rlvr inspect`, the notebook and the end of a run. It reads the run's records
+(rlvr.runs.records): its metrics rows and its summary.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.metrics import ALARM_PREFIX, M
+from rlvr.paired import Compared
 from rlvr.runs import atomic
+from rlvr.runs.records import EvalRow, Row, RunResult, StepRow, WarmStartRow
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -54,113 +56,108 @@ class Gain(BaseModel):
         )
 
 
-def warm_start_of(summary: dict[str, Any]) -> dict[str, Any] | None:
-    """summary.json's warm-start block (None without a warm start)."""
-    warm = summary.get("warm_start")
-    return warm if isinstance(warm, dict) else None
+def warm_start_of(rows: list[Row]) -> WarmStartRow | None:
+    """The warm start's row (None without a warm start)."""
+    return next((r for r in rows if isinstance(r, WarmStartRow)), None)
 
 
-def last_eval_step(rows: list[dict[str, Any]]) -> int | None:
-    return max((int(r[M.STEP]) for r in rows if r.get(M.VAL_ACCURACY) is not None), default=None)
+def last_eval_step(rows: list[Row]) -> int | None:
+    return max((r.step for r in rows if isinstance(r, EvalRow)), default=None)
 
 
-def checkpoints_tested(
-    rows: list[dict[str, Any]], summary: dict[str, Any]
-) -> list[CheckpointScore]:
+def checkpoints_tested(rows: list[Row], summary: RunResult) -> list[CheckpointScore]:
     """The test accuracies of the checkpoints summary.json's `test` block holds, at their steps:
     the start (before the warm start, where one ran), after the warm start (step 0), the best
     and the last checkpoint."""
-    block = summary.get("test") or {}
-    if not block.get("items"):
+    block = summary.test
+    if block is None or not block.items:
         return []
-    warmed = block.get("after_warm_start") is not None
+    warmed = block.after_warm_start is not None
     places = [
-        ("start", BEFORE_WARM if warmed else 0, block.get("start")),
-        ("after the warm start", 0, block.get("after_warm_start")),
-        ("best", summary.get("best_step"), block.get("final")),
-        ("last", last_eval_step(rows), block.get("last")),
+        ("start", BEFORE_WARM if warmed else 0, block.start),
+        ("after the warm start", 0, block.after_warm_start),
+        ("best", summary.best_step, block.final),
+        ("last", last_eval_step(rows), block.last),
     ]
     return [
-        CheckpointScore(name=name, step=int(step), accuracy=float(value))
+        CheckpointScore(name=name, step=step, accuracy=value)
         for name, step, value in places
         if value is not None and step is not None
     ]
 
 
 GAINS = (
-    ("gain", "gain, best - start"),
-    ("rl_gain", "RL gain, best - after the warm start"),
-    ("gain_last", "gain, last - start"),
-    ("rl_gain_last", "RL gain, last - after the warm start"),
+    (Compared.GAIN, "gain, best - start"),
+    (Compared.RL_GAIN, "RL gain, best - after the warm start"),
+    (Compared.GAIN_LAST, "gain, last - start"),
+    (Compared.RL_GAIN_LAST, "RL gain, last - after the warm start"),
 )
+RL_GAINS = (Compared.RL_GAIN, Compared.RL_GAIN_LAST)
 
 
-def gains(summary: dict[str, Any]) -> list[Gain]:
+def gains(summary: RunResult) -> list[Gain]:
     """The paired gains of the `test` block that are there (an RL gain only after a warm start,
     the last checkpoint's only where it is not the best)."""
-    block = summary.get("test") or {}
-    warmed = block.get("after_warm_start") is not None
+    block = summary.test
+    if block is None:
+        return []
+    warmed = block.after_warm_start is not None
+    found = [(label, block.compared(which), which) for which, label in GAINS]
     return [
-        Gain(
-            label=label,
-            gain=block[key],
-            low=block[f"{key}_ci95"][0],
-            high=block[f"{key}_ci95"][1],
-            p=block[f"{key}_p"],
-        )
-        for key, label in GAINS
-        if block.get(key) is not None
-        and block.get(f"{key}_ci95") is not None
-        and (warmed or not key.startswith("rl_"))
+        Gain(label=label, gain=c.gain, low=c.ci95[0], high=c.ci95[1], p=c.p)
+        for label, c, which in found
+        if c is not None and (warmed or which not in RL_GAINS)
     ]
 
 
-def story_lines(rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[str]:
+def story_lines(rows: list[Row], summary: RunResult | None) -> list[str]:
     """The run's story in words: validation before and after the warm start, at its best and at
-    its last evaluation; the test accuracies and their paired gains."""
-    evals = [r for r in rows if r.get(M.VAL_ACCURACY) is not None]
+    its last evaluation; the test accuracies and their paired gains (`summary`: None while the
+    run is still going)."""
+    evals = [r for r in rows if isinstance(r, EvalRow)]
     lines: list[str] = []
-    warm = warm_start_of(summary)
+    warm = warm_start_of(rows)
     if evals:
         first, last = evals[0], evals[-1]
-        items = summary.get("val_items") or first.get(M.VAL_ITEMS)
+        items = (summary.val_items if summary else None) or first.items
         head = f"validation ({items} items): " if items else "validation: "
         steps = [
-            f"{warm['val_before']:.3f} before the warm start"
-            if warm and warm.get("val_before") is not None
+            f"{warm.val_before:.3f} before the warm start"
+            if warm and warm.val_before is not None
             else None,
-            f"{first[M.VAL_ACCURACY]:.3f} {'after it' if warm else 'at the start'}",
-            f"best {summary['best_val']:.3f} at step {summary['best_step']}"
-            if summary.get("best_val") is not None
-            else None,
-            f"{last[M.VAL_ACCURACY]:.3f} at the last evaluation (step {last[M.STEP]})"
+            f"{first.accuracy:.3f} {'after it' if warm else 'at the start'}",
+            f"best {summary.best_val:.3f} at step {summary.best_step}" if summary else None,
+            f"{last.accuracy:.3f} at the last evaluation (step {last.step})"
             if last is not first
             else None,
         ]
         lines.append(head + " -> ".join(s for s in steps if s))
-    if warm and warm.get("cut"):
+    if warm and warm.cut:
         lines.append(
-            f"warm start cut by its budget: {warm.get('steps') or 0:.0f} of "
-            f"{warm.get('steps_planned') or 0:.0f} steps, {warm.get('tokens') or 0:,.0f} of "
-            f"{warm.get('tokens_planned') or 0:,.0f} tokens"
+            f"warm start cut by its budget: {warm.steps or 0:.0f} of "
+            f"{warm.steps_planned or 0:.0f} steps, {warm.tokens or 0:,.0f} of "
+            f"{warm.tokens_planned or 0:,.0f} tokens"
         )
-    block = summary.get("test") or {}
+    block = summary.test if summary else None
+    if block is None or summary is None:
+        return lines
     points = checkpoints_tested(rows, summary)
-    if block and not block.get("items"):
+    if not block.items:
         lines.append("test: no item completed in every evaluation")
     if points:
         shown = [
             f"{p.name}{f' (step {p.step})' if p.name in ('best', 'last') else ''} {p.accuracy:.3f}"
             for p in points
         ]
-        lines.append(f"test ({block['items']} paired items): " + " -> ".join(shown))
-        lines += [gain.words(block["items"]) for gain in gains(summary)]
-        if block.get("last") is None and "gain_last" in block:
+        lines.append(f"test ({block.items} paired items): " + " -> ".join(shown))
+        lines += [gain.words(block.items) for gain in gains(summary)]
+        # a block written with the last checkpoint's keys empty: the last one was the best
+        if block.last is None and "gain_last" in block.model_fields_set:
             lines.append("the last checkpoint is the best one")
     return lines
 
 
-def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path) -> Path:
+def plot_report(rows: list[Row], summary: RunResult, path: Path) -> Path:
     """Write report.png (or the format `path`'s suffix names) of the run's story."""
     import matplotlib
 
@@ -175,7 +172,7 @@ def plot_report(rows: list[dict[str, Any]], summary: dict[str, Any], path: Path)
     return path
 
 
-def report_figure(rows: list[dict[str, Any]], summary: dict[str, Any]) -> Figure:
+def report_figure(rows: list[Row], summary: RunResult) -> Figure:
     """The report as a matplotlib Figure: the curves, and the paired test gains beside them."""
     import matplotlib.pyplot as plt
 
@@ -185,37 +182,35 @@ def report_figure(rows: list[dict[str, Any]], summary: dict[str, Any]) -> Figure
     )
     draw_curves(ax, rows, summary)
     draw_gains(side, summary)
-    fig.suptitle(
-        f"{summary.get('task', '')} — stop: {summary.get('stop_reason', '?')}", fontsize=10
-    )
+    fig.suptitle(f"{summary.task} — stop: {summary.stop_reason}", fontsize=10)
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=8, va="bottom", family="monospace")
     fig.tight_layout(rect=(0, 0.03 + 0.026 * len(lines), 1, 0.96))
     return fig
 
 
-def draw_curves(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+def draw_curves(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    train = [r for r in rows if r.get(M.REWARD_MEAN) is not None]
-    evals = [r for r in rows if r.get(M.VAL_ACCURACY) is not None]
-    warm = warm_start_of(summary)
-    before = warm.get("val_before") if warm else None
+    train = [r for r in rows if isinstance(r, StepRow)]
+    evals = [r for r in rows if isinstance(r, EvalRow)]
+    warm = warm_start_of(rows)
+    before = warm.val_before if warm else None
     shown: list[float] = []  # every plotted value, for the limits
     if train:
-        steps = [r[M.STEP] for r in train]
-        mean = [r[M.REWARD_MEAN] for r in train]
-        std = [r.get(M.REWARD_STD) or 0.0 for r in train]
+        steps = [r.step for r in train]
+        mean = [r.reward_mean for r in train]
+        std = [r.reward_std or 0.0 for r in train]
         ax.plot(steps, mean, color="tab:blue", marker=".", label="train reward (mean ± std)")
         low = [m - s for m, s in zip(mean, std, strict=True)]
         high = [m + s for m, s in zip(mean, std, strict=True)]
         ax.fill_between(steps, low, high, color="tab:blue", alpha=0.12)
         shown += low + high
-        truth = [(r[M.STEP], r[M.INDEPENDENT]) for r in train if r.get(M.INDEPENDENT) is not None]
-        if truth and summary.get("scorer") != "verifier":
+        truth = [(r.step, r.independent) for r in train if r.independent is not None]
+        if truth and summary.scorer != "verifier":
             ax.plot(*zip(*truth, strict=True), color="tab:gray", ls=":", label="train ground truth")
             shown += [t for _, t in truth]
     if evals:
-        val = [(r[M.STEP], r[M.VAL_ACCURACY]) for r in evals]
+        val = [(r.step, r.accuracy) for r in evals]
         ax.plot(*zip(*val, strict=True), color="tab:green", marker="o", label="validation")
         shown += [v for _, v in val]
     if warm is not None:
@@ -223,7 +218,7 @@ def draw_curves(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -
     if before is not None and evals:
         ax.plot(
             [BEFORE_WARM, 0],
-            [before, evals[0][M.VAL_ACCURACY]],
+            [before, evals[0].accuracy],
             color="tab:green",
             ls="--",
             marker="o",
@@ -233,7 +228,7 @@ def draw_curves(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -
         shown.append(before)
     draw_marks(ax, rows, summary)
     shown += draw_tests(ax, rows, summary)
-    last = max((int(r[M.STEP]) for r in rows if M.STEP in r), default=0)
+    last = max((r.step for r in rows), default=0)
     located = MaxNLocator(integer=True).tick_values(0, max(last, 1))
     ticks = sorted({int(t) for t in located if 0 <= t <= max(last, 1)})
     ax.set_xticks([BEFORE_WARM, *ticks] if warm is not None else ticks)
@@ -247,7 +242,7 @@ def draw_curves(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -
     ax.grid(alpha=0.3)
 
 
-def draw_tests(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -> list[float]:
+def draw_tests(ax: Axes, rows: list[Row], summary: RunResult) -> list[float]:
     """Each tested checkpoint's accuracy at its step; returns the values drawn."""
     points = checkpoints_tested(rows, summary)
     for point in points:
@@ -264,14 +259,9 @@ def draw_tests(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
     return [p.accuracy for p in points]
 
 
-def draw_marks(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+def draw_marks(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     """The alarms, the best validation and the stop."""
-    alarms = [
-        (r[M.STEP], k.removeprefix(ALARM_PREFIX))
-        for r in rows
-        for k in r
-        if k.startswith(ALARM_PREFIX)
-    ]
+    alarms = [(r.step, name) for r in rows for name in r.alarms]
     for step, name in alarms:
         # Labels run down inside the plot, beside their line, clear of the title and legend.
         ax.axvline(step, color="tab:red", ls="--", lw=1)
@@ -285,21 +275,20 @@ def draw_marks(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
             rotation=90,
             xycoords=("data", "axes fraction"),
         )
-    if summary.get("best_step") is not None and summary.get("best_val") is not None:
-        ax.plot(
-            [summary["best_step"]],
-            [summary["best_val"]],
-            marker="*",
-            ms=14,
-            color="gold",
-            markeredgecolor="black",
-            ls="none",
-            label=f"best validation ({summary['best_val']:.3f})",
-        )
-    last = max((r[M.STEP] for r in rows if M.STEP in r), default=0)
+    ax.plot(
+        [summary.best_step],
+        [summary.best_val],
+        marker="*",
+        ms=14,
+        color="gold",
+        markeredgecolor="black",
+        ls="none",
+        label=f"best validation ({summary.best_val:.3f})",
+    )
+    last = max((r.step for r in rows), default=0)
     ax.axvline(last, color="black", lw=1.5)
     ax.annotate(
-        f"stop: {summary.get('stop_reason', '?')}",
+        f"stop: {summary.stop_reason}",
         (last, 0.02),
         xycoords=("data", "axes fraction"),
         fontsize=8,
@@ -309,14 +298,12 @@ def draw_marks(ax: Axes, rows: list[dict[str, Any]], summary: dict[str, Any]) ->
     )
 
 
-def draw_gains(ax: Axes, summary: dict[str, Any]) -> None:
+def draw_gains(ax: Axes, summary: RunResult) -> None:
     """The paired test gains, each a point with its 95% interval, against zero."""
     found = gains(summary)
-    block = summary.get("test") or {}
+    items = summary.test.items if summary.test else 0
     ax.set_title(
-        f"paired test gains, 95% intervals ({block.get('items', 0)} items)"
-        if found
-        else "no paired test gain",
+        f"paired test gains, 95% intervals ({items} items)" if found else "no paired test gain",
         fontsize=9,
     )
     ax.axvline(0, color="black", lw=1)

@@ -22,9 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from rlvr.runs import atomic, layout
+from rlvr.metrics import M
+from rlvr.paired import Compared, TestBlock
+from rlvr.runs import atomic, layout, store
+from rlvr.runs.damage import RunDamaged
+from rlvr.runs.records import Row
 
 RECORD_FORMAT: Literal[1] = 1
 BENCH_SUFFIXES = (".jsonl",)
@@ -115,7 +119,7 @@ def _one_line(path: Path, error: ValidationError) -> str:
     return f"{path}: field {where!r}{shown}: {first['msg']}"
 
 
-def _json_object(path: Path, text: str, what: str) -> dict[str, Any]:
+def _json_object(path: Path, text: str, what: str) -> dict[str, JsonValue]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -151,17 +155,13 @@ def read_bench(path: Path) -> list[BenchLine]:
     return lines
 
 
-def gain_of(test: dict[str, Any], key: str, where: Path) -> Gain | None:
-    """summary.json's `test` block entry `key` (`rl_gain`, `rl_gain_last`) as a Gain."""
-    if test.get(key) is None:
+def gain_of(test: TestBlock | None, which: Compared) -> Gain | None:
+    """One comparison of summary.json's `test` block (RL's gain at the best or the last
+    checkpoint) as a Gain; None where it was not made."""
+    found = test.compared(which) if test is not None else None
+    if found is None:
         return None
-    interval = test.get(f"{key}_ci95")
-    if not (isinstance(interval, list) and len(interval) == 2):
-        raise ResultsError(f"{where}: test.{key}_ci95 is {interval!r}; expected [low, high]")
-    try:
-        return Gain(value=test[key], low=interval[0], high=interval[1], p=test.get(f"{key}_p"))
-    except ValidationError as error:
-        raise ResultsError(_one_line(where, error)) from None
+    return Gain(value=found.gain, low=found.ci95[0], high=found.ci95[1], p=found.p)
 
 
 def run_date(run_dir: Path, summary: Path) -> str:
@@ -173,8 +173,8 @@ def run_date(run_dir: Path, summary: Path) -> str:
     return datetime.fromtimestamp(summary.stat().st_mtime, UTC).strftime("%Y-%m-%d")
 
 
-def _flat(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _flat(values: dict[str, JsonValue], prefix: str = "") -> dict[str, JsonValue]:
+    out: dict[str, JsonValue] = {}
     for key, value in values.items():
         if isinstance(value, dict):
             out |= _flat(value, "" if key == "task_options" else f"{prefix}{key}.")
@@ -188,7 +188,7 @@ def _value_text(value: Any) -> str:
     return f'"{text}"' if " " in text else text
 
 
-def command_of(config: dict[str, Any]) -> tuple[str, bool]:
+def command_of(config: dict[str, JsonValue]) -> tuple[str, bool]:
     """`rlvr train TASK key=value ...` that reproduces a run's config.json: each key whose value
     differs from the task's defaults. False as the second value where a key differs; where the
     task no longer resolves (a file moved), every key that differs from TrainConfig's own."""
@@ -210,26 +210,9 @@ def command_of(config: dict[str, Any]) -> tuple[str, bool]:
     return " ".join(["rlvr train", task, *changed]), not changed
 
 
-def peak_rss(rows: Iterable[dict[str, Any]]) -> float | None:
-    from rlvr.metrics import M
-
-    seen = [float(r[M.PEAK_RSS]) for r in rows if isinstance(r.get(M.PEAK_RSS), int | float)]
+def peak_rss(rows: Iterable[Row]) -> float | None:
+    seen = [peak for r in rows if (peak := r.number(M.PEAK_RSS)) is not None]
     return max(seen) if seen else None
-
-
-def metrics_rows(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's rows; a torn last line (a run killed mid-write) is left out."""
-    if not path.is_file():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def this_commit(cwd: Path | None = None) -> str | None:
@@ -285,17 +268,19 @@ def record_from_run(
             f"{run_dir}: no {layout.SUMMARY} (the run has not finished, or this is not a run "
             "directory)"
         )
-    summary = _json_object(summary_path, summary_path.read_text(), "expected a run's summary")
+    try:
+        summary = store.read_summary(run_dir)
+        rows = store.read_metrics(run_dir)
+    except RunDamaged as error:
+        raise ResultsError(str(error)) from None
     config_path = run_dir / layout.CONFIG
     if not config_path.is_file():
         raise ResultsError(f"{run_dir}: no {layout.CONFIG}; expected a run directory")
     config = _json_object(config_path, config_path.read_text(), "expected a run's config")
-    test = summary.get("test") or {}
-    if not isinstance(test, dict):
-        raise ResultsError(f"{summary_path}: field 'test' is {test!r}; expected an object")
+    test = summary.test
     rebuilt, defaults = command_of(config)
-    task = str(summary.get("task") or config.get("task") or "")
-    warmed = test.get("after_warm_start")
+    task = summary.task or str(config.get("task") or "")
+    warmed = test.after_warm_start if test else None
     try:
         return RunRecord(
             task=task,
@@ -306,16 +291,16 @@ def record_from_run(
             date=run_date(run_dir, summary_path),
             commit=commit if commit is not None else this_commit(),
             cpu=cpu if cpu is not None else this_cpu(),
-            test_items=test.get("items"),
-            test_before=warmed if warmed is not None else test.get("start"),
-            test_best=test.get("final"),
-            test_last=test.get("last"),
-            rl_gain_best=gain_of(test, "rl_gain", summary_path),
-            rl_gain_last=gain_of(test, "rl_gain_last", summary_path),
-            steps=summary.get("steps"),
-            stop_reason=summary.get("stop_reason"),
-            wall_s=summary.get("wall_s"),
-            peak_rss_gb=peak_rss(metrics_rows(run_dir / layout.METRICS)),
+            test_items=test.items if test else None,
+            test_before=warmed if warmed is not None else (test.start if test else None),
+            test_best=test.final if test else None,
+            test_last=test.last if test else None,
+            rl_gain_best=gain_of(test, Compared.RL_GAIN),
+            rl_gain_last=gain_of(test, Compared.RL_GAIN_LAST),
+            steps=summary.steps,
+            stop_reason=summary.stop_reason,
+            wall_s=summary.wall_s,
+            peak_rss_gb=peak_rss(rows),
             run=run_dir.name,
             source=f"run directory {run_dir.name}",
             note=note,

@@ -25,13 +25,14 @@ from typing import Any
 import art
 import polars as pl
 from openai.types.chat.chat_completion import Choice
+from pydantic import JsonValue, ValidationError
 
 from rlvr import faults
 from rlvr.config import TrainConfig
-from rlvr.metrics import M
 from rlvr.redact import redact_data, redact_rows
 from rlvr.runs import atomic, layout, runlock
 from rlvr.runs.damage import RunDamaged, space_guard
+from rlvr.runs.records import Row, RunResult, StepRow, parse_row
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +86,10 @@ class MetricsError(RunDamaged):
     """metrics.jsonl is damaged before its last line; the message names the file and line."""
 
 
-def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
+def append_metrics(run_dir: Path, row: Row) -> None:
     """Append one row as one fsynced line (O(1) per step, and `tail -f` friendly)."""
-    line = (json.dumps(redact_data(_json_safe(row))) + "\n").encode()
-    torn = faults.armed(faults.FaultPoint.METRICS, row.get("step"))  # test hook: die mid-line
+    line = (json.dumps(redact_data(_json_safe(row.on_disk()))) + "\n").encode()
+    torn = faults.armed(faults.FaultPoint.METRICS, row.step)  # test hook: die mid-line
     path = run_dir / METRICS
     # A line cut short by a full disk is a torn last line, which `recover` cuts off on resume.
     with space_guard(path), path.open("ab") as f:
@@ -99,12 +100,13 @@ def append_metrics(run_dir: Path, row: dict[str, Any]) -> None:
         faults.crash()
 
 
-def parse_metrics(text: str, source: Path | str = METRICS) -> tuple[list[dict[str, Any]], int]:
-    """(rows, the number of a torn last line or 0). A last line without its newline, or one
-    that does not parse, is torn (the run was killed while writing it); an unparsable line
-    before it raises MetricsError naming `source` and the line."""
+def parse_metrics(text: str, source: Path | str = METRICS) -> tuple[list[Row], int]:
+    """(rows as their records, the number of a torn last line or 0). A last line without its
+    newline, or one that does not parse, is torn (the run was killed while writing it); an
+    unparsable line before it, or a value that is not what its key holds, raises MetricsError
+    naming `source`, the line and the key."""
     lines = text.split("\n")  # a complete file ends with "\n": its last piece is ""
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     for number, line in enumerate(lines, start=1):
         last = number == len(lines) or (number == len(lines) - 1 and not lines[-1])
         if not line.strip():
@@ -124,11 +126,23 @@ def parse_metrics(text: str, source: Path | str = METRICS) -> tuple[list[dict[st
             raise MetricsError(
                 f"{source}:{number}: expected a JSON object, got {type(row).__name__}"
             )
-        rows.append(row)
+        rows.append(_parsed_row(row, f"{source}:{number}"))
     return rows, 0
 
 
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+def _parsed_row(raw: dict[str, JsonValue], where: str) -> Row:
+    """One metrics row as its record; MetricsError naming `where`, the key and its value."""
+    try:
+        return parse_row(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise MetricsError(
+            f"{where}: {key}={raw.get(str(first['loc'][0]))!r}: {first['msg'].lower()}"
+        ) from None
+
+
+def read_metrics(run_dir: Path) -> list[Row]:
     """Rows of metrics.jsonl; a torn last line is dropped with a warning naming it."""
     path = run_dir / METRICS
     if not path.is_file():
@@ -143,7 +157,7 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def recover(run_dir: Path) -> list[dict[str, Any]]:
+def recover(run_dir: Path) -> list[Row]:
     """Make a killed run's directory consistent before it resumes, and return its metrics rows:
     temporaries of interrupted writes are removed, a torn last metrics line is cut off (the
     next append would otherwise glue onto it), and training trajectories of steps with no
@@ -157,7 +171,7 @@ def recover(run_dir: Path) -> list[dict[str, Any]]:
         _, torn = parse_metrics(text, path)
         if torn:
             atomic.write_text(path, "".join(f"{line}\n" for line in text.split("\n")[: torn - 1]))
-    done = max((int(r[M.STEP]) for r in rows if M.REWARD_MEAN in r), default=0)
+    done = max((r.step for r in rows if isinstance(r, StepRow)), default=0)
     for parquet in (run_dir / TRAJECTORIES).glob(f"*{layout.TABLE_SUFFIX}"):
         step = layout.table_step(parquet)
         if step is not None and step > done:
@@ -165,20 +179,30 @@ def recover(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    text = json.dumps(redact_data(_json_safe(summary)), indent=2)
+def write_summary(run_dir: Path, summary: RunResult) -> None:
+    text = json.dumps(redact_data(_json_safe(summary.on_disk())), indent=2)
     atomic.write_text(run_dir / SUMMARY, text)
 
 
-def read_summary(run_dir: Path) -> dict[str, Any]:
+def read_summary(run_dir: Path) -> RunResult:
+    """summary.json as its record; RunDamaged naming the file and key where it is not one."""
     path = run_dir / SUMMARY
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no summary.json; has the run finished?")
     summary = read_json_object(path, "the summary of a finished run")
-    return summary
+    try:
+        return RunResult.model_validate(summary)
+    except ValidationError as error:
+        first = error.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        found = first.get("input")
+        shown = "" if isinstance(found, dict) else f" is {found!r}"
+        raise RunDamaged(
+            f"{path}: {key}{shown}: {first['msg'].lower()}; expected the summary of a finished run"
+        ) from None
 
 
-def read_json_object(path: Path, what: str) -> dict[str, Any]:
+def read_json_object(path: Path, what: str) -> dict[str, JsonValue]:
     """The JSON object in `path`; RunDamaged naming the file where it is torn or not one."""
     text = path.read_text(errors="replace")
     try:
@@ -199,9 +223,13 @@ def _message_dict(message: Any) -> dict[str, Any]:
     return dict(message)
 
 
+# One row of a trajectory table: its columns (`write_trajectories`) hold text, numbers or nothing.
+TableRow = dict[str, str | int | float | None]
+
+
 def trajectory_rows(
     groups: list[art.TrajectoryGroup], item_ids: list[str], *, step: int, split: str
-) -> list[dict[str, Any]]:
+) -> list[TableRow]:
     """Flatten groups into table rows. Nested fields are JSON strings so any scenario's messages,
     tools, metrics and metadata fit one schema."""
     return [
@@ -224,7 +252,7 @@ def trajectory_rows(
     ]
 
 
-def write_trajectories(run_dir: Path, name: str, rows: list[dict[str, Any]]) -> Path:
+def write_trajectories(run_dir: Path, name: str, rows: list[TableRow]) -> Path:
     path = layout.table(run_dir, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     schema = {

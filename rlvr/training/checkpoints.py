@@ -4,15 +4,15 @@ the test split is evaluated for."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rlvr import art_private
 from rlvr.config import TrainConfig
 from rlvr.runs import layout, store
+from rlvr.runs.records import Row
 from rlvr.training.backends import Policy
 from rlvr.training.progress import phase
 from rlvr.training.state import RunState, warm_policy_step
-from rlvr.training.stopping import best_eval
+from rlvr.training.trends import best_eval
 
 
 def checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
@@ -27,7 +27,7 @@ def checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
 
 
 async def keep_checkpoints(
-    cfg: TrainConfig, policy: Policy, state: RunState, run_dir: Path, rows: list[dict[str, Any]]
+    cfg: TrainConfig, policy: Policy, state: RunState, run_dir: Path, rows: list[Row]
 ) -> None:
     """Copy this evaluation's adapter into checkpoints/ every save_every steps; the backend keeps
     only its latest and best adapters (ART's own checkpoint directory would grow every step)."""

@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, cast
 
 import art
+from pydantic import BaseModel, ConfigDict
 
 from rlvr import art_private
 from rlvr.tasks.rollout_model import RolloutModel
@@ -18,6 +19,31 @@ from rlvr.types import Item, Sampling
 RolloutFn = Callable[[art.Model[Any, Any], Item, Sampling], Awaitable[art.Trajectory]]
 
 CheckFn = Callable[[Item, art.Trajectory], Awaitable[float]]
+
+
+class Evaluated(BaseModel):
+    """Held-out items evaluated once each by the ground truth: the accuracy over the completed
+    items, their groups (one trajectory each) and items, and the failures of the rest."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    accuracy: float
+    groups: list[art.TrajectoryGroup]
+    items: list[Item]
+    failures: list[Failure]
+
+    def scores(self) -> dict[str, float]:
+        """Item id -> its score."""
+        return {
+            i.id: float(g.trajectories[0].reward)
+            for i, g in zip(self.items, self.groups, strict=True)
+        }
+
+
+class Validated(Evaluated):
+    """A validation pass: its evaluation and how long it took (the test beside it not counted)."""
+
+    seconds: float
 
 
 def _pending_group(
@@ -88,7 +114,7 @@ async def evaluate(
     limit: asyncio.Semaphore,
     desc: str,
     failure_log: FailureLog | None = None,
-) -> tuple[float, list[art.TrajectoryGroup], list[Item], list[Failure]]:
+) -> Evaluated:
     """Accuracy on held-out items: one rollout each, scored by the scenario's ground truth.
     A rollout that raised is an error of the code, not an answer of the policy: it is reported
     (`failure_log`) and counted, and the accuracy is over the completed items; when every
@@ -108,4 +134,5 @@ async def evaluate(
         failure_log.report(failures, desc)
     require_some(len(done), failures, desc)
     checks = [g.trajectories[0].reward for g in groups]
-    return sum(checks) / len(done) if done else 0.0, groups, done, failures
+    accuracy = sum(checks) / len(done) if done else 0.0
+    return Evaluated(accuracy=accuracy, groups=groups, items=done, failures=failures)

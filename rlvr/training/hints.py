@@ -1,12 +1,14 @@
 """Decision hints: what to do after a step, from its metrics (the GRPO template's decision policy).
 
-A pure function of one step's metrics and the config; the loop prints the hints and stores them.
+A pure function of one step's row (rlvr.runs.records.StepRow) and the config; the loop prints the
+hints and stores them on the row.
 """
 
 from __future__ import annotations
 
 from rlvr.config import TrainConfig
 from rlvr.metrics import M
+from rlvr.runs.records import StepRow
 from rlvr.scoring.scorers import CLIP_FIX
 from rlvr.training.backends import TRAINS_WITHOUT_LOGPROBS
 
@@ -24,28 +26,28 @@ LENIENT_GAP = (
 )
 
 
-def decision_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
-    return [*_reward_hints(metrics, cfg), *_update_hints(metrics, cfg)]
+def decision_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
+    return [*_reward_hints(row, cfg), *_update_hints(row, cfg)]
 
 
-def _reward_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+def _reward_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
     """What the rewards say: clipped or failed rewards, no-signal groups, truncation."""
-    groups = metrics.get(M.GROUPS, 0) or 0
-    all_zero = metrics.get(M.ALL_ZERO, 0) / groups if groups else 0.0
-    truncated = metrics.get(M.TRUNCATED_RATE, 0.0)
-    clipped = metrics.get(M.REWARD_CLIPPED, 0) or 0
+    groups = row.groups or 0
+    all_zero = (row.all_zero or 0) / groups if groups else 0.0
+    truncated = row.truncated_rate or 0.0
+    clipped = row.reward_clipped or 0
     hints: list[str] = []
     if clipped:
         hints.append(
             f"{clipped:.0f} rewards were outside the verifier contract's [0, 1] and clipped "
             f"(counted in {M.REWARD_CLIPPED}): {CLIP_FIX}"
         )
-    if metrics.get(M.REWARD_ERRORS, 0):
+    if row.reward_errors:
         hints.append(
-            f"{metrics[M.REWARD_ERRORS]:.0f} reward errors: fix the reward function before "
+            f"{row.reward_errors:.0f} reward errors: fix the reward function before "
             "training on (errors count as 0.0)"
         )
-    cut = truncation(truncated, metrics.get(M.LOOPING_RATE, 0.0), cfg)
+    cut = truncation(truncated, row.looping_rate or 0.0, cfg)
     if all_zero >= MOSTLY:
         causes = (
             f" after {clipped:.0f} rewards were clipped to [0, 1] (above)"
@@ -75,15 +77,15 @@ def truncation(truncated: float, looping: float, cfg: TrainConfig) -> str:
     )
 
 
-def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+def _update_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
     """What the scorer, the update and the judge say: a lenient scorer, converged groups,
     untrainable turns, an update too large or too small, engines that disagree, skipped groups, a
     judge that does not agree with truth."""
-    groups = metrics.get(M.GROUPS, 0) or 0
-    all_one = metrics.get(M.ALL_ONE, 0) / groups if groups else 0.0
+    groups = row.groups or 0
+    all_one = (row.all_one or 0) / groups if groups else 0.0
     hints: list[str] = []
-    reward, truth = metrics.get(M.REWARD_MEAN), metrics.get(M.INDEPENDENT)
-    lenient = reward is not None and truth is not None and reward - truth >= LENIENT_GAP
+    reward, truth = row.reward_mean, row.independent
+    lenient = truth is not None and reward - truth >= LENIENT_GAP
     if lenient:
         hints.append(
             f"the scorer gives {reward:.2f} where ground truth gives {truth:.2f} on the same "
@@ -95,20 +97,20 @@ def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
             f"{all_one:.0%} of groups all-1: converged or data too easy; check validation and "
             "samples, then stop or raise difficulty"
         )
-    untrained = metrics.get(M.NO_LOGPROB_TURNS, 0) or 0
+    untrained = row.no_logprob_turns or 0
     if untrained and cfg.backend not in TRAINS_WITHOUT_LOGPROBS:
         hints.append(
             f"{untrained:.0f} sampled turns came without logprobs and backend={cfg.backend} "
             "cannot train them: leave logprobs to the rollout's client (it asks for them unless "
             "the request says logprobs=False)"
         )
-    hints += _size_hints(metrics, cfg)
-    if metrics.get(M.SKIPPED, 0):
+    hints += _size_hints(row, cfg)
+    if row.skipped:
         hints.append(
-            f"{metrics[M.SKIPPED]:.0f} groups skipped because the judge failed: see judge/* "
+            f"{row.skipped:.0f} groups skipped because the judge failed: see judge/* "
             "metrics; check the judge endpoint, rate limits and timeout"
         )
-    agreement = metrics.get(M.JUDGE_AGREEMENT)
+    agreement = row.judge_agreement
     if agreement is not None and abs(agreement) < 0.1:
         hints.append(
             f"judge agreement with ground truth is {agreement:+.2f}: the judge may be too weak "
@@ -117,21 +119,21 @@ def _update_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
     return hints
 
 
-def _size_hints(metrics: dict[str, float], cfg: TrainConfig) -> list[str]:
+def _size_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
     """What the update's size says (None on a step with nothing to train)."""
     hints: list[str] = []
-    moved = metrics.get(M.UPDATE_KL)
+    moved = row.update_kl
     if moved is not None and moved > UPDATE_KL_HIGH:
         hints.append(
             f"the update moved the policy by KL {moved:.3f} a token (train/update_kl): lower "
             f"learning_rate (now {cfg.learning_rate:g}) or add groups_per_batch"
         )
-    elif moved is not None and (metrics.get(M.TRAINED_TOKENS) or 0) and moved < UPDATE_KL_LOW:
+    elif moved is not None and (row.trained_tokens or 0) and moved < UPDATE_KL_LOW:
         hints.append(
             f"the update barely moved the policy (KL {moved:.1e} a token, train/update_kl): "
             f"raise learning_rate (now {cfg.learning_rate:g})"
         )
-    gap = metrics.get(M.SAMPLER_KL)
+    gap = row.sampler_kl
     if gap is not None and gap > SAMPLER_KL_HIGH:
         hints.append(
             f"the sampler's logprobs are KL {gap:.3f} a token from the trainer's for the same "

@@ -16,18 +16,19 @@ Training reward comes from the scorer; stopping comes only from held-out ground 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import art
 
 from rlvr.config import ConfigError, TrainConfig
-from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M
-from rlvr.paired import test_block
+from rlvr.paired import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store
+from rlvr.runs.records import RunResult, StepRow, StopReason
 from rlvr.runs.report import plot_report
 from rlvr.tasks.api import Task
+from rlvr.training.alarms import judge_alarm
 from rlvr.training.checkpoints import checkpoint_path, keep_checkpoints, save_best
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import RunFailed, require_some
@@ -43,27 +44,11 @@ from rlvr.training.output import (
 from rlvr.training.pool import record
 from rlvr.training.progress import LINES_PER_PHASE, Progress, console
 from rlvr.training.session import Session, as_test_result, open_finished, open_session
-from rlvr.training.state import (
-    RunResult,
-    StopReason,
-    Tested,
-    TestResult,
-    eval_due,
-    no_signal_stop,
-    no_signal_verdict,
-    step_outcomes,
-    stop_after_eval,
-    tested,
-)
+from rlvr.training.state import Tested, TestResult, eval_due, tested, warm_start_row
 from rlvr.training.step import train_step
-from rlvr.training.stopping import (
-    AlarmName,
-    EvalPoint,
-    StepPoint,
-    best_eval,
-    judge_disagrees,
-)
-from rlvr.training.warmstart import WarmMetric, warm_start
+from rlvr.training.stop_rules import no_signal_stop, no_signal_verdict, stop_after_eval
+from rlvr.training.trends import EvalPoint, best_eval
+from rlvr.training.warmstart import warm_start
 from rlvr.types import BudgetExhausted, Sampling, Scenario, Scorer, derived_seed
 
 
@@ -104,10 +89,10 @@ async def train_until_stop(run: Session) -> StopReason:
     test_n, val_n = len(run.split.test), len(run.val_items)
     stop: StopReason | None = None
     try:
-        if cfg.sft_steps > 0 and not any(WarmMetric.SECONDS in r for r in run.rows):
+        if cfg.sft_steps > 0 and warm_start_row(run.rows) is None:
             await warm(run)
         if not state.evals:  # tested too: the start, or the model after the warm start
-            warmed = any(WarmMetric.SECONDS in r for r in run.rows)
+            warmed = warm_start_row(run.rows) is not None
             await run.validate(0, Tested.AFTER_WARM_START if warmed else Tested.START)
         elif state.evals[-1].step < state.step and eval_due(cfg, state.step):
             await run.validate(state.step)  # killed between the step's row and its evaluation
@@ -120,10 +105,10 @@ async def train_until_stop(run: Session) -> StopReason:
         while stop is None and state.step < cfg.max_steps:
             row, table = await train_step(run, state.step)
             run.save_trajectories(layout.step_name(state.step + 1), state.step + 1, table)
-            row[HINT_KEY] = decision_hints(row, cfg)
+            row = row.with_values(hints=decision_hints(row, cfg))
             state.step += 1
-            state.pool = record(state.pool, step_outcomes(row))
-            judge_alarm(run, row)
+            state.pool = record(state.pool, row.outcomes)
+            row = raise_judge_alarm(run, row)
             run.emit(row)
             print_step(row)
             if no_signal_stop(cfg, run.rows):
@@ -141,8 +126,8 @@ async def train_until_stop(run: Session) -> StopReason:
 async def warm(run: Session) -> None:
     """Validation before the warm start (its own gain; the test split's start beside it), then
     the warm start; one row."""
-    before, _, _, _ = await run.evaluate_with_test("validate before warm start", Tested.START)
-    row = await warm_start(
+    before = await run.evaluate_with_test("validate before warm start", Tested.START)
+    done = await warm_start(
         run.cfg,
         run.scenario,
         run.policy.model,
@@ -150,45 +135,31 @@ async def warm(run: Session) -> None:
         share=run.cfg.sft_budget_share,
     )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
-    beside: dict[str, Any] = (
-        {M.TEST_CHECKPOINT: Tested.START.value} if Tested.START in run.tests else {}
-    )
-    run.emit({M.STEP: 0, WarmMetric.VAL_BEFORE: before, **row, M.POLICY_STEP: saved, **beside})
-    print_warm_start(row, before)
+    row = done.with_values(step=0, val_before=before.accuracy, policy_step=saved)
+    if Tested.START in run.tests:
+        row = row.with_values(test_checkpoint=Tested.START.value)
+    run.emit(row)
+    print_warm_start(row)
 
 
-def judge_alarm(run: Session, row: dict[str, Any]) -> None:
-    """alarm/judge_disagrees on this step's row, unless it already fired within the window."""
+def raise_judge_alarm(run: Session, row: StepRow) -> StepRow:
+    """`row` with alarm/judge_disagrees where it fires at this step (rlvr.training.alarms)."""
     cfg, state = run.cfg, run.state
     if not run.compared_with_truth:
-        return
-    points = [
-        StepPoint(
-            step=int(r[M.STEP]),
-            reward=r[M.REWARD_MEAN],
-            truth=r[M.INDEPENDENT],
-            n=int(r.get(M.TRUTH_ROLLOUTS) or 0),
-        )
-        for r in [*run.rows, row]
-        if r.get(M.INDEPENDENT) is not None and r.get(M.REWARD_MEAN) is not None
-    ]
-    alarm = judge_disagrees(points, cfg.stopping.divergence_window, cfg.stopping.judge_gap)
-    recent = [
-        a
-        for a in state.alarms
-        if a.name == AlarmName.JUDGE_DISAGREES
-        and a.step > state.step - cfg.stopping.divergence_window
-    ]
-    if alarm is None or recent or alarm.step != state.step:
-        return
+        return row
+    steps = [r for r in run.rows if isinstance(r, StepRow)]
+    window, gap = cfg.stopping.divergence_window, cfg.stopping.judge_gap
+    alarm = judge_alarm([*steps, row], state.alarms, state.step, window, gap)
+    if alarm is None:
+        return row
     state.alarms.append(alarm)
-    row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
     print_alarm(alarm)
+    return row.with_values(**{alarm.key: alarm.message})
 
 
 async def evaluate_tests(
     run: Session, best: EvalPoint, last: EvalPoint
-) -> tuple[float | None, dict[str, Any] | None]:
+) -> tuple[float | None, TestBlock | None]:
     """The test split for the final (best) checkpoint and, on the same items with the same greedy
     sampling, for the starting model, the model after the warm start and the last checkpoint
     (the start and the warm start are tested right after their validations on the same
@@ -246,39 +217,34 @@ def finish(
     stop: StopReason,
     best: EvalPoint,
     test_accuracy: float | None,
-    test: dict[str, Any] | None,
+    test: TestBlock | None,
 ) -> RunResult:
     """summary.json (written last: a run with one is complete), report.png, the last lines."""
+    baseline = run.state.evals[0].val
+    warmed = warm_start_row(run.rows)
     result = RunResult(
         run_dir=run.run_dir,
         task=run.cfg.task,
         scorer=run.scorer.name,
         stop_reason=stop,
         steps=run.state.step,
-        baseline_val=run.state.evals[0].val,
+        baseline_val=baseline,
         best_val=best.val,
         best_step=best.step,
         test_accuracy=test_accuracy,
         alarms=run.state.alarms,
         wall_s=run.wall_s(),
+        gain=best.val - baseline,
+        last_step=run.state.evals[-1].step,
+        val_items=len(run.val_items),
+        test=test,
+        # why it found nothing to learn from; the warm start's own gain, apart from RL's
+        no_signal=no_signal_verdict(run.rows, run.cfg) if stop == StopReason.NO_SIGNAL else None,
+        warm_start=warmed.summary() if warmed is not None else None,
     )
-    summary = {
-        **result.model_dump(mode="json"),
-        "gain": result.best_val - result.baseline_val,
-        "last_step": run.state.evals[-1].step,
-        "val_items": len(run.val_items),
-        "test": test,
-    }
-    if stop == StopReason.NO_SIGNAL:
-        summary["no_signal"] = no_signal_verdict(run.rows, run.cfg).model_dump()
-    warmed = next((r for r in run.rows if WarmMetric.SECONDS in r), None)
-    if warmed is not None:  # the warm start's own gain, apart from RL's
-        summary["warm_start"] = {
-            k.removeprefix("warm/"): v for k, v in warmed.items() if k != M.STEP
-        }
-    plot_report(run.rows, summary, run.run_dir / store.REPORT)
-    store.write_summary(run.run_dir, summary)
-    print_finished(summary, run.rows)
+    plot_report(run.rows, result, run.run_dir / store.REPORT)
+    store.write_summary(run.run_dir, result)
+    print_finished(result, run.rows)
     return result
 
 
@@ -289,7 +255,7 @@ async def evaluate_run(
 ) -> float:
     """Evaluate a finished run's best checkpoint on its validation or test split again
     (`scenario`: the object it was trained with, where config.json names no installed task)."""
-    best_step = int(store.read_summary(run_dir)["best_step"])
+    best_step = store.read_summary(run_dir).best_step
     async with open_finished(run_dir, scenario) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
         policy_step = run.state.policy_steps.get(best_step, 0)
@@ -298,12 +264,12 @@ async def evaluate_run(
             from rlvr.policy.adapters import check_adapter
 
             check_adapter(stored)
-        accuracy, groups, done, _ = await run.evaluate(
-            items, split_name, f"eval {split_name}", step=policy_step
+        evaluated = await run.evaluate(items, split_name, f"eval {split_name}", step=policy_step)
+        rows = store.trajectory_rows(
+            evaluated.groups, [i.id for i in evaluated.items], step=best_step, split=split_name
         )
-        rows = store.trajectory_rows(groups, [i.id for i in done], step=best_step, split=split_name)
         store.write_trajectories(run_dir, f"eval-{split_name}", rows)
-    return accuracy
+    return evaluated.accuracy
 
 
 async def evaluate_samples(
@@ -318,7 +284,7 @@ async def evaluate_samples(
     (rlvr.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
     if samples < 1:
         raise ConfigError(f"--samples {samples}: expected at least 1")
-    best_step = int(store.read_summary(run_dir)["best_step"])
+    best_step = store.read_summary(run_dir).best_step
     async with open_finished(run_dir, scenario) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
         policy_step = run.state.policy_steps.get(best_step, 0)

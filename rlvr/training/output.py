@@ -4,29 +4,25 @@ a run goes to its directory (rlvr.runs.store)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.panel import Panel
 
 from rlvr.agent.episode import EpisodeMetric
-from rlvr.metrics import HINT_KEY, ROLLOUT_PREFIX, M
+from rlvr.metrics import ROLLOUT_PREFIX
+from rlvr.runs.records import Alarm, AlarmName, NoSignal, Row, RunResult, StepRow, WarmStartRow
 from rlvr.runs.report import story_lines
 from rlvr.training.progress import console
-from rlvr.training.state import NoSignal
-from rlvr.training.stopping import Alarm, AlarmName
-from rlvr.training.warmstart import WarmMetric
 
 
-def print_step(row: dict[str, Any]) -> None:
-    moved = row.get(M.UPDATE_KL)
+def print_step(row: StepRow) -> None:
+    moved = row.update_kl
     console.print(
-        f"[bold]step {row[M.STEP]}[/] reward {row[M.REWARD_MEAN]:.3f}±{row[M.REWARD_STD]:.3f}  "
-        f"no-signal {row[M.NO_SIGNAL_RATE]:.0%} (all-0 {row[M.ALL_ZERO]}, all-1 {row[M.ALL_ONE]})  "
-        f"trunc {row[M.TRUNCATED_RATE]:.0%}{truncation_detail(row)}  update-kl {'-' if moved is None else f'{moved:.4f}'}  "
-        f"skipped {row[M.SKIPPED]}{tool_timeouts(row)}  {row[M.STEP_SECONDS]:.0f}s",
+        f"[bold]step {row.step}[/] reward {row.reward_mean:.3f}±{row.reward_std or 0.0:.3f}  "
+        f"no-signal {row.no_signal_rate or 0.0:.0%} (all-0 {row.all_zero}, all-1 {row.all_one})  "
+        f"trunc {row.truncated_rate or 0.0:.0%}{truncation_detail(row)}  update-kl {'-' if moved is None else f'{moved:.4f}'}  "
+        f"skipped {row.skipped}{tool_timeouts(row)}  {row.step_s or 0.0:.0f}s",
         highlight=False,
     )
-    for hint in row.get(HINT_KEY, []):
+    for hint in row.hints:
         console.print(f"  [yellow]hint:[/] {hint}", highlight=False)
 
 
@@ -34,20 +30,17 @@ CUT_CALLS = f"{ROLLOUT_PREFIX}{EpisodeMetric.CUT_CALL}"
 TOOL_TIMEOUTS = f"{ROLLOUT_PREFIX}{EpisodeMetric.TOOL_TIMEOUTS}"
 
 
-def tool_timeouts(row: dict[str, Any]) -> str:
+def tool_timeouts(row: StepRow) -> str:
     """The tool calls abandoned at their timeout, per rollout, where there were any."""
-    rate = row.get(TOOL_TIMEOUTS)
+    rate = row.number(TOOL_TIMEOUTS)
     return f"  tool timeouts {rate:.2f}/rollout" if rate else ""
 
 
-def truncation_detail(row: dict[str, Any]) -> str:
+def truncation_detail(row: StepRow) -> str:
     """What the step's truncated rollouts were, where it is known: loops (the hint's cue to keep
     max_tokens) and tool episodes ended at a cut call whose call was not run."""
-    parts = [
-        f"{label} {row[key]:.0%}"
-        for key, label in ((M.LOOPING_RATE, "loops"), (CUT_CALLS, "ended at a cut call"))
-        if row.get(key)
-    ]
+    found = ((row.looping_rate, "loops"), (row.number(CUT_CALLS), "ended at a cut call"))
+    parts = [f"{label} {rate:.0%}" for rate, label in found if rate]
     return f" ({', '.join(parts)})" if parts else ""
 
 
@@ -70,17 +63,16 @@ def print_validation(
     )
 
 
-def print_warm_start(row: dict[str, Any], before: float) -> None:
-    steps = row.get(WarmMetric.STEPS)
-    trained = (
-        "" if steps is None else f" in {steps:.0f} steps ({row[WarmMetric.TOKENS]:,.0f} tokens)"
-    )
-    rejected = row.get(WarmMetric.REJECTED) or 0
+def print_warm_start(row: WarmStartRow) -> None:
+    steps = row.steps
+    trained = "" if steps is None else f" in {steps:.0f} steps ({row.tokens or 0:,.0f} tokens)"
+    rejected = row.rejected or 0
     left_out = f", {rejected:.0f} failing their check left out" if rejected else ""
+    loss_first, loss_last = row.loss_first or float("nan"), row.loss_last or float("nan")
     console.print(
-        f"[green]warm start[/]: {row[WarmMetric.DEMONSTRATIONS]:.0f} demonstrations{trained}"
-        f"{left_out}, loss {row[WarmMetric.LOSS_FIRST]:.3f} -> {row[WarmMetric.LOSS_LAST]:.3f}; "
-        f"validation before it {before:.3f} ({row[WarmMetric.SECONDS]:.0f}s)",
+        f"[green]warm start[/]: {row.demonstrations or 0:.0f} demonstrations{trained}"
+        f"{left_out}, loss {loss_first:.3f} -> {loss_last:.3f}; "
+        f"validation before it {row.val_before or 0.0:.3f} ({row.seconds:.0f}s)",
         highlight=False,
     )
 
@@ -94,17 +86,17 @@ def print_budget(message: str) -> None:
     console.print(Panel(message, title="judge budget reached", style="bold yellow"))
 
 
-def print_finished(summary: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> None:
+def print_finished(summary: RunResult, rows: list[Row] | None = None) -> None:
     """The last lines of a run: how it stopped, then its story as report.png tells it
     (validation before and after the warm start, the test of each checkpoint, the paired gains;
     `rows`: the run's metrics rows, for the validation line and the last checkpoint's step)."""
-    test = summary.get("test_accuracy")
+    test = summary.test_accuracy
     console.print(
         Panel(
-            f"stop: {summary['stop_reason']}  steps: {summary['steps']}  baseline val "
-            f"{summary['baseline_val']:.3f} -> best {summary['best_val']:.3f} "
-            f"(step {summary['best_step']})  test {test if test is None else f'{test:.3f}'}  "
-            f"alarms: {len(summary['alarms'])}  {summary['wall_s']:.0f}s\n{summary['run_dir']}",
+            f"stop: {summary.stop_reason}  steps: {summary.steps}  baseline val "
+            f"{summary.baseline_val:.3f} -> best {summary.best_val:.3f} "
+            f"(step {summary.best_step})  test {test if test is None else f'{test:.3f}'}  "
+            f"alarms: {len(summary.alarms)}  {summary.wall_s:.0f}s\n{summary.run_dir}",
             title="run finished",
             style="bold",
         )

@@ -27,17 +27,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import ItemSampling
-
-
-class Outcome(BaseModel):
-    """What one scored group of an item showed: the mean of its training rewards and whether they
-    differed (signal)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    item_id: str
-    mean: float
-    signal: bool
+from rlvr.runs.records import Outcome
 
 
 class History(BaseModel):

@@ -31,7 +31,7 @@ from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import require_some
 from rlvr.training.progress import Progress, console
 from rlvr.training.session import open_scratch
-from rlvr.training.warmstart import WarmMetric, check_can_demonstrate, demonstrated, warm_start
+from rlvr.training.warmstart import check_can_demonstrate, demonstrated, warm_start
 from rlvr.types import Item, Sampling, Scenario, Scorer
 
 
@@ -299,7 +299,7 @@ async def preflight(
             short = cfg.model_copy(update={"sft_steps": warm_steps})
             check_can_demonstrate(short, scenario)
             row = await warm_start(short, scenario, policy.model, split.train, out=out)
-            trained = int(row[WarmMetric.STEPS] or 0)
+            trained = int(row.steps or 0)
         with Progress("preflight rollouts", len(batch), "group") as progress:
             groups, done, _, failures = await rollout_groups(
                 run.rollout,

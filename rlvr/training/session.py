@@ -21,19 +21,19 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import art
 import polars as pl
 
 from rlvr.config import VLLM_JUDGE, TrainConfig
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
-from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.runs import layout, runlock, store
+from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
 from rlvr.tasks.api import Task, settings_line
 from rlvr.tasks.plugins import open_judge, resolve_task
 from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
+from rlvr.training.alarms import Thresholds, validation_alarms
 from rlvr.training.backends import (
     ART_DIR,
     Policy,
@@ -42,8 +42,8 @@ from rlvr.training.backends import (
     rewind_policy,
 )
 from rlvr.training.checkpoints import keep_checkpoints
-from rlvr.training.evaluation import evaluate
-from rlvr.training.failures import Failure, FailureLog, RunFailed
+from rlvr.training.evaluation import Evaluated, Validated, evaluate
+from rlvr.training.failures import FailureLog, RunFailed
 from rlvr.training.output import print_alarm, print_validation
 from rlvr.training.progress import console
 from rlvr.training.split import Split, split_items
@@ -52,20 +52,11 @@ from rlvr.training.state import (
     Tested,
     TestResult,
     early_tested,
-    last_policy_step,
     restore_state,
     tested,
     window_reward,
 )
-from rlvr.training.stopping import (
-    AlarmName,
-    EvalPoint,
-    Thresholds,
-    divergence,
-    is_new,
-    rl_regression,
-    val_trend,
-)
+from rlvr.training.trends import EvalPoint, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.types import Item, Judge, Sampling, Scenario, Scorer, ServedJudge
 
@@ -118,7 +109,7 @@ class Session:
         scenario: Scenario,
         scorer: Scorer,
         run_dir: Path,
-        rows: list[dict[str, Any]],
+        rows: list[Row],
         split: Split[Item],
         tracker: Tracker,
         policy: Policy,
@@ -149,20 +140,21 @@ class Session:
     def wall_s(self) -> float:
         return time.monotonic() - self.started
 
-    def emit(self, row: dict[str, Any]) -> None:
-        """Append a metrics row (fsynced), to the run's rows and to the tracker."""
-        row[M.WALL_SECONDS] = self.wall_s()
-        store.append_metrics(self.run_dir, row)
-        self.rows.append(row)
-        self.tracker.log_step(row)
+    def emit(self, row: Row) -> None:
+        """Append a metrics row (fsynced, stamped with the run's time), to the run's rows and to
+        the tracker."""
+        stamped = row.with_values(wall_s=self.wall_s())
+        store.append_metrics(self.run_dir, stamped)
+        self.rows.append(stamped)
+        self.tracker.log_step(stamped.on_disk())
 
-    def save_trajectories(self, name: str, step: int, table: list[dict[str, Any]]) -> None:
+    def save_trajectories(self, name: str, step: int, table: list[store.TableRow]) -> None:
         store.write_trajectories(self.run_dir, name, table)
         self.tracker.log_trajectories(step, table)
 
     async def evaluate(
         self, items: list[Item], split: Literal["val", "test"], desc: str, step: int | None = None
-    ) -> tuple[float, list[art.TrajectoryGroup], list[Item], list[Failure]]:
+    ) -> Evaluated:
         """One greedy rollout per item under the split's sampling (checkpoint `step`, else the
         live one), scored by the scenario's ground truth (rlvr.training.evaluation.evaluate)."""
         return await evaluate(
@@ -176,16 +168,13 @@ class Session:
             self.failure_log,
         )
 
-    async def evaluate_with_test(
-        self, desc: str, test: Tested | None
-    ) -> tuple[float, list[art.TrajectoryGroup], list[Item], float]:
+    async def evaluate_with_test(self, desc: str, test: Tested | None) -> Validated:
         """The validation items on the live weights, then, as checkpoint `test`'s result (unless
         it is kept already), the test split on the same weights, alone as at the end of a run
         (so `rlvr eval` repeats it): no older checkpoint is loaded for it later. The test result
-        is written to its table and kept. Returns the validation's accuracy, groups and items,
-        and its seconds."""
+        is written to its table and kept. Returns the validation and its seconds."""
         t0 = time.monotonic()
-        accuracy, groups, done, _ = await self.evaluate(self.val_items, "val", desc)
+        validated = await self.evaluate(self.val_items, "val", desc)
         seconds = time.monotonic() - t0
         if test is not None and test not in self.tests and self.split.test:
             policy_step = await self.policy.model.get_step()
@@ -199,76 +188,68 @@ class Session:
                 result = as_test_result(policy_step, evaluated, step=self.state.step)
                 self.save_trajectories(layout.test_name(test), self.state.step, result.rows)
                 self.tests[test] = result
-        return accuracy, groups, done, seconds
+        return Validated(**dict(validated), seconds=seconds)
 
     async def validate(self, step: int, test: Tested | None = None) -> None:
         """Validation accuracy at `step` on ground truth (and the test split beside it as
         checkpoint `test`, see `evaluate_with_test`); the divergence alarm; checkpoints."""
-        accuracy, groups, done, seconds = await self.evaluate_with_test(f"validate @{step}", test)
+        validated = await self.evaluate_with_test(f"validate @{step}", test)
         policy_step = await self.policy.model.get_step()
-        ids = [i.id for i in done]
-        rows = store.trajectory_rows(groups, ids, step=step, split="val")
+        done = validated.items
+        rows = store.trajectory_rows(validated.groups, [i.id for i in done], step=step, split="val")
         self.save_trajectories(layout.val_name(step), step, rows)
-        values = [g.trajectories[0].reward for g in groups]
+        scores = validated.scores()
+        values = list(scores.values())
         point = EvalPoint(
             step=step,
-            val=accuracy,
+            val=validated.accuracy,
             reward=window_reward(self.rows, step, self.cfg.eval_every),
             val_items=len(done),
-            # The spread matters only for a check that is not an accuracy (rlvr.training.stopping).
+            # The spread matters only for a check that is not an accuracy (rlvr.training.trends).
             val_std=statistics.pstdev(values) if any(not 0 <= v <= 1 for v in values) else None,
-            scores={str(i): v for i, v in zip(ids, values, strict=True)},
+            scores=scores,
         )
         self.state.evals.append(point)
         self.state.policy_steps[step] = policy_step
         trend = val_trend(self.state.evals, self.cfg.stopping.trend_window)
-        row: dict[str, Any] = {
-            M.STEP: step,
-            M.VAL_ACCURACY: accuracy,
-            M.POLICY_STEP: policy_step,
-            M.VAL_TRAIN_REWARD: point.reward,
-            M.VAL_ITEMS: len(done),
-            M.VAL_STD: point.val_std,
-            M.VAL_SCORES: point.scores,
-            M.VAL_ERRORS: len(self.val_items) - len(done),
-            M.EVAL_SECONDS: seconds,
-            M.EVAL_ITEM_SECONDS: seconds / max(1, len(self.val_items)),
-            M.VAL_TREND: trend.slope if trend.points >= 2 else None,
-            M.VAL_TREND_SE: trend.se if trend.points >= 2 and trend.se < float("inf") else None,
-            **({M.TEST_CHECKPOINT: test.value} if test in self.tests else {}),
-        }
-        regressed = any(a.name == AlarmName.RL_REGRESSION for a in self.state.alarms)
-        for alarm in (
-            divergence(self.state.evals, self.thresholds),
-            None if regressed else rl_regression(self.state.evals, self.thresholds),  # said once
-        ):
-            if alarm is not None and is_new(alarm, self.state.alarms):
-                self.state.alarms.append(alarm)
-                row[f"{ALARM_PREFIX}{alarm.name}"] = alarm.message
-                print_alarm(alarm)
+        row = EvalRow(
+            step=step,
+            accuracy=validated.accuracy,
+            policy_step=policy_step,
+            train_reward=point.reward,
+            items=len(done),
+            std=point.val_std,
+            scores=point.scores,
+            errors=len(self.val_items) - len(done),
+            eval_s=validated.seconds,
+            eval_item_s=validated.seconds / max(1, len(self.val_items)),
+            trend=trend.slope if trend.points >= 2 else None,
+            trend_se=trend.se if trend.points >= 2 and trend.se < float("inf") else None,
+        )
+        if test is not None and test in self.tests:
+            row = row.with_values(test_checkpoint=test.value)
+        for alarm in validation_alarms(self.state.evals, self.state.alarms, self.thresholds):
+            self.state.alarms.append(alarm)
+            row = row.with_values(**{alarm.key: alarm.message})
+            print_alarm(alarm)
         self.emit(row)
-        print_validation(step, accuracy, policy_step, row[M.VAL_TREND], row[M.VAL_TREND_SE])
+        print_validation(step, validated.accuracy, policy_step, row.trend, row.trend_se)
         await keep_checkpoints(self.cfg, self.policy, self.state, self.run_dir, self.rows)
 
 
-def as_test_result(
-    policy_step: int,
-    evaluated: tuple[float, list[art.TrajectoryGroup], list[Item], list[Failure]],
-    step: int,
-) -> TestResult:
-    """The test split's result at checkpoint `policy_step` from its evaluation (`evaluate`'s
-    accuracy, groups and items), its rows filed under loop `step`."""
-    accuracy, groups, done, _ = evaluated
-    ids = [i.id for i in done]
+def as_test_result(policy_step: int, evaluated: Evaluated, step: int) -> TestResult:
+    """The test split's result at checkpoint `policy_step` from its evaluation, its rows filed
+    under loop `step`."""
+    ids = [i.id for i in evaluated.items]
     return TestResult(
         policy_step=policy_step,
-        accuracy=accuracy,
-        scores={i: float(g.trajectories[0].reward) for i, g in zip(ids, groups, strict=True)},
-        rows=store.trajectory_rows(groups, ids, step=step, split="test"),
+        accuracy=evaluated.accuracy,
+        scores=evaluated.scores(),
+        rows=store.trajectory_rows(evaluated.groups, ids, step=step, split="test"),
     )
 
 
-def read_early_tests(run_dir: Path, rows: list[dict[str, Any]]) -> dict[Tested, TestResult]:
+def read_early_tests(run_dir: Path, rows: list[Row]) -> dict[Tested, TestResult]:
     """The test results a (killed) run's validation passes kept, read back from their tables: a
     resumed run evaluates them no more."""
     steps = tested(rows, -1, -2)
@@ -319,7 +300,9 @@ async def open_session(
         if resume is not None:
             rewind_policy(cfg, run_dir, last_policy_step(rows))
             if judge is not None:  # the spend cap spans the killed run and this one
-                judge.spent_usd = sum(float(r.get(M.JUDGE_COST) or 0.0) for r in rows)
+                judge.spent_usd = sum(
+                    r.judge_cost_usd or 0.0 for r in rows if isinstance(r, StepRow)
+                )
         split = split_items(
             items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
         )
@@ -354,7 +337,7 @@ async def quiet_session(
     scenario: Scenario,
     scorer: Scorer,
     run_dir: Path,
-    rows: list[dict[str, Any]],
+    rows: list[Row],
 ) -> Session:
     """A session on `run_dir` that writes nothing a run keeps: no tracker, the policy opened in
     place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""

@@ -13,7 +13,6 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
 
 import art
 from openai.types.chat.chat_completion import Choice
@@ -33,6 +32,7 @@ from rlvr.metrics import (
     trajectory_metric_means,
 )
 from rlvr.runs import store
+from rlvr.runs.records import StepRow
 from rlvr.training import pool
 from rlvr.training.backends import (
     TRAINS_WITHOUT_LOGPROBS,
@@ -107,15 +107,16 @@ class Update(BaseModel):
     turns_without_logprobs: int
 
 
-async def train_step(run: Session, step: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def train_step(run: Session, step: int) -> tuple[StepRow, list[store.TableRow]]:
     """Step `step + 1`: its metrics row and its scored trajectories as table rows."""
     started, counted = time.monotonic(), engine_counters(run.policy)
     batch = await gather_batch(run, step)
     faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
     update = await update_policy(run, batch.trainable)
-    row = step_row(run, step + 1, batch, update, started)
-    row |= token_metrics(counted, engine_counters(run.policy))
-    row[M.POLICY_STEP] = await run.policy.model.get_step()
+    row = step_row(run, step + 1, batch, update, started).with_values(
+        **token_metrics(counted, engine_counters(run.policy)),
+        policy_step=await run.policy.model.get_step(),
+    )
     table = store.trajectory_rows(
         batch.groups, [i.id for i in batch.items], step=step + 1, split="train"
     )
@@ -260,9 +261,7 @@ async def update_policy(run: Session, groups: list[art.TrajectoryGroup]) -> Upda
     )
 
 
-def step_row(
-    run: Session, step: int, batch: Batch, update: Update, started: float
-) -> dict[str, Any]:
+def step_row(run: Session, step: int, batch: Batch, update: Update, started: float) -> StepRow:
     """The step's metrics row (rlvr.metrics.M)."""
     groups = batch.groups
     stats = group_stats(groups)
@@ -274,7 +273,7 @@ def step_row(
     ]
     counts = pool.counts(pool.record(run.state.pool, outcomes), [i.id for i in run.split.train])
     refills = batch.rounds[1:]
-    row: dict[str, Any] = {
+    values: dict[str, object] = {
         M.STEP: step,
         M.REWARD_MEAN: stats.reward_mean,
         M.REWARD_STD: stats.reward_std,
@@ -313,8 +312,8 @@ def step_row(
         **serving_metrics(run.policy.backend, run.policy.model, update.metrics),
     }
     if truths:  # how far the training reward agrees with ground truth (judge or not)
-        row[M.JUDGE_AGREEMENT] = agreement([t.reward for t in scored], truths)
-    return row
+        values[M.JUDGE_AGREEMENT] = agreement([t.reward for t in scored], truths)
+    return StepRow.model_validate(values)
 
 
 def rollout_timing(batch: Batch) -> dict[str, float]:

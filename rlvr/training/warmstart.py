@@ -30,6 +30,8 @@ from rich.console import Console
 
 from rlvr import art_private
 from rlvr.config import ConfigError, TrainConfig
+from rlvr.metrics import WarmMetric
+from rlvr.runs.records import WarmStartRow
 from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
 from rlvr.types import Item, Scenario
 
@@ -39,23 +41,6 @@ WARM_SHARE: float = TrainConfig.model_fields["sft_budget_share"].default
 CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be loaded
 
 TokenCount = Callable[[art.Trajectory], int]
-
-
-class WarmMetric:
-    """Keys of the warm-start row in metrics.jsonl (written once, before the baseline)."""
-
-    DEMONSTRATIONS = "warm/demonstrations"  # demonstrations trained on (correct ones only)
-    REJECTED = "warm/rejected"  # demonstrations the ground truth failed (left out)
-    LOSS_FIRST = "warm/loss_first"  # cross-entropy per assistant token, first batch
-    LOSS_LAST = "warm/loss_last"  # ... last batch (measured before its update)
-    VAL_BEFORE = "warm/val_before"  # validation accuracy before the warm start
-    SECONDS = "warm/seconds"
-    STEPS = "warm/steps"  # SFT steps trained
-    STEPS_PLANNED = "warm/steps_planned"  # ... the steps its demonstrations made
-    TOKENS = "warm/tokens"  # tokens of the demonstrations trained on (prompts and replies)
-    TOKENS_PLANNED = "warm/tokens_planned"  # ... of all the demonstrations made
-    BUDGET_S = "warm/budget_s"  # the seconds it could take (share of max_minutes; None: no cap)
-    CUT = "warm/cut"  # 1 when the budget cut it short, else 0
 
 
 def check_can_demonstrate(cfg: TrainConfig, scenario: Scenario) -> None:
@@ -174,7 +159,7 @@ async def warm_start(
     count_tokens: TokenCount | None = None,
     clock: Clock = time.monotonic,
     out: Console = console,
-) -> dict[str, float | None]:
+) -> WarmStartRow:
     """Train `cfg.sft_steps` batches of demonstrations within `share` of `cfg.max_minutes`;
     returns the warm-start row. `count_tokens` defaults to the policy's tokenizer; `clock` is
     the budget's clock."""
@@ -201,7 +186,7 @@ async def warm_start(
     steps = [demos[i : i + size] for i in range(0, len(demos), size)]
     tokens = [sum(count(d) for d in step) for step in steps]
     losses, done = await train_within(cfg, model, steps, tokens, budget, started, clock, out)
-    row: dict[str, float | None] = {
+    values: dict[str, float | None] = {
         WarmMetric.DEMONSTRATIONS: sum(len(step) for step in steps[:done]),
         WarmMetric.REJECTED: rejected,
         WarmMetric.LOSS_FIRST: losses[0] if losses else float("nan"),
@@ -214,6 +199,7 @@ async def warm_start(
         WarmMetric.CUT: int(done < len(steps)),
         WarmMetric.SECONDS: clock() - started,
     }
+    row = WarmStartRow.model_validate(values)
     if done < len(steps):
         print_cut(row, cfg.max_minutes, share, out)
     return row
@@ -251,14 +237,12 @@ async def train_within(
     return losses, done
 
 
-def print_cut(
-    row: dict[str, float | None], max_minutes: float | None, share: float, out: Console
-) -> None:
+def print_cut(row: WarmStartRow, max_minutes: float | None, share: float, out: Console) -> None:
     out.print(
         f"[yellow]warm start cut by its budget[/] ({share:.0%} of max_minutes={max_minutes:g}: "
-        f"{row[WarmMetric.BUDGET_S]:.0f}s): trained {row[WarmMetric.STEPS]:.0f} of "
-        f"{row[WarmMetric.STEPS_PLANNED]:.0f} steps, {row[WarmMetric.TOKENS]:,.0f} of "
-        f"{row[WarmMetric.TOKENS_PLANNED]:,.0f} demonstration tokens; RL keeps the rest of the "
+        f"{row.budget_s or 0:.0f}s): trained {row.steps or 0:.0f} of "
+        f"{row.steps_planned or 0:.0f} steps, {row.tokens or 0:,.0f} of "
+        f"{row.tokens_planned or 0:,.0f} demonstration tokens; RL keeps the rest of the "
         "budget",
         highlight=False,
     )
