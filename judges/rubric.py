@@ -34,8 +34,8 @@ from judges.client import (
     JudgeFailure,
 )
 from judges.rubric_data import Criterion
+from rlvr.error_lines import first_error
 from rlvr.metrics import INDEPENDENT_REWARD, RubricMetric
-from rlvr.oneline import first_error
 from rlvr.types import Item, completion_text
 
 log = logging.getLogger("rlvr.judges")

@@ -116,7 +116,7 @@ def is_unpinned_ruler(schema: dict[str, Any]) -> bool:
 
 def skeleton(ids: list[str]) -> str:
     """A pinned reply with empty explanations and the longest scores, written as the local
-    engine writes JSON (rlvr.policy.grammar): what every reply spends besides its explanations."""
+    engine writes JSON (rlvr.engine.grammar): what every reply spends besides its explanations."""
     entries = [{"trajectory_id": tid, "explanation": "", "score": 0.05} for tid in ids]
     return json.dumps({"scores": entries}, separators=(", ", ": "))
 

@@ -213,25 +213,25 @@ def progress_line(groups: tuple[str, ...]) -> None:
 
 
 def prefill_slices(groups: tuple[str, ...]) -> None:
-    from rlvr.policy.common import PREFILL_TOKENS
+    from rlvr.engine.types import PREFILL_TOKENS
 
     assert number(groups[0]) * 1024 == PREFILL_TOKENS
 
 
 def prefix_cache_budget(groups: tuple[str, ...]) -> None:
-    from rlvr.policy.prefix import BUDGET_ENV, DEFAULT_BUDGET_MB
+    from rlvr.engine.prefix import BUDGET_ENV, DEFAULT_BUDGET_MB
 
     assert (groups[0], number(groups[1])) == (BUDGET_ENV, DEFAULT_BUDGET_MB)
 
 
 def tree_tokens(groups: tuple[str, ...]) -> None:
-    from rlvr.policy.common import TREE_TOKENS
+    from rlvr.engine.types import TREE_TOKENS
 
     assert number(groups[0]) == TREE_TOKENS
 
 
 def pass_columns(groups: tuple[str, ...]) -> None:
-    from rlvr.policy.common import PASS_COLUMNS
+    from rlvr.engine.types import PASS_COLUMNS
 
     assert number(groups[0]) == PASS_COLUMNS
 
@@ -308,7 +308,7 @@ FACTS = [
     ),
     (HOW, r"one plain line per step .*? \(`(warm start: SFT: [^`]+)`\)", progress_line),
     (HOW, r"prefilled in slices of ~(\d+)k tokens", prefill_slices),
-    (HOW, r"\(`rlvr/policy/prefix\.py`, `(\w+)`, default (\d+), 0 = off\)", prefix_cache_budget),
+    (HOW, r"\(`rlvr/engine/prefix\.py`, `(\w+)`, default (\d+), 0 = off\)", prefix_cache_budget),
     (HOW, r"`TREE_TOKENS` \((\d+)\)", tree_tokens),
     (HOW, r"`cheapest_tree`: a pass counts as (\d+) token columns", pass_columns),
     (HOW, r"`rlvr bench hack` trains (\w+) on `scorer=(\w+)`", hack_bench),

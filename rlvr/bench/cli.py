@@ -31,8 +31,8 @@ def _print_figures(run: Coroutine[Any, Any, dict[str, Any]]) -> None:
     whose own code raised (named by file and line), are one line and exit 2
     (rlvr.training.failures.as_one_line); an error of rlvr's own keeps its traceback."""
     from rlvr.config import ConfigError
+    from rlvr.engine import ModelError
     from rlvr.inference.errors import InferenceError
-    from rlvr.policy.models import ModelError
     from rlvr.training.failures import as_one_line
 
     try:
@@ -98,7 +98,7 @@ def bench_serve(
         return
     if inference != "rlvr":
         _fail(f"--inference {inference!r}: expected rlvr or vllm")
-    from rlvr.bench.policy import run_serve_bench
+    from rlvr.engine import run_serve_bench
 
     _print_figures(run_serve_bench(model, requests, max_tokens, repeats, threads))
 
@@ -114,7 +114,7 @@ def bench_turns(
 ) -> None:
     """Multi-turn chats with the policy's prefix cache ÷ the same engine with it off
     (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
-    from rlvr.bench.policy import run_turns_bench
+    from rlvr.engine import run_turns_bench
 
     async def run() -> dict[str, Any]:
         return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
@@ -133,7 +133,7 @@ def bench_train(
 ) -> None:
     """backend.train step time (over the sequences' prefix tree) ÷ a bare forward+backward+AdamW
     of each sequence in full (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
-    from rlvr.bench.policy import run_train_bench
+    from rlvr.engine import run_train_bench
 
     _print_figures(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
 

@@ -30,10 +30,9 @@ import art
 import torch
 
 from rlvr.agent import EpisodeMetric
-from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
+from rlvr.engine import EngineCounters, TorchBackend
+from rlvr.engine.bench import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.common import EngineCounters
 from rlvr.runs import store
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import Policy

@@ -20,11 +20,10 @@ import art
 import torch
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.bench.policy import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.bench.rss import RssWatch
+from rlvr.engine import Engine, TorchBackend, pack_groups
+from rlvr.engine.bench import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.metrics import M, peak_rss_gb
-from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.engine import Engine
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
 from rlvr.training.pool import record

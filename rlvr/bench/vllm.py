@@ -27,10 +27,10 @@ import httpx
 import openai
 import torch
 
-from rlvr.bench.policy import PEAK_RSS, Target, _endpoint, _prompts, _registered, _side_server, log
+from rlvr.engine import resolve_model
+from rlvr.engine.bench import PEAK_RSS, Target, _endpoint, _prompts, _registered, _side_server, log
 from rlvr.inference.server import ServerSpec, VllmServer, server_threads
 from rlvr.metrics import peak_rss_gb
-from rlvr.policy.models import resolve_model
 
 GIB = 1024**3
 ADAPTER_NAME = "bench-lora"

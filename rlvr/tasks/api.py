@@ -20,8 +20,15 @@ from typing import Any, get_args
 import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlvr.config import ConfigError, TrainConfig, all_keys, known_key
-from rlvr.oneline import did_you_mean, first_error, means_none
+from rlvr.config import (
+    ConfigError,
+    TrainConfig,
+    all_keys,
+    dotted_name,
+    known_key,
+    renamed_message,
+)
+from rlvr.error_lines import did_you_mean, first_error, means_none
 from rlvr.types import (
     SCENARIO_HOOKS,
     SCENARIO_MEMBERS,
@@ -335,6 +342,8 @@ def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any],
             config[key] = value
         elif key in task.options.model_fields or task.open_options:
             options[key] = value
+        elif (new := dotted_name(key)) is not None:
+            raise ConfigError(renamed_message(key, new))
         else:
             hint = did_you_mean(key, [*all_keys(), *task.options.model_fields])
             own = ", ".join(task.options.model_fields) or "none"

@@ -129,10 +129,6 @@ def reference_registry() -> Mapping[str, type]:
     return INSTRUCTION_DICT
 
 
-def known_ids() -> frozenset[str]:
-    return frozenset(reference_registry()) | frozenset(OWN)
-
-
 def _reference(instruction: Instruction, response: str, prompt: str) -> bool:
     checker = reference_registry()[instruction.id](instruction.id)
     checker.build_description(**instruction.kwargs)

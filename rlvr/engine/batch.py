@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from rlvr.policy.rows import RowState
-from rlvr.policy.weights import WeightsView
+from rlvr.engine.rows import RowState
+from rlvr.engine.weights import WeightsView
 
 RIGHT_ROOM = 128  # columns kept free to the right: decode steps between two layouts
 ROW_ROOM = 8  # rows kept free below when a buffer is laid out

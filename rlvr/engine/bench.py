@@ -35,15 +35,15 @@ from art.preprocessing.pack import PackedTensors
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.engine.adapters import AdapterStore
+from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.lora_engine import Engine
+from rlvr.engine.sampler import Sampler
+from rlvr.engine.server import Route, ServerThread, create_app
+from rlvr.engine.types import SampleRow
+from rlvr.engine.weights import WeightsView
 from rlvr.metrics import peak_rss_gb
-from rlvr.policy.adapters import AdapterStore
-from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.common import SampleRow
-from rlvr.policy.engine import Engine
-from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.sampler import Sampler
-from rlvr.policy.server import Route, ServerThread, create_app
-from rlvr.policy.weights import WeightsView
 
 RATIO = "ratio_vs_bare"
 PEAK_RSS = "peak_rss_gb"
@@ -61,7 +61,7 @@ BENCH_PROMPTS = [
 
 def sampling_precision(loaded: LoadedModel) -> str:
     """fp32, bf16, or mixed (bf16 prefill, fp32 decoding): how the engine samples; with
-    "+packed bf16|fp32" where its projections use packed weights (rlvr.policy.packed)."""
+    "+packed bf16|fp32" where its projections use packed weights (rlvr.engine.packed_weights)."""
     names = {
         "bf16" if d is not None else "fp32" for d in (loaded.prefill_dtype, loaded.sample_dtype)
     }
@@ -173,8 +173,8 @@ def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[st
     """A second endpoint beside the policy's: the base weights as the judge engine serves them
     (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
     layers instead of merged (`unmerged`)."""
-    from rlvr.policy.frozen import frozen_sampler
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.frozen_sampler import frozen_sampler
+    from rlvr.engine.models import resolve_model
 
     adapters = engine.adapters
     unmerged = AdapterStore(
@@ -447,7 +447,7 @@ def run_turns_bench(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """Multi-turn chats with the prefix cache / the same engine with the cache off (bare)."""
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.models import resolve_model
 
     if threads:
         torch.set_num_threads(threads)

@@ -2,13 +2,13 @@
 
 `/v1/chat/completions` and `/v1/models` on 127.0.0.1. A request names a model as `name` (the
 latest step) or `name@step` (that step's adapter), the way ART names inference models. Requests
-are batched continuously (rlvr.policy.scheduler): a request joins the running decode at the next
+are batched continuously (rlvr.engine.scheduler): a request joins the running decode at the next
 step, and a request whose client has gone (its connection closed, or the timeout it announced
 passed) is dropped there, so neither a late arrival nor an abandoned request waits for or costs
 a whole pass.
 
 Structured output: `response_format` (`json_schema`, or `json_object` with or without a schema)
-constrains decoding to the schema (rlvr.policy.grammar); this is how the local judge answers.
+constrains decoding to the schema (rlvr.engine.grammar); this is how the local judge answers.
 
 Log-probability tokens are `token_id:<id>` so ART's tokeniser recovers the exact sampled ids;
 `bytes` is the token's text as UTF-8. Errors follow OpenAI's shape: `{"error": {"message": ...}}`
@@ -44,11 +44,11 @@ from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenL
 from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.policy.common import Sampled, SampleRow, UnknownStep
-from rlvr.policy.grammar import GrammarError, schema_of
-from rlvr.policy.sampler import Sampler  # a trained engine's or a frozen one
-from rlvr.policy.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
-from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
+from rlvr.engine.grammar import GrammarError, schema_of
+from rlvr.engine.sampler import Sampler  # a trained engine's or a frozen one
+from rlvr.engine.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
+from rlvr.engine.toolcalls import call_prefix, new_call_id, parse_tool_calls
+from rlvr.engine.types import Sampled, SampleRow, UnknownStep
 
 if TYPE_CHECKING:
     import uvicorn
@@ -168,7 +168,7 @@ def _settle(future: asyncio.Future[list[Sampled]], result: list[Sampled] | BaseE
 
 
 class _Batcher:
-    """Feeds one sampler's requests to its scheduler (rlvr.policy.scheduler), which decodes them
+    """Feeds one sampler's requests to its scheduler (rlvr.engine.scheduler), which decodes them
     in a worker thread while any are waiting or live."""
 
     def __init__(self, sampler: Sampler) -> None:
@@ -489,6 +489,35 @@ def serve(server: uvicorn.Server, sockets: list[socket.socket]) -> None:
     `loop_factory`, so the server would never start there."""
     with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
         runner.run(server.serve(sockets=sockets))
+
+
+def serve_frozen(
+    listener: socket.socket,
+    model: str,
+    served_name: str,
+    api_key: str,
+    prepare: Prepare | None = None,
+) -> None:
+    """Serve `model` (an rlvr model name or directory) as it is under `served_name` on the
+    inherited `listener` until the process is stopped: the body of an engine child process
+    (rlvr.engine.process)."""
+    import uvicorn
+
+    from rlvr.engine.frozen_sampler import frozen_sampler
+    from rlvr.engine.models import resolve_model
+
+    engine = frozen_sampler(resolve_model(model))
+
+    def route(name: str) -> Route:
+        if name != served_name:
+            raise ApiError(
+                404, f"model: '{name}': this engine serves '{served_name}'", "not_found_error"
+            )
+        return Route(engine=engine, step=None)
+
+    app = create_app(route, lambda: [served_name], api_key=api_key, prepare=prepare)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
+    serve(uvicorn.Server(config), [listener])
 
 
 class ServerThread:

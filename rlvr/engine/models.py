@@ -61,7 +61,7 @@ ALIASES: dict[str, GgufSource] = {
 # ChatML, identical to SmolLM2's own template for plain conversations (a default system turn when
 # the first message is not one). Additions: `tools` are described in the system turn, assistant
 # turns that carry only tool_calls render them the way the model is asked to emit them, and
-# None/list contents do not crash. Keep in sync with rlvr.policy.toolcalls (the parser).
+# None/list contents do not crash. Keep in sync with rlvr.engine.toolcalls (the parser).
 CHATML_TOOLS_TEMPLATE = """\
 {%- macro text(content) -%}
 {%- if content is string -%}{{ content }}\
