@@ -8,6 +8,7 @@ CLI into a validated config, or a `ConfigError` whose message is one line naming
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -22,6 +23,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 
 from rlvr.error_lines import did_you_mean, first_error, means_none
+from rlvr.json_types import JsonObject
 from rlvr.redact import redact_data, redact_error
 
 Backend = Literal["local", "art-local", "tinker", "serverless"]
@@ -245,11 +247,11 @@ def renamed_message(key: str, new: str) -> str:
     return f"config: '{key}' is no longer a key; use '{new}'"
 
 
-def nested(values: dict[str, Any]) -> dict[str, Any]:
+def nested(values: Mapping[str, object]) -> dict[str, object]:
     """`values` with dotted keys (`judge.model`) and shorthands (`judge=ID`) put into the nested
     groups' dicts. Pure; an old flat key is a ValueError naming its dotted name."""
-    out: dict[str, Any] = {}
-    parts: dict[str, dict[str, Any]] = {group: {} for group in NESTED}
+    out: dict[str, object] = {}
+    parts: dict[str, dict[str, object]] = {group: {} for group in NESTED}
     for key, value in values.items():
         group, dot, leaf = key.partition(".")
         if dot and group in NESTED:
@@ -257,7 +259,12 @@ def nested(values: dict[str, Any]) -> dict[str, Any]:
         elif key in SHORTHAND and not isinstance(value, dict | BaseModel):
             parts[key][SHORTHAND[key]] = value
         elif key in NESTED:
-            given = value.model_dump() if isinstance(value, BaseModel) else dict(value)
+            if isinstance(value, BaseModel):
+                given = value.model_dump()
+            elif isinstance(value, Mapping):
+                given = dict(value)
+            else:
+                raise ValueError(f"{key}: expected its settings as a mapping, got {value!r}")
             parts[key] = {**parts[key], **given}  # in order: a later key wins
         elif (new := dotted_name(key)) is not None:
             raise ValueError(renamed_message(key, new))
@@ -436,11 +443,11 @@ class TrainConfig(BaseModel):
             raise ValueError(f"train_ratio + val_ratio + test_ratio must be 1.0, got {total:g}")
         return self
 
-    def public_dict(self) -> dict[str, Any]:
+    def public_dict(self) -> JsonObject:
         """The config as written to config.json and W&B: JSON types, credentials redacted (an
         api_key-like task option, a URL's password, any value of a *_API_KEY / *_TOKEN variable).
         Keys belong in the environment: a resumed run reads them from there, not from here."""
-        public: dict[str, Any] = redact_data(json.loads(self.model_dump_json()))
+        public: JsonObject = redact_data(json.loads(self.model_dump_json()))
         return public
 
 
@@ -470,7 +477,7 @@ def _one_line(error: ValidationError) -> str:
     return f"config: {first.message.removeprefix('Value error, ')}"
 
 
-def build_config(values: dict[str, Any]) -> TrainConfig:
+def build_config(values: Mapping[str, object]) -> TrainConfig:
     """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
     for key in values:
         if (new := dotted_name(key)) is not None:
@@ -510,7 +517,7 @@ def pairs_to_dict(pairs: list[str]) -> dict[str, str]:
     return values
 
 
-def parse_overrides(pairs: list[str], base: dict[str, Any] | None = None) -> TrainConfig:
+def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) -> TrainConfig:
     """`["group_size=4", "scorer=ruler"]` -> TrainConfig (TrainConfig keys only; a task's options
     go through `rlvr.task_config`). For optional keys, an empty value, `none` or `null` means
     None."""

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rlvr.export_gguf import ExportError as ExportError  # raised here too; defined beneath
+from rlvr.json_types import JsonObject
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BEST, checkpoint_for
 
@@ -83,7 +84,7 @@ def _damaged(path: Path, error: Exception, expected: str) -> ExportError:
     return ExportError(f"{path}: unreadable ({type(error).__name__}); expected {expected}")
 
 
-def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def read_run(run_dir: Path) -> tuple[JsonObject, dict[str, Any] | None]:
     """(config.json, summary.json or None before the run finished), each damaged file one line."""
     try:
         cfg = store.read_config(run_dir).public_dict()

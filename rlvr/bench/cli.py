@@ -26,7 +26,7 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _print_figures(run: Coroutine[Any, Any, dict[str, Any]]) -> None:
+def _print_figures(run: Coroutine[Any, Any, dict[str, object]]) -> None:
     """Run a benchmark coroutine and print its JSON line. Model and config errors, and a task
     whose own code raised (named by file and line), are one line and exit 2
     (rlvr.training.failures.as_one_line); an error of rlvr's own keeps its traceback."""
@@ -116,7 +116,7 @@ def bench_turns(
     (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
     from rlvr.engine import run_turns_bench
 
-    async def run() -> dict[str, Any]:
+    async def run() -> dict[str, object]:
         return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
 
     _print_figures(run())

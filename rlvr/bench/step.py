@@ -13,11 +13,13 @@ import asyncio
 import statistics
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import art
 import torch
+from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.chat_completion import Choice
 
 from rlvr.bench.rss import RssWatch
@@ -48,15 +50,17 @@ REPORTED = {
 }
 
 
-def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str, Any]]], int]:
+def turn_prompts(
+    groups: list[art.TrajectoryGroup],
+) -> tuple[list[list[ChatCompletionMessageParam]], int]:
     """Every sampled turn's prompt (the chat before it) and the longest completion sampled."""
-    prompts: list[list[dict[str, Any]]] = []
+    prompts: list[list[ChatCompletionMessageParam]] = []
     longest = 1
     for t in (t for g in groups for t in g.trajectories):
         rendered = t.messages()
         for i, part in enumerate(t.messages_and_choices):
             if isinstance(part, Choice):
-                prompts.append([dict(m) for m in rendered[:i]])
+                prompts.append(list(rendered[:i]))
                 if part.logprobs is not None:
                     longest = max(longest, len(part.logprobs.content or []))
     return prompts, longest
@@ -73,7 +77,7 @@ EVALUATION, WARM_START, ROLLOUTS, UPDATE, BARE = (
 PEAK_RSS_BY_PHASE = "peak_rss_gb_by_phase"
 
 
-async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> dict[str, Any]:
+async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> dict[str, object]:
     """One real step (the loop's phases) and, with `bare`, its bare figures."""
     started, counted = time.monotonic(), engine_counters(run.policy)
     with watch.phase(ROLLOUTS):
@@ -128,7 +132,12 @@ async def bench_warm_start(run: Session, watch: RssWatch) -> float:
     return time.monotonic() - began
 
 
-def ratio(figures: dict[str, Any], ours: str, bare: str) -> float | None:
+def numbers(rows: list[dict[str, object]], key: str) -> list[float]:
+    """The rows' numeric values of `key` (a phase a step skipped has None)."""
+    return [float(value) for row in rows if isinstance(value := row.get(key), int | float)]
+
+
+def ratio(figures: Mapping[str, float], ours: str, bare: str) -> float | None:
     if figures.get(ours) is None or not figures.get(bare):
         return None
     return round(float(figures[ours]) / float(figures[bare]), 3)
@@ -136,7 +145,7 @@ def ratio(figures: dict[str, Any], ours: str, bare: str) -> float | None:
 
 async def run_step_bench(
     task: str, steps: int = 2, bare: bool = True, **overrides: Any
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """`steps` real steps of `task` at its defaults (with `overrides`); medians and ratios."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-step-") as path:
         cfg = task_config(task, **overrides, run_dir=str(Path(path) / "run"))
@@ -145,9 +154,7 @@ async def run_step_bench(
                 warm_s = await bench_warm_start(run, watch) if cfg.sft_steps > 0 else None
                 per_step = [await bench_one_step(run, step, bare, watch) for step in range(steps)]
     medians = {
-        key: statistics.median(values)
-        for key in per_step[0]
-        if (values := [s[key] for s in per_step if isinstance(s.get(key), int | float)])
+        key: statistics.median(values) for key in per_step[0] if (values := numbers(per_step, key))
     }
     return {
         "bench": "step",

@@ -21,7 +21,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
@@ -43,7 +42,7 @@ async def run_vllm_serve_bench(
     max_tokens: int = 64,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Tokens/s of rlvr's engine and vLLM, LoRA and base, at each concurrency (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-vllm-") as path:
         backend, model = await _registered(path, model_name, threads)

@@ -13,6 +13,7 @@ is laid out anew only when a side runs out of room."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -88,7 +89,7 @@ class SlotLayer:
         self,
         key_states: torch.Tensor,
         value_states: torch.Tensor,
-        cache_kwargs: dict[str, Any] | None = None,
+        cache_kwargs: Mapping[str, object] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         columns = key_states.shape[-2]
         if self.end + columns > self.key_buffer.shape[2]:

@@ -95,7 +95,7 @@ async def _registered(
 
 def bare_generate(
     loaded: LoadedModel,
-    prompts: list[str] | list[list[dict[str, Any]]],
+    prompts: list[str] | list[list[ChatCompletionMessageParam]],
     max_tokens: int,
     temperature: float = 1.0,
     weights: WeightsView | None = None,
@@ -201,7 +201,7 @@ async def run_serve_bench(
     max_tokens: int = 64,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Completion tokens/s of `requests` concurrent chat requests: the LoRA policy's endpoint
     (merged weights), the base weights served the same way, the policy sampled unmerged, and a bare
     batched `generate` with the policy's merged weights; runs alternate, medians reported."""
@@ -269,7 +269,7 @@ async def _serve_repeats(
 
 def bare_generate_policy(
     engine: Engine,
-    prompts: list[str] | list[list[dict[str, Any]]],
+    prompts: list[str] | list[list[ChatCompletionMessageParam]],
     max_tokens: int,
     temperature: float = 1.0,
 ) -> tuple[int, float]:
@@ -346,7 +346,7 @@ async def run_train_bench(
     max_tokens: int = 48,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         backend, model = await _registered(path, model_name, threads)
         engine = backend.engine(model)
@@ -445,7 +445,7 @@ def run_turns_bench(
     max_tokens: int = 24,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Multi-turn chats with the prefix cache / the same engine with the cache off (bare)."""
     from rlvr.engine.models import resolve_model
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from rlvr.runs import atomic
 
 if TYPE_CHECKING:
+    import torch
     from gguf import GGUFReader
     from transformers import LlamaConfig, PreTrainedTokenizerFast
 
@@ -246,7 +247,9 @@ def llama_config(reader: GGUFReader) -> LlamaConfig:
     )
 
 
-def llama_weights(reader: GGUFReader, config: LlamaConfig, names: list[str]) -> dict[str, Any]:
+def llama_weights(
+    reader: GGUFReader, config: LlamaConfig, names: list[str]
+) -> dict[str, torch.Tensor]:
     """The GGUF's tensors dequantised to fp32 under the model's parameter `names` (gguf-py's
     name table); the query and key projections unpermuted (llama.cpp interleaves the two halves
     of each head's rotary dimensions)."""

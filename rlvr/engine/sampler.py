@@ -31,6 +31,7 @@ from rlvr.engine.types import (
     width_groups,
 )
 from rlvr.engine.weights import WeightsSource, WeightsTag, WeightsView
+from rlvr.json_types import JsonObject
 
 
 def as_decoded(cache: Any, dtype: torch.dtype) -> None:
@@ -111,7 +112,7 @@ class Sampler:
         found = self.prefixes.lookup(tag, prompt_ids, len(prompt_ids) - 1)
         return found.length if found is not None else 0
 
-    def compile_grammar(self, schema: dict[str, Any]) -> str:
+    def compile_grammar(self, schema: JsonObject) -> str:
         """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
         return grammar_for(schema, self._grammar_view()[0])
 

@@ -26,6 +26,7 @@ from art.loss import loss_fn, shift_tensor
 from art.preprocessing.inputs import TrainInputs
 from art.preprocessing.pack import PackedTensors
 from art.types import TrainConfig
+from torch.optim.optimizer import StateDict
 
 from rlvr import faults
 from rlvr.engine.adapters import AdapterStore
@@ -289,7 +290,7 @@ class Trainer:
         loaded: LoadedModel,
         adapters: AdapterStore,
         optim: OptimSettings,
-        optimizer_state: dict[str, Any] | None = None,
+        optimizer_state: StateDict | None = None,
     ) -> None:
         self.loaded = loaded
         self.adapters = adapters

@@ -61,7 +61,7 @@ def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # builtins without a signature: call bare
         return factory()
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for name, param in params.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
@@ -330,11 +330,16 @@ def scenario(
     )
 
 
-def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_values(
+    task: Task, values: Mapping[str, object]
+) -> tuple[dict[str, object], dict[str, object]]:
     """Split flat `key=value` settings into TrainConfig values and the task's option values. A key
     that is neither is one line naming both sets of keys."""
-    config: dict[str, Any] = {}
-    options: dict[str, Any] = dict(values.get("task_options") or {})
+    config: dict[str, object] = {}
+    given = values.get("task_options") or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"config: task_options: expected key=value options, got {given!r}")
+    options: dict[str, object] = dict(given)
     for key, value in values.items():
         if key == "task_options":
             continue
