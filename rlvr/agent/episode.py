@@ -32,7 +32,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 import art
 import openai
@@ -325,14 +325,22 @@ class _Policy:
             message = scripted_message(planned, self.tools, self.protocol, turn)
             return cast("MessageOrChoice", message)
         assert self.model is not None  # check_settings: a model or a script
+        # No `tools` key at all without schemas: some servers reject an empty or null one.
+        offered: ToolsOffered = {"tools": self.schemas} if self.schemas else {}
         response = await self.model.openai_client().chat.completions.create(
             model=self.model.get_inference_name(self.sampling.step),
             messages=history,
             **self.sampling.request(),
-            tools=self.schemas or openai.omit,
+            **offered,
         )
         choice: Choice = response.choices[0]
         return choice
+
+
+class ToolsOffered(TypedDict, total=False):
+    """The tools argument of a chat request, present only when there are tools."""
+
+    tools: Tools
 
 
 def check_settings(
