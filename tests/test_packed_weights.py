@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError
-from rlvr.engine import loaded as loaded_module
-from rlvr.engine import packed as packed_module
+from rlvr.engine import loaded_model as loaded_module
+from rlvr.engine import packed_weights as packed_module
 from rlvr.engine.merged_weights import MergedLinear, pack_frozen
 from rlvr.engine.packed_weights import PACKED_ENV, pack, pack_head, packed_linear, packs
 from tests.tiny_llama import tiny_llama

@@ -21,7 +21,7 @@ from rlvr.engine.prefix_tree import (
 )
 from rlvr.engine.trainer import Trainer, sequences_of, trained_positions
 from rlvr.engine.types import TREE_TOKENS, TREE_TOKENS_ENV, OptimSettings, tree_tokens
-from tests.test_merged import perturb, store, tiny_loaded
+from tests.test_merged_weights import perturb, store, tiny_loaded
 
 PAD = -1
 
