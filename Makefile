@@ -88,7 +88,7 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	nice -n 19 $(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
 	  nice -n 19 $(MKDOCS_BUILD) -d $(VENV)/site > $(VENV)/docs.log 2>&1 & docs=$$!; \
-	  $(BIN)/python -c "from rlvr.policy.models import resolve_model; resolve_model('smollm2-135m')" \
+	  $(BIN)/python -c "from rlvr.engine.models import resolve_model; resolve_model('smollm2-135m')" \
 	  || { kill $$mypy $$docs; exit 1; }; \
 	  RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) \
 	  -m "not vllm_run" --durations=25; tests=$$?; \

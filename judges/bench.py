@@ -101,7 +101,7 @@ def _prompt_tokens_per_attempt(metrics: dict[str, float]) -> float:
     return metrics[JudgeMetric.PROMPT_TOKENS] / attempts if attempts else 0.0
 
 
-async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> dict[str, Any]:
+async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> dict[str, object]:
     """RULER on the whole group, then on each trajectory alone; prompt tokens of each."""
     group = art.TrajectoryGroup([trajectory(item.prompt, a) for a in answers])
     scorer.pop_metrics()
@@ -131,7 +131,7 @@ async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> di
     }
 
 
-async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> dict[str, Any]:
+async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> dict[str, object]:
     say = log or (lambda text: print(text, file=sys.stderr, flush=True))
     item, references = pick_item()
     async with open_judge(cfg) as judge:

@@ -30,7 +30,7 @@ def judge_serve(
         serve_forever,
     )
     from rlvr.cli import fail
-    from rlvr.policy.models import ModelError, resolve_model
+    from rlvr.engine import ModelError, resolve_model
 
     try:
         settings = EngineSettings(

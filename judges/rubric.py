@@ -34,8 +34,9 @@ from judges.client import (
     JudgeFailure,
 )
 from judges.rubric_data import Criterion
+from rlvr.error_lines import first_error
+from rlvr.json_types import JsonObject
 from rlvr.metrics import INDEPENDENT_REWARD, RubricMetric
-from rlvr.oneline import first_error
 from rlvr.types import Item, completion_text
 
 log = logging.getLogger("rlvr.judges")
@@ -94,7 +95,7 @@ def rubric_schema(n: int, pinned: bool) -> dict:
     """JSON schema for n verdicts. `pinned` (a judge decoding by the whole schema, as the local
     engine does): one entry per position, criterion ids as constants, bounded rationales; hosted
     providers get the portable subset."""
-    rationale: dict[str, Any] = {"type": "string"}
+    rationale: JsonObject = {"type": "string"}
     if pinned:
         rationale["maxLength"] = LOCAL_RATIONALE_CHARS
 
@@ -110,7 +111,7 @@ def rubric_schema(n: int, pinned: bool) -> dict:
             "additionalProperties": False,
         }
 
-    verdicts: dict[str, Any] = {"type": "array", "minItems": n, "maxItems": n}
+    verdicts: JsonObject = {"type": "array", "minItems": n, "maxItems": n}
     if pinned:
         verdicts["prefixItems"] = [verdict({"const": i}) for i in range(1, n + 1)]
     else:

@@ -43,8 +43,8 @@ from judges.client import (
     redact,
 )
 from judges.ruler_schema import pin_schema, trajectory_ids
+from rlvr.error_lines import first_error
 from rlvr.metrics import INDEPENDENT_REWARD, JudgeMetric, RulerMetric, judge_fault_metric
-from rlvr.oneline import first_error
 from rlvr.types import Item, Scenario
 
 log = logging.getLogger("rlvr.judges")

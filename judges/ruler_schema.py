@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+
+from pydantic import JsonValue
+
+from rlvr.json_types import JsonObject, as_object
 
 SCORE_GRID = [round(i * 0.05, 2) for i in range(21)]
 LOCAL_EXPLANATION_CHARS = 200
@@ -35,7 +38,7 @@ class RulerBudgetError(ValueError):
     it needs."""
 
 
-def trajectory_ids(messages: list[dict[str, Any]]) -> list[str]:
+def trajectory_ids(messages: Sequence[Mapping[str, object]]) -> list[str]:
     """The ids RULER asked about, from its prompt. ART serialises each trajectory as JSON on one
     line, so a tag line can only come from RULER itself."""
     text = "\n".join(str(m.get("content") or "") for m in messages if m.get("role") == "user")
@@ -45,39 +48,42 @@ def trajectory_ids(messages: list[dict[str, Any]]) -> list[str]:
     return ids
 
 
-def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
+def inline_refs(schema: JsonObject) -> JsonObject:
     """Replace `$ref`s into `$defs` by the definitions (not every server resolves them)."""
-    definitions = schema.get("$defs", {})
+    definitions = as_object(schema.get("$defs", {}), "$defs")
 
-    def resolve(node: Any) -> Any:
+    def resolve(node: JsonValue) -> JsonValue:
         if isinstance(node, dict):
             if "$ref" in node:
-                return resolve(definitions[node["$ref"].rsplit("/", 1)[-1]])
+                return resolve(definitions[str(node["$ref"]).rsplit("/", 1)[-1]])
             return {k: resolve(v) for k, v in node.items() if k != "$defs"}
         if isinstance(node, list):
             return [resolve(v) for v in node]
         return node
 
-    resolved: dict[str, Any] = resolve(schema)
-    return resolved
+    return as_object(resolve(schema), "schema")
 
 
 def pin_schema(
-    schema: dict[str, Any],
+    schema: JsonObject,
     ids: list[str],
     pinned: bool,
-    explanation: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    explanation: JsonObject | None = None,
+) -> JsonObject:
     """RULER's schema, fixed to `ids` (count, order, ids) and to scores in [0, 1]; `pinned`: one
     entry per position (`JudgeSettings.pinned`), its explanation bounded by `explanation` (default:
     at most LOCAL_EXPLANATION_CHARS characters)."""
     schema = inline_refs(schema)
-    scores = dict(schema["properties"]["scores"])
-    item = scores.pop("items")
-    properties = item["properties"]
+    top = as_object(schema["properties"], "properties")
+    scores = dict(as_object(top["scores"], "properties.scores"))
+    item = as_object(scores.pop("items"), "properties.scores.items")
+    properties = as_object(item["properties"], "properties.scores.items.properties")
     scores["minItems"] = scores["maxItems"] = len(ids)
     if pinned:
-        bounded = explanation or {"type": "string", "maxLength": LOCAL_EXPLANATION_CHARS}
+        bounded: JsonObject = explanation or {
+            "type": "string",
+            "maxLength": LOCAL_EXPLANATION_CHARS,
+        }
         scores["prefixItems"] = [
             {
                 **item,
@@ -85,7 +91,7 @@ def pin_schema(
                     **properties,
                     "trajectory_id": {"const": tid},
                     "explanation": bounded,
-                    "score": {"enum": SCORE_GRID},
+                    "score": {"enum": list[JsonValue](SCORE_GRID)},
                 },
             }
             for tid in ids
@@ -95,19 +101,20 @@ def pin_schema(
             **item,
             "properties": {
                 **properties,
-                "trajectory_id": {"type": "string", "enum": ids},
+                "trajectory_id": {"type": "string", "enum": list[JsonValue](ids)},
                 "score": {"type": "number", "minimum": 0, "maximum": 1},
             },
         }
-    return {**schema, "properties": {**schema["properties"], "scores": scores}}
+    return {**schema, "properties": {**top, "scores": scores}}
 
 
-def is_unpinned_ruler(schema: dict[str, Any]) -> bool:
+def is_unpinned_ruler(schema: JsonObject) -> bool:
     """Whether `schema` is ART's RULER `Response` as ART sends it: `scores`, a list of entries
     with TrajectoryScore's fields and no count (rlvr's own RULER requests come pinned already)."""
     try:
-        scores = inline_refs(schema)["properties"]["scores"]
-        fields = set(scores["items"]["properties"])
+        properties = as_object(inline_refs(schema)["properties"])
+        scores = as_object(properties["scores"])
+        fields = set(as_object(as_object(scores["items"])["properties"]))
     except (KeyError, TypeError):
         return False
     counted = {"minItems", "maxItems", "prefixItems"} & set(scores)
@@ -116,14 +123,14 @@ def is_unpinned_ruler(schema: dict[str, Any]) -> bool:
 
 def skeleton(ids: list[str]) -> str:
     """A pinned reply with empty explanations and the longest scores, written as the local
-    engine writes JSON (rlvr.policy.grammar): what every reply spends besides its explanations."""
+    engine writes JSON (rlvr.engine.grammar): what every reply spends besides its explanations."""
     entries = [{"trajectory_id": tid, "explanation": "", "score": 0.05} for tid in ids]
     return json.dumps({"scores": entries}, separators=(", ", ": "))
 
 
 def explanation_bound(
     ids: list[str], max_tokens: int | None, count_tokens: Callable[[str], int]
-) -> dict[str, Any]:
+) -> JsonObject:
     """The explanation schema that keeps a reply on `ids` within `max_tokens` (None: no budget,
     LOCAL_EXPLANATION_CHARS). A reply cut at max_tokens would be no JSON at all; sized so, each
     explanation gets an equal share of what the skeleton leaves, one token per character."""
@@ -140,12 +147,12 @@ def explanation_bound(
 
 
 def pinned_ruler_format(
-    response_format: dict[str, Any],
-    schema: dict[str, Any],
-    messages: list[dict[str, Any]],
+    response_format: JsonObject,
+    schema: JsonObject,
+    messages: Sequence[Mapping[str, object]],
     max_tokens: int | None,
     count_tokens: Callable[[str], int],
-) -> dict[str, Any] | None:
+) -> JsonObject | None:
     """The `response_format` that pins an unpinned RULER request (`schema`: the one it asks for)
     to the trajectories its prompt lists; None when it is not such a request."""
     if not is_unpinned_ruler(schema):
@@ -157,10 +164,11 @@ def pinned_ruler_format(
     bound = explanation_bound(ids, max_tokens, count_tokens)
     spec = response_format.get("json_schema")
     strict = bool(spec.get("strict")) if isinstance(spec, dict) else False
+    name = spec.get("name", "Response") if isinstance(spec, dict) else "Response"
     return {
         "type": "json_schema",
         "json_schema": {
-            "name": spec.get("name", "Response") if isinstance(spec, dict) else "Response",
+            "name": name,
             "schema": pin_schema(schema, ids, pinned=True, explanation=bound),
             "strict": strict,
         },

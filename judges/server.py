@@ -1,5 +1,5 @@
-"""The local judge engine's server: rlvr's own batched engine (rlvr.policy) serving the judge model
-over the OpenAI-compatible endpoint, with structured output (`response_format` -> a grammar).
+"""The local judge engine's server: rlvr's engine serving the judge model as it is
+(rlvr.engine.server.serve_frozen), with ART's RULER schema pinned to each request's trajectories.
 
 `judges.engine.LocalEngine` runs it as a child process, `python -m judges.server --fd N ...`: the
 listening socket is bound by the parent and inherited (no port is picked, released and bound
@@ -21,8 +21,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlvr.policy.sampler import Sampler
-    from rlvr.policy.server import ChatRequest
+    from rlvr.engine import ChatRequest, Sampler
 
 SERVER_KEY_ENV = "RLVR_JUDGE_SERVER_KEY"
 SERVED_NAME = "smollm2-135m-judge"  # the model name requests use (judges.client.LOCAL_MODEL_ID)
@@ -40,8 +39,7 @@ def pin_ruler(request: ChatRequest, engine: Sampler) -> ChatRequest:
     """`request` with ART's RULER schema pinned to its trajectories (judges.ruler_schema), sized
     to its max_tokens; any other request as it is."""
     from judges.ruler_schema import RulerBudgetError, pinned_ruler_format
-    from rlvr.policy.grammar import GrammarError, schema_of
-    from rlvr.policy.server import ApiError
+    from rlvr.engine import ApiError, GrammarError, schema_of
 
     try:
         schema = schema_of(request.response_format)
@@ -71,24 +69,9 @@ def main(argv: list[str] | None = None) -> None:
     listener = socket.socket(fileno=args.fd)
     os.environ["RLVR_TORCH_THREADS"] = str(args.threads)
 
-    import uvicorn
+    from rlvr.engine import serve_frozen
 
-    from rlvr.policy.frozen import frozen_sampler
-    from rlvr.policy.models import resolve_model
-    from rlvr.policy.server import ApiError, Route, create_app, serve
-
-    engine = frozen_sampler(resolve_model(args.model))
-
-    def route(name: str) -> Route:
-        if name != SERVED_NAME:
-            raise ApiError(
-                404, f"model: '{name}': this judge serves '{SERVED_NAME}'", "not_found_error"
-            )
-        return Route(engine=engine, step=None)
-
-    app = create_app(route, lambda: [SERVED_NAME], api_key=key, prepare=pin_ruler)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
-    serve(uvicorn.Server(config), [listener])
+    serve_frozen(listener, args.model, SERVED_NAME, key, prepare=pin_ruler)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ CLI into a validated config, or a `ConfigError` whose message is one line naming
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
@@ -21,7 +22,8 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from rlvr.oneline import did_you_mean, first_error, means_none
+from rlvr.error_lines import did_you_mean, first_error, means_none
+from rlvr.json_types import JsonObject
 from rlvr.redact import redact_data, redact_error
 
 Backend = Literal["local", "art-local", "tinker", "serverless"]
@@ -220,8 +222,8 @@ class InferenceConfig(BaseModel):
         return urls
 
 
-# Keys that were flat in TrainConfig before `judge` and `stopping` were nested: still accepted
-# (one release), with a warning naming the new key.
+# Keys that were flat in TrainConfig before `judge` and `stopping` were nested: each is refused
+# with its new dotted name, so an old command or config.json says what to write instead.
 FLAT_JUDGE_PREFIX = "judge_"
 FLAT_STOPPING = (
     "patience",
@@ -242,13 +244,27 @@ NESTED: dict[str, type[BaseModel]] = {
 SHORTHAND = {"judge": "model", "sampling": "strategy", "inference": "engine"}
 
 
-def nested(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """`values` with dotted keys (`judge.model`) and the old flat keys (`judge_max_usd`,
-    `patience`, `judge=ID`) put into the nested `judge` / `stopping` dicts; and the old keys used.
-    Pure: the caller decides how to say so."""
-    out: dict[str, Any] = {}
-    parts: dict[str, dict[str, Any]] = {group: {} for group in NESTED}
-    legacy: list[str] = []
+def dotted_name(key: str) -> str | None:
+    """The dotted key that replaced an old flat one (`patience` -> `stopping.patience`), or None."""
+    if key in TrainConfig.model_fields:
+        return None
+    if key in FLAT_STOPPING:
+        return f"stopping.{key}"
+    leaf = key.removeprefix(FLAT_JUDGE_PREFIX)
+    if key.startswith(FLAT_JUDGE_PREFIX) and leaf in JudgeConfig.model_fields:
+        return f"judge.{leaf}"
+    return None
+
+
+def renamed_message(key: str, new: str) -> str:
+    return f"config: '{key}' is no longer a key; use '{new}'"
+
+
+def nested(values: Mapping[str, object]) -> dict[str, object]:
+    """`values` with dotted keys (`judge.model`) and shorthands (`judge=ID`) put into the nested
+    groups' dicts. Pure; an old flat key is a ValueError naming its dotted name."""
+    out: dict[str, object] = {}
+    parts: dict[str, dict[str, object]] = {group: {} for group in NESTED}
     for key, value in values.items():
         group, dot, leaf = key.partition(".")
         if dot and group in NESTED:
@@ -256,32 +272,26 @@ def nested(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         elif key in SHORTHAND and not isinstance(value, dict | BaseModel):
             parts[key][SHORTHAND[key]] = value
         elif key in NESTED:
-            given = value.model_dump() if isinstance(value, BaseModel) else dict(value)
+            if isinstance(value, BaseModel):
+                given = value.model_dump()
+            elif isinstance(value, Mapping):
+                given = dict(value)
+            else:
+                raise ValueError(f"{key}: expected its settings as a mapping, got {value!r}")
             parts[key] = {**parts[key], **given}  # in order: a later key wins
-        elif key in FLAT_STOPPING and key not in TrainConfig.model_fields:
-            parts["stopping"][key] = value
-            legacy.append(f"{key} -> stopping.{key}")
-        elif key.startswith(FLAT_JUDGE_PREFIX) and key not in TrainConfig.model_fields:
-            leaf = key.removeprefix(FLAT_JUDGE_PREFIX)
-            parts["judge"][leaf] = value
-            legacy.append(f"{key} -> judge.{leaf}")
+        elif (new := dotted_name(key)) is not None:
+            raise ValueError(renamed_message(key, new))
         else:
             out[key] = value
-    return {**out, **{k: v for k, v in parts.items() if v}}, legacy
+    return {**out, **{k: v for k, v in parts.items() if v}}
 
 
 def known_key(key: str) -> bool:
-    """A TrainConfig key: a field, a dotted `judge.`/`stopping.` key, or an old flat one."""
+    """A TrainConfig key: a field or a dotted key of a nested group."""
     if key in TrainConfig.model_fields:
         return True
     group, dot, leaf = key.partition(".")
-    if dot:
-        return group in NESTED and leaf in NESTED[group].model_fields
-    if key in FLAT_STOPPING:
-        return True
-    return key.startswith(FLAT_JUDGE_PREFIX) and key.removeprefix(FLAT_JUDGE_PREFIX) in (
-        JudgeConfig.model_fields
-    )
+    return bool(dot) and group in NESTED and leaf in NESTED[group].model_fields
 
 
 def all_keys() -> list[str]:
@@ -407,19 +417,10 @@ class TrainConfig(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _nest(cls, values: Any) -> Any:
-        """Dotted and old flat judge/stopping keys into their nested settings (`nested`)."""
+        """Dotted keys and shorthands into their nested settings (`nested`)."""
         if not isinstance(values, dict):
             return values
-        values, legacy = nested(values)
-        if legacy:
-            import warnings
-
-            warnings.warn(
-                f"config: old flat keys, accepted for this release: {', '.join(legacy)}",
-                FutureWarning,
-                stacklevel=2,
-            )
-        return values
+        return nested(values)
 
     @model_validator(mode="after")
     def _backend_honours_the_loss_options(self) -> TrainConfig:
@@ -460,11 +461,11 @@ class TrainConfig(BaseModel):
             raise ValueError(f"train_ratio + val_ratio + test_ratio must be 1.0, got {total:g}")
         return self
 
-    def public_dict(self) -> dict[str, Any]:
+    def public_dict(self) -> JsonObject:
         """The config as written to config.json and W&B: JSON types, credentials redacted (an
         api_key-like task option, a URL's password, any value of a *_API_KEY / *_TOKEN variable).
         Keys belong in the environment: a resumed run reads them from there, not from here."""
-        public: dict[str, Any] = redact_data(json.loads(self.model_dump_json()))
+        public: JsonObject = redact_data(json.loads(self.model_dump_json()))
         return public
 
 
@@ -494,9 +495,11 @@ def _one_line(error: ValidationError) -> str:
     return f"config: {first.message.removeprefix('Value error, ')}"
 
 
-def build_config(values: dict[str, Any]) -> TrainConfig:
+def build_config(values: Mapping[str, object]) -> TrainConfig:
     """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
     for key in values:
+        if (new := dotted_name(key)) is not None:
+            raise ConfigError(renamed_message(key, new))
         if not known_key(key):
             hint = did_you_mean(key, all_keys())
             raise ConfigError(
@@ -509,14 +512,10 @@ def build_config(values: dict[str, Any]) -> TrainConfig:
 
 
 def field_info(key: str) -> FieldInfo | None:
-    """The pydantic field behind a key (dotted, old flat or plain), or None."""
+    """The pydantic field behind a key (dotted or plain), or None."""
     group, dot, leaf = key.partition(".")
     if dot and group in NESTED:
         return NESTED[group].model_fields.get(leaf)
-    if key in FLAT_STOPPING:
-        return StoppingConfig.model_fields[key]
-    if key.startswith(FLAT_JUDGE_PREFIX) and key not in TrainConfig.model_fields:
-        return JudgeConfig.model_fields.get(key.removeprefix(FLAT_JUDGE_PREFIX))
     return TrainConfig.model_fields.get(key)
 
 
@@ -536,7 +535,7 @@ def pairs_to_dict(pairs: list[str]) -> dict[str, str]:
     return values
 
 
-def parse_overrides(pairs: list[str], base: dict[str, Any] | None = None) -> TrainConfig:
+def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) -> TrainConfig:
     """`["group_size=4", "scorer=ruler"]` -> TrainConfig (TrainConfig keys only; a task's options
     go through `rlvr.task_config`). For optional keys, an empty value, `none` or `null` means
     None."""

@@ -7,7 +7,7 @@
       README.md                                                 the model card
       <run>-f16.gguf                                            with --gguf (llama.cpp, ollama)
 
-The merged model is the run's base model (rlvr.policy.models.resolve_model) with the checkpoint's
+The merged model is the run's base model (rlvr.engine.models.resolve_model) with the checkpoint's
 LoRA folded into its weights by PEFT's `merge_and_unload`, saved in fp32 as the engine trained and
 sampled it: `AutoModelForCausalLM.from_pretrained(OUT)` loads it and vLLM serves it. Everything is
 written into a temporary directory beside OUT and renamed into place once complete, so a failure
@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rlvr.export_gguf import ExportError as ExportError  # raised here too; defined beneath
+from rlvr.json_types import JsonObject
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.checkpoints import ADAPTER_CONFIG, ADAPTER_WEIGHTS, BEST, checkpoint_for
 from rlvr.runs.records import Row, RunResult, StepRow
@@ -84,7 +85,7 @@ def _damaged(path: Path, error: Exception, expected: str) -> ExportError:
     return ExportError(f"{path}: unreadable ({type(error).__name__}); expected {expected}")
 
 
-def read_run(run_dir: Path) -> tuple[dict[str, Any], RunResult | None]:
+def read_run(run_dir: Path) -> tuple[JsonObject, RunResult | None]:
     """(config.json, summary.json or None before the run finished), each damaged file one line."""
     try:
         cfg = store.read_config(run_dir).public_dict()
@@ -238,7 +239,7 @@ print(tokenizer.decode(model.generate(prompt, max_new_tokens=256)[0, prompt.shap
 vLLM serves the directory as it is: `vllm serve PATH/TO/THIS/DIR`.
 
 `{ADAPTER_DIR}/` holds the PEFT adapter alone. It was trained on rlvr's base weights for
-`{facts.base_model}` (`rlvr.policy.models.resolve_model("{facts.base_model}")` gives their
+`{facts.base_model}` (`rlvr.engine.models.resolve_model("{facts.base_model}")` gives their
 directory), so apply it to exactly those:
 `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), "{ADAPTER_DIR}")`.
 
@@ -295,7 +296,7 @@ def load_merged(base_dir: Path, adapter_dir: Path) -> Any:
 def base_of(run_dir: Path) -> Path:
     """The local directory of the run's base model, for a run whose adapters are on this
     machine (the local backends)."""
-    from rlvr.policy.models import ModelError, resolve_model
+    from rlvr.engine import ModelError, resolve_model
 
     cfg, _ = read_run(run_dir)
     if cfg.get("backend") not in ("local", "art-local"):

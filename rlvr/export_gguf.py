@@ -30,7 +30,7 @@ def check_gguf(base_model: str, base_dir: Path) -> None:
     """Refuse `--gguf` before anything is written when the base is not a shipped llama GGUF."""
     import json
 
-    from rlvr.policy.models import ALIASES
+    from rlvr.engine import ALIASES
 
     if base_model not in ALIASES:
         raise ExportError(
@@ -45,7 +45,7 @@ def check_gguf(base_model: str, base_dir: Path) -> None:
 
 def permuted(weights: Any, heads: int) -> Any:
     """llama.cpp's row order of a query or key projection: each head's rotary halves interleaved
-    (the inverse of rlvr.policy.models._unpermuted)."""
+    (the inverse of rlvr.engine.models._unpermuted)."""
     rows = weights.shape[0] // heads
     split = weights.reshape(heads, 2, rows // 2, *weights.shape[1:])
     return split.swapaxes(1, 2).reshape(weights.shape)
@@ -82,7 +82,7 @@ def write_gguf(model: Any, base_model: str, tokenizer_dir: Path, path: Path, nam
     from gguf import GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType
     from transformers import AutoTokenizer
 
-    from rlvr.policy.models import ALIASES, _gguf_path
+    from rlvr.engine.models import ALIASES, _gguf_path
 
     reader = GGUFReader(str(_gguf_path(ALIASES[base_model])))
     writer = GGUFWriter(path, "llama")

@@ -26,7 +26,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -79,22 +79,23 @@ def wandb_credentials() -> bool:
 def call_with_timeout(fn: Callable[[], Any], timeout_s: float, what: str) -> Any:
     """Run a blocking call in a daemon thread; raise TimeoutError if it has not returned in
     time (the thread is abandoned: it cannot block the run or the interpreter's exit)."""
-    outcome: dict[str, Any] = {}
+    values: list[Any] = []  # the call's result, once it returns
+    errors: list[BaseException] = []  # or what it raised, handed to the caller below
 
     def target() -> None:
         try:
-            outcome["value"] = fn()
-        except BaseException as error:  # handed to the caller below
-            outcome["error"] = error
+            values.append(fn())
+        except BaseException as error:
+            errors.append(error)
 
     thread = threading.Thread(target=target, name=what, daemon=True)
     thread.start()
     thread.join(timeout_s)
     if thread.is_alive():
         raise TimeoutError(f"{what} did not answer within {timeout_s:.0f}s")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value")
+    if errors:
+        raise errors[0]
+    return values[0] if values else None
 
 
 def _reason(error: BaseException) -> str:
@@ -102,7 +103,10 @@ def _reason(error: BaseException) -> str:
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
 
 
-def numeric(row: dict[str, Any]) -> dict[str, float]:
+Row = TypeVar("Row")  # a row of any shape: `sample` only picks rows
+
+
+def numeric(row: Mapping[str, object]) -> dict[str, float]:
     """The finite numbers of a metrics row (alarms, hints and missing values dropped)."""
     return {
         k: float(v)
@@ -111,20 +115,20 @@ def numeric(row: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def sample(rows: list[dict[str, Any]], n: int = SAMPLE_TRAJECTORIES) -> list[dict[str, Any]]:
+def sample(rows: Sequence[Row], n: int = SAMPLE_TRAJECTORIES) -> list[Row]:
     """Up to n rows spread evenly over the list (so every group of a small step is seen)."""
     if len(rows) <= n:
         return list(rows)
     return [rows[i * len(rows) // n] for i in range(n)]
 
 
-def table_row(row: dict[str, Any]) -> list[Any]:
+def table_row(row: Mapping[str, object]) -> list[object]:
     """A store.trajectory_rows row as the W&B table's cells: ids, rewards, prompt, completion."""
     import json
 
     from rlvr.inspection import last_text
 
-    messages = json.loads(row["messages"]) if row.get("messages") else []
+    messages = json.loads(str(row["messages"])) if row.get("messages") else []
     return [
         row.get("step"),
         row.get("split"),
@@ -159,7 +163,7 @@ class Tracker:
         self._step = max(self._step, int(step))
         return self._step
 
-    def log_step(self, row: dict[str, Any]) -> None:
+    def log_step(self, row: Mapping[str, object]) -> None:
         """One metrics row; its alarms go to the W&B run summary as text."""
         if self._run is None:
             return
@@ -177,7 +181,7 @@ class Tracker:
 
         self._guard("log", log)
 
-    def log_trajectories(self, step: int, rows: list[dict[str, Any]]) -> None:
+    def log_trajectories(self, step: int, rows: Sequence[Mapping[str, object]]) -> None:
         """A sample of a step's trajectory rows (store.trajectory_rows) as a W&B table."""
         if self._run is None or not rows:
             return

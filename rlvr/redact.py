@@ -24,7 +24,7 @@ import logging
 import os
 import re
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 REDACTED = "[redacted]"
@@ -109,12 +109,12 @@ def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
     return value
 
 
-def redact_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def redact_rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     """Trajectory table rows (`rlvr.runs.store.trajectory_rows`) with credentials removed from every
     text cell; `logs`, which carries error text, also loses key-shaped strings."""
     secrets = secret_values()
 
-    def clean(key: str, value: Any) -> Any:
+    def clean(key: str, value: object) -> object:
         if not isinstance(value, str):
             return value
         return redact_error(value) if key == "logs" else redact_text(value, secrets)

@@ -1,9 +1,9 @@
 """`rlvr serve`: a run's trained agent behind rlvr's OpenAI-compatible endpoint
-(rlvr.policy.server: `/v1/chat/completions`, `/v1/models`, tool calls, structured output).
+(rlvr.engine.server: `/v1/chat/completions`, `/v1/models`, tool calls, structured output).
 
 The checkpoint's LoRA is merged into the base weights once at start (PEFT's `merge_and_unload`)
 and served by the engine's batched sampler, as the local judge serves its model
-(rlvr.policy.frozen). The endpoint binds 127.0.0.1 unless `--host` says otherwise, and every
+(rlvr.engine.frozen_sampler). The endpoint binds 127.0.0.1 unless `--host` says otherwise, and every
 request needs `Authorization: Bearer KEY`: the key is RLVR_SERVE_KEY where it is set, else a new
 one printed once at start.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.policy.common import Precision
+from rlvr.engine import Precision
 from rlvr.runs.checkpoints import BEST, checkpoint_for
 
 KEY_ENV = "RLVR_SERVE_KEY"
@@ -100,11 +100,8 @@ def merged_sampler(
     """The engine's sampler over the base model with the adapter merged into its weights (on a
     CPU its projections packed for the kernel once, since nothing trains them)."""
 
+    from rlvr.engine import BaseWeights, Sampler, load_model, pack_frozen
     from rlvr.export import ExportError, attach_adapter
-    from rlvr.policy.loaded import load_model
-    from rlvr.policy.merged import pack_frozen
-    from rlvr.policy.sampler import Sampler
-    from rlvr.policy.weights import BaseWeights
 
     loaded = load_model(base_dir, device, precision)
     try:
@@ -129,8 +126,8 @@ def serve_run(
     once the port is bound and the model loaded."""
     import uvicorn
 
+    from rlvr.engine import ApiError, Route, create_app, serve
     from rlvr.export import ExportError, base_of
-    from rlvr.policy.server import ApiError, Route, create_app, serve
 
     checkpoint = checkpoint_for(run_dir, which)
     try:

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.policy.common import THREADS_ENV
+from rlvr.engine.types import THREADS_ENV
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model hub in tests
 

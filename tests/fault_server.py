@@ -8,7 +8,7 @@ report token usage and the model `gpt-4o-mini`, so litellm prices them (spend-ca
 
     with FaultServer() as server:
         server.schedule([Fault.RATE_LIMIT, Fault.MALFORMED])
-        ... judge_base_url=server.base_url ...
+        ... judge.base_url=server.base_url ...
         server.log  # what each request got
 """
 

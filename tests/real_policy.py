@@ -10,8 +10,8 @@ from pathlib import Path
 import art
 import torch
 
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.models import resolve_model
+from rlvr.engine.backend import TorchBackend
+from rlvr.engine.models import resolve_model
 from rlvr.types import Item, Sampling, Scenario
 
 

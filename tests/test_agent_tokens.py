@@ -34,7 +34,7 @@ def test_shared_prefix(prompts: list[list[int]], length: int) -> None:
 def tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
 

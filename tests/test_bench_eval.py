@@ -8,7 +8,7 @@ import pytest
 from openai.types.chat.chat_completion import Choice
 
 from rlvr.bench.eval import episode_figures, first_prompt, run_eval_bench
-from rlvr.bench.policy import RATIO
+from rlvr.engine.bench import RATIO
 
 
 def _choice(text: str) -> Choice:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlvr.bench.policy import RATIO, run_serve_bench
+from rlvr.engine.bench import RATIO, run_serve_bench
 
 
 @pytest.mark.slow

@@ -204,7 +204,7 @@ async def test_the_estimate_is_above_the_real_count(task: str) -> None:
     never below SmolLM2's count, and within a third of it overall."""
     from transformers import AutoTokenizer
 
-    from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
     from tests.token_profile import scenario_for
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))

@@ -18,9 +18,9 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.models import DEFAULT_MODEL
-from rlvr.policy.server import TIMEOUT_HEADER, ChatRequest, build_rows
+from rlvr.engine.backend import TorchBackend
+from rlvr.engine.models import DEFAULT_MODEL
+from rlvr.engine.server import TIMEOUT_HEADER, ChatRequest, build_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -191,7 +191,7 @@ async def test_a_fault_in_the_decoding_loop_answers_its_requests_and_the_next_on
 ) -> None:
     """A fault outside any one request (here the step that retires rows) fails every request in
     flight with a 500 instead of leaving them unanswered; the next request decodes as before."""
-    from rlvr.policy.sampler import Sampler
+    from rlvr.engine.sampler import Sampler
 
     retire = Sampler.retire
     faults = iter([RuntimeError("injected fault")])

@@ -256,7 +256,7 @@ async def test_a_taken_judge_port_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_taken_policy_port_is_a_clear_error() -> None:
-    from rlvr.policy.server import ServerThread, create_app
+    from rlvr.engine.server import ServerThread, create_app
 
     with socket.socket() as stale:
         stale.bind(("127.0.0.1", 0))
@@ -269,8 +269,8 @@ def test_a_taken_policy_port_is_a_clear_error() -> None:
 @pytest.mark.parametrize("port", [None, "free"], ids=["any", "given"])
 def test_both_servers_are_configured_for_loopback_only(port: str | None) -> None:
     from judges.engine import HOST, listen
-    from rlvr.policy.server import HOST as POLICY_HOST
-    from rlvr.policy.server import ServerThread, create_app
+    from rlvr.engine.server import HOST as POLICY_HOST
+    from rlvr.engine.server import ServerThread, create_app
 
     if port == "free":
         with socket.socket() as probe:
@@ -385,7 +385,7 @@ OWNER = """
 import asyncio, json
 from judges import open_judge
 from rlvr.config import TrainConfig
-from rlvr.policy.server import ServerThread, create_app
+from rlvr.engine.server import ServerThread, create_app
 
 async def main():
     server = ServerThread(create_app(lambda name: None, lambda: []))

@@ -1,4 +1,4 @@
-"""Greedy rows' drafts (prompt lookup, rlvr.policy.rows): where a greedy reply's next tokens
+"""Greedy rows' drafts (prompt lookup, rlvr.engine.rows): where a greedy reply's next tokens
 followed its last ones earlier in its context, they are fed with the chosen token and kept while
 each is what greedy decoding chooses. Decoding with drafts is decoding without them: the same
 tokens and log-probabilities (fp32), rows joining and leaving, and the prefix cache keeps only
@@ -11,12 +11,12 @@ from collections import Counter
 import pytest
 import torch
 
-from rlvr.policy.common import SampleRow
-from rlvr.policy.models import DEFAULT_MODEL, resolve_model
-from rlvr.policy.prefix import PrefixCache
-from rlvr.policy.rows import RowRules, RowState, lookup_draft
-from rlvr.policy.sampler import SPECULATED_COLUMNS, Sampler
-from rlvr.policy.weights import BaseWeights
+from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+from rlvr.engine.prefix import PrefixCache
+from rlvr.engine.rows import RowRules, RowState, lookup_draft
+from rlvr.engine.sampler import SPECULATED_COLUMNS, Sampler
+from rlvr.engine.types import SampleRow
+from rlvr.engine.weights import BaseWeights
 from tests.test_slot_cache import continuous
 from tests.tiny_llama import fp32_loaded
 

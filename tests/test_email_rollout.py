@@ -204,8 +204,8 @@ async def test_easy_level_shows_the_evidence() -> None:
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
     """SmolLM2-135M served by rlvr's TorchBackend plays real episodes: each yields a valid
     trajectory (trainable Choices with logprobs, observations, metrics) and can be checked."""
-    backend_module = pytest.importorskip("rlvr.policy.backend", reason="TorchBackend not built yet")
-    from rlvr.policy.models import resolve_model
+    backend_module = pytest.importorskip("rlvr.engine.backend", reason="TorchBackend not built yet")
+    from rlvr.engine.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     scenario = scenario_for(difficulty="easy", protocol="auto")

@@ -4,7 +4,7 @@ mask covers a reply's content only, and a model fine-tuned without the end token
 import art
 import pytest
 
-from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 
 
 @pytest.mark.parametrize(
@@ -16,7 +16,7 @@ from rlvr.policy.models import DEFAULT_MODEL, resolve_model
     ],
 )
 def test_demonstrations_train_the_end_of_turn_token(mask, ids, expected) -> None:
-    from rlvr.policy.backend import with_end_of_turn
+    from rlvr.engine.backend import with_end_of_turn
 
     assert with_end_of_turn(mask, ids, [2]) == expected
 
@@ -26,7 +26,7 @@ def test_a_demonstration_ending_on_its_reply_gets_the_end_token() -> None:
     """ART leaves the last message open (continue_final_message); packing closes and trains it."""
     from transformers import AutoTokenizer
 
-    from rlvr.policy.backend import end_of_turn_ids, pack_demonstrations
+    from rlvr.engine.backend import end_of_turn_ids, pack_demonstrations
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
     demo = art.Trajectory(

@@ -296,7 +296,7 @@ def test_merged_weights_are_the_base_plus_the_lora(exported_last: Path, run_copy
     import torch
     from safetensors.torch import load_file
 
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.models import resolve_model
 
     checkpoint = checkpoint_for(run_copy, "last")
     config = json.loads((checkpoint / "adapter_config.json").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.policy.grammar import ANY_OBJECT, GrammarError, closed, schema_of
+from rlvr.engine.grammar import ANY_OBJECT, GrammarError, closed, schema_of
 
 OBJECT = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
@@ -133,8 +133,8 @@ def obeys(data: object) -> bool:
 
 @pytest.fixture(scope="module")
 def sampler(tmp_path_factory: pytest.TempPathFactory):
-    from rlvr.policy.engine import Engine
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.lora_engine import Engine
+    from rlvr.engine.models import resolve_model
 
     return Engine(resolve_model("smollm2-135m"), Path(tmp_path_factory.mktemp("grammar"))).sampler
 
@@ -153,7 +153,7 @@ def prompt(sampler) -> list[int]:
 
 @pytest.mark.slow
 def test_constrained_rows_obey_the_schema_beside_free_rows(sampler) -> None:
-    from rlvr.policy.common import SampleRow
+    from rlvr.engine.types import SampleRow
 
     grammar = sampler.compile_grammar(VERDICTS)
     ids = prompt(sampler)
@@ -180,7 +180,7 @@ def test_constrained_rows_obey_the_schema_beside_free_rows(sampler) -> None:
 def test_constrained_logprobs_are_the_models_own(sampler) -> None:
     """The recorded logprob of each constrained token is the model's unmasked one: the same
     tokens forced through the model without a grammar score the same (what training reads)."""
-    from rlvr.policy.common import SampleRow
+    from rlvr.engine.types import SampleRow
 
     ids = prompt(sampler)
     grammar = sampler.compile_grammar(OBJECT)

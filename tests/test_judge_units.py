@@ -265,8 +265,8 @@ def grammar_tokenizer():
     """llguidance's view of the judge model's tokenizer (the local engine compiles schemas so)."""
     from transformers import AutoTokenizer
 
-    from rlvr.policy.grammar import llg_tokenizer
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.grammar import llg_tokenizer
+    from rlvr.engine.models import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
     return llg_tokenizer(tokenizer, len(tokenizer))
@@ -274,7 +274,7 @@ def grammar_tokenizer():
 
 @pytest.mark.slow
 def test_pinned_ruler_schema_compiles_for_the_local_engine(grammar_tokenizer) -> None:
-    from rlvr.policy.grammar import grammar_for
+    from rlvr.engine.grammar import grammar_for
 
     schema = pin_schema(requested_schema(None), ["1", "2", "3", "4"], pinned=True)
     assert "$ref" not in json.dumps(schema)
@@ -378,8 +378,8 @@ def test_a_budgeted_ruler_schema_compiles_and_its_longest_reply_fits(grammar_tok
     judge model's own tokens."""
     from transformers import AutoTokenizer
 
-    from rlvr.policy.grammar import grammar_for
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.grammar import grammar_for
+    from rlvr.engine.models import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m"))
     ids = [str(i) for i in range(1, 9)]
@@ -530,7 +530,7 @@ def test_rubric_schema_fixes_the_count(pinned: bool) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "portable"])
 def test_rubric_schema_compiles_for_the_local_engine(grammar_tokenizer, pinned: bool) -> None:
-    from rlvr.policy.grammar import grammar_for
+    from rlvr.engine.grammar import grammar_for
 
     grammar_for(rubric_schema(5, pinned), grammar_tokenizer)
 

@@ -36,7 +36,7 @@ def test_bad_loss_options_are_one_line_errors(pairs: list[str], message: str) ->
 
 def _train_signature(backend: str) -> inspect.Signature:
     if backend == "local":
-        from rlvr.policy.backend import TorchBackend as cls
+        from rlvr.engine.backend import TorchBackend as cls
     elif backend == "art-local":
         from art.local import LocalBackend as cls
     elif backend == "tinker":
@@ -89,8 +89,8 @@ def test_a_backend_refuses_what_it_cannot_honour_in_one_line(backend: str, pair:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def batch(tmp_path_factory):
     """A real backend and one sampled group with signal, shared by the option cases."""
-    from rlvr.policy.backend import TorchBackend
-    from rlvr.policy.models import DEFAULT_MODEL
+    from rlvr.engine.backend import TorchBackend
+    from rlvr.engine.models import DEFAULT_MODEL
 
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     sampler = art.TrainableModel(name="sampler", project="tests", base_model=DEFAULT_MODEL)
@@ -129,7 +129,7 @@ async def batch(tmp_path_factory):
     ids=["cispo", "ppo", "gspo", "clips", "unscaled"],
 )
 async def test_the_local_backend_trains_with_each_loss_option(batch, options: dict) -> None:
-    from rlvr.policy.models import DEFAULT_MODEL
+    from rlvr.engine.models import DEFAULT_MODEL
 
     backend, group = batch
     name = "m-" + "-".join(f"{k}{v}" for k, v in options.items()).replace(".", "")

@@ -18,9 +18,9 @@ import pytest_asyncio
 import torch
 from art.preprocessing.tokenize import tokenize_trajectory_groups
 
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.models import DEFAULT_MODEL, resolve_model
-from rlvr.policy.toolcalls import call_prefix
+from rlvr.engine.backend import TorchBackend
+from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+from rlvr.engine.toolcalls import call_prefix
 from tests.real_policy import logprobs_alone
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -298,8 +298,8 @@ async def test_training_logprobs_are_each_sequences_own_full_forward(backend, po
     """The training forward computes a group's sequences as one tree (shared prompt once) and the
     LM head on the trained positions only; each sequence's log-probabilities equal those of its
     own full forward there, and nothing elsewhere."""
-    from rlvr.policy.backend import pack_groups
-    from rlvr.policy.trainer import _trimmed, sequences_of, trained_positions
+    from rlvr.engine.backend import pack_groups
+    from rlvr.engine.trainer import _trimmed, sequences_of, trained_positions
 
     group = await rollout_group(policy, "Name a planet.", [1, 2, 3, 4], lambda s, _: float(s % 2))
     engine = backend.engine(policy)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.policy.models import (
+from rlvr.engine.models import (
     ALIASES,
     DEFAULT_MODEL,
     GgufSource,
@@ -98,7 +98,7 @@ def test_conversion_is_cached_and_complete(converted: Path) -> None:
 
 @pytest.fixture(scope="module")
 def tokenizers(converted: Path) -> tuple:
-    """Ours, built from the GGUF's fields (rlvr.policy.models.tokenizer_from_fields), and the one
+    """Ours, built from the GGUF's fields (rlvr.engine.models.tokenizer_from_fields), and the one
     transformers' GGUF loader builds from the same file (an independent reference; ~6 s)."""
     from transformers import AutoTokenizer
 

@@ -11,9 +11,9 @@ import pytest
 import pytest_asyncio
 import torch
 
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.rows import draw, top_p_filter
-from rlvr.policy.server import ApiError, parse_model_name
+from rlvr.engine.backend import TorchBackend
+from rlvr.engine.rows import draw, top_p_filter
+from rlvr.engine.server import ApiError, parse_model_name
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
@@ -171,7 +171,7 @@ class _Owner:
 def _serve_once(owner: _Owner) -> None:
     from fastapi.testclient import TestClient
 
-    from rlvr.policy.server import create_app
+    from rlvr.engine.server import create_app
 
     with TestClient(create_app(owner.route, owner.names)) as client:
         assert client.get("/v1/models").json()["data"][0]["id"] == "policy"
@@ -201,7 +201,7 @@ def test_the_server_starts_where_asyncio_run_refuses_a_loop_factory(
     that takes no `loop_factory`: the server thread must not go through it."""
     import uvicorn.server
 
-    from rlvr.policy.server import ServerThread, create_app
+    from rlvr.engine.server import ServerThread, create_app
 
     def nested_run(main: Any, *, debug: bool | None = None) -> Any:
         main.close()

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rlvr.policy.toolcalls import call_prefix, parse_tool_calls
+from rlvr.engine.toolcalls import call_prefix, parse_tool_calls
 
 TOOLS = {"add", "search"}
 

@@ -23,16 +23,16 @@ import pytest
 import pytest_asyncio
 import torch
 
-from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.common import PRECISION_ENV
-from rlvr.policy.device import _cpu_has_native_bf16, choose_autocast, native_bf16, run_head_in_fp32
-from rlvr.policy.models import DEFAULT_MODEL
-from rlvr.policy.sampler import as_decoded
-from rlvr.policy.trainer import (
+from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.device import _cpu_has_native_bf16, choose_autocast, native_bf16, run_head_in_fp32
+from rlvr.engine.models import DEFAULT_MODEL
+from rlvr.engine.sampler import as_decoded
+from rlvr.engine.trainer import (
     _trimmed,
     sequences_of,
     trained_positions,
 )
+from rlvr.engine.types import PRECISION_ENV
 from tests.real_policy import logprobs_alone
 
 # Upper bounds on step-1 `train/sampler_kl` (k3, per sampled token), with margin over what was measured:
@@ -83,7 +83,7 @@ def test_a_cpu_decodes_in_fp32_and_trains_and_prefills_in_bf16_only_with_bf16_un
     monkeypatch, bf16_units, train
 ) -> None:
     """The automatic choice, per phase, on both kinds of CPU (whatever this one is)."""
-    from rlvr.policy import device
+    from rlvr.engine import device
 
     monkeypatch.delenv(PRECISION_ENV, raising=False)
     monkeypatch.setattr(device, "_cpu_has_native_bf16", lambda: bf16_units)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.policy.prefix import (
+from rlvr.engine.prefix import (
     MIN_REUSE,
     Prefix,
     PrefixCache,
@@ -132,8 +132,8 @@ def test_a_zero_budget_turns_it_off(monkeypatch) -> None:
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    from rlvr.policy.engine import Engine
-    from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+    from rlvr.engine.lora_engine import Engine
+    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 
     # fp32: the cache must reproduce a fresh prefill exactly (bf16 rounds differently per shape).
     return Engine(
@@ -154,7 +154,7 @@ def chat(engine, turns: list[str]) -> list[int]:
 def greedy(engine, prompts: list[list[int]], cached: bool):
     """Greedy samples of `prompts` and the prompt tokens served from the prefix cache (with
     `cached` False, the cache is off for this call: every row is prefilled in full)."""
-    from rlvr.policy.common import SampleRow
+    from rlvr.engine.types import SampleRow
 
     budget = engine.prefixes.max_bytes
     if not cached:
@@ -213,7 +213,7 @@ def test_rows_sharing_a_system_prompt_prefill_it_once(engine) -> None:
     """An evaluation's first turns: one long system prompt, different questions. The shared part
     is prefilled once and every row reuses it; tokens and log-probabilities are those of rows
     prefilled alone (greedy, fp32)."""
-    from rlvr.policy.common import SampleRow
+    from rlvr.engine.types import SampleRow
 
     system = "You are a careful assistant. " * 8 + "Answer in one short sentence."
     questions = ["What is the capital of Italy?", "Name a red fruit.", "How many legs has a cat?"]

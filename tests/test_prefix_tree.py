@@ -1,5 +1,5 @@
-"""A chunk's sequences as a tree of shared runs (rlvr.policy.prefix_tree), and the trainer computing
-that tree (rlvr.policy.trainer.TreeForward): every sequence gets the log-probabilities and
+"""A chunk's sequences as a tree of shared runs (rlvr.engine.prefix_tree), and the trainer computing
+that tree (rlvr.engine.trainer.TreeForward): every sequence gets the log-probabilities and
 gradients it gets computed alone, with a tiny Llama (random weights) and a real PEFT LoRA adapter."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError
-from rlvr.policy.common import TREE_TOKENS, TREE_TOKENS_ENV, OptimSettings, tree_tokens
-from rlvr.policy.prefix_tree import (
+from rlvr.engine.prefix_tree import (
     Tree,
     build_tree,
     cheapest_tree,
@@ -20,8 +19,9 @@ from rlvr.policy.prefix_tree import (
     tree_chunks,
     tree_cost,
 )
-from rlvr.policy.trainer import Trainer, sequences_of, trained_positions
-from tests.test_merged import perturb, store, tiny_loaded
+from rlvr.engine.trainer import Trainer, sequences_of, trained_positions
+from rlvr.engine.types import TREE_TOKENS, TREE_TOKENS_ENV, OptimSettings, tree_tokens
+from tests.test_merged_weights import perturb, store, tiny_loaded
 
 PAD = -1
 
@@ -207,7 +207,7 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
 ):
     """`depth`: "whole", every level of the tree; None, the trainer's own cut (`cheapest_tree`);
     a number, the tree cut there."""
-    import rlvr.policy.trainer as trainer_module
+    import rlvr.engine.trainer as trainer_module
 
     def cut(sequences: list[list[int]], budget: int) -> Tree:
         tree = build_tree(sequences)
@@ -307,7 +307,7 @@ def test_an_update_computes_without_merged_sets_or_cached_prefixes_held(
     """The sampler's merged weights and prefix cache go stale at an update's first optimizer
     step; they are dropped before its passes, so their memory is not held beside the
     activations."""
-    from rlvr.policy.adapters import AdapterStore
+    from rlvr.engine.adapters import AdapterStore
 
     loaded = tiny_loaded()
     cleared: list[bool] = []

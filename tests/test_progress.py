@@ -186,7 +186,7 @@ async def test_arts_checkpoint_deletions_stay_off_the_console(
     from art.utils.output_dirs import get_model_dir
 
     from rlvr import art_private
-    from rlvr.policy.backend import TorchBackend
+    from rlvr.engine.backend import TorchBackend
 
     backend = TorchBackend(path=str(tmp_path / ".art"))
     model = art.TrainableModel(name="m", project="p", base_model="smollm2-135m")

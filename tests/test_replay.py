@@ -13,8 +13,8 @@ import pytest_asyncio
 import torch
 
 from rlvr.config import TrainConfig
-from rlvr.policy.adapters import attach_adapter
-from rlvr.policy.common import LoraSettings
+from rlvr.engine.adapters import attach_adapter
+from rlvr.engine.types import LoraSettings
 from rlvr.tasks.rollout_model import RolloutModel
 from rlvr.types import Sampling, derived_seed
 from tests.scripted import ScriptedPolicy
@@ -97,8 +97,8 @@ def test_the_adapter_seed_leaves_the_process_generator_alone() -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def policy(tmp_path_factory):
-    from rlvr.policy.backend import TorchBackend
-    from rlvr.policy.models import DEFAULT_MODEL
+    from rlvr.engine.backend import TorchBackend
+    from rlvr.engine.models import DEFAULT_MODEL
     from rlvr.training.backends import Policy
 
     backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")

@@ -15,8 +15,8 @@ import pytest_asyncio
 import torch
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.trainer import OBJECTIVE_KEY, _trimmed, trained_positions
+from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.trainer import OBJECTIVE_KEY, _trimmed, trained_positions
 from tests.test_policy_backend import registered
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

@@ -132,9 +132,9 @@ def test_a_checkpoint_optimizer_file_cannot_run_code(tmp_path: Path) -> None:
 
     import torch
 
-    from rlvr.policy.common import ADAPTER_WEIGHTS, OPTIMIZER_FILE
-    from rlvr.policy.engine import Engine
-    from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+    from rlvr.engine.lora_engine import Engine
+    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+    from rlvr.engine.types import ADAPTER_WEIGHTS, OPTIMIZER_FILE
 
     first = Engine(resolve_model(DEFAULT_MODEL), tmp_path / "model", precision="fp32")
     checkpoint = first.adapters.checkpoint_dir(first.adapters.live_step)

@@ -2,7 +2,7 @@
 run metadata), console, logs and exception text.
 
 Fake keys are planted in the environment (OPENAI_API_KEY, WANDB_API_KEY, TINKER_API_KEY,
-HF_TOKEN), in the config (a URL password in judge_base_url, a key-shaped override value) and on
+HF_TOKEN), in the config (a URL password in judge.base_url, a key-shaped override value) and on
 the command line; a real short run, a judge 401 that echoes the key, config errors and a crash
 traceback must show none of them.
 """
@@ -20,7 +20,7 @@ import pytest
 
 from rlvr import redact
 from rlvr.config import ConfigError, TrainConfig, parse_overrides
-from rlvr.policy.models import CACHE_ENV, cache_root
+from rlvr.engine.models import CACHE_ENV, cache_root
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
 WANDB_KEY = "PLANTEDwandb" + "0" * 28  # W&B keys are 40 characters
@@ -207,7 +207,7 @@ def test_config_json_and_wandb_config_hold_no_credentials(
 
 @pytest.mark.parametrize(
     "pairs",
-    [[f"group_size={OPENAI_KEY}"], [f"group_size={TINKER_KEY}"], [f"judge_timeout_s={HF_KEY}"]],
+    [[f"group_size={OPENAI_KEY}"], [f"group_size={TINKER_KEY}"], [f"judge.timeout_s={HF_KEY}"]],
 )
 def test_config_errors_do_not_quote_credentials(planted: None, pairs: list[str]) -> None:
     with pytest.raises(ConfigError) as caught:
@@ -269,7 +269,7 @@ async def test_a_judge_401_echoing_the_key_leaks_it_nowhere(
     caplog.set_level(logging.DEBUG)
     with FaultServer() as server:
         server.schedule([Fault.UNAUTHORIZED])  # answers "Incorrect API key provided: <key>"
-        cfg = TrainConfig(judge="openai/gpt-4o-mini", judge_base_url=server.base_url)
+        cfg = TrainConfig(judge={"model": "openai/gpt-4o-mini", "base_url": server.base_url})
         client = JudgeClient(JudgeSettings.from_config(cfg))
         with pytest.raises(JudgeFailure) as caught:
             await client.complete(
@@ -357,7 +357,7 @@ async def test_a_real_run_writes_and_prints_no_credential(
     # the converted model stays where it is (a new HOME would convert it again)
     monkeypatch.setenv(CACHE_ENV, str(cache_root()))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no W&B settings
-    monkeypatch.setattr(sys, "argv", ["rlvr", "train", f"judge_base_url={BASE_URL}"])
+    monkeypatch.setattr(sys, "argv", ["rlvr", "train", f"judge.base_url={BASE_URL}"])
     caplog.set_level(logging.INFO)
     cfg = TrainConfig(
         group_size=2,
@@ -365,8 +365,7 @@ async def test_a_real_run_writes_and_prints_no_credential(
         max_tokens=6,
         max_steps=1,
         max_val_items=1,
-        judge="none",
-        judge_base_url=BASE_URL,
+        judge={"model": "none", "base_url": BASE_URL},
         wandb_project="rlvr-secrets",
         stopping={"on_divergence": "warn"},
         run_dir=tmp_path / "run",

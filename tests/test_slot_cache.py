@@ -1,4 +1,4 @@
-"""The live batch's slot cache (rlvr.policy.batch): rows that join a running decode, leave it and
+"""The live batch's slot cache (rlvr.engine.batch): rows that join a running decode, leave it and
 have their slots reused, across every re-layout (more slots, room on the left for a wider
 newcomer, room on the right after many steps, regrouping once many slots stand free), decode
 exactly what each row decodes alone. A tiny Llama with random weights and the real tokenizer."""
@@ -10,13 +10,13 @@ from collections import Counter
 import pytest
 import torch
 
-from rlvr.policy import batch as batch_module
-from rlvr.policy.batch import RIGHT_ROOM, SlotLayer
-from rlvr.policy.common import PASS_COLUMNS, SampleRow, width_groups
-from rlvr.policy.models import DEFAULT_MODEL, resolve_model
-from rlvr.policy.prefix import PrefixCache
-from rlvr.policy.sampler import Sampler
-from rlvr.policy.weights import BaseWeights
+from rlvr.engine import batch as batch_module
+from rlvr.engine.batch import RIGHT_ROOM, SlotLayer
+from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+from rlvr.engine.prefix import PrefixCache
+from rlvr.engine.sampler import Sampler
+from rlvr.engine.types import PASS_COLUMNS, SampleRow, width_groups
+from rlvr.engine.weights import BaseWeights
 from tests.tiny_llama import fp32_loaded, tiny_llama
 
 VOCAB = 49152  # the real tokenizer's
@@ -26,7 +26,7 @@ VOCAB = 49152  # the real tokenizer's
 def sampler() -> Sampler:
     from transformers import AutoTokenizer
 
-    from rlvr.policy.attention import use_grouped_sdpa
+    from rlvr.engine.attention import use_grouped_sdpa
 
     model = tiny_llama(vocab_size=VOCAB, max_positions=1024)
     use_grouped_sdpa(model)

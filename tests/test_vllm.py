@@ -26,13 +26,13 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import ConfigError, parse_overrides
+from rlvr.engine.models import resolve_model
+from rlvr.engine.server import ServerThread
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.pool import Endpoint, ServerPool, create_router, served_base_name
 from rlvr.inference.server import PYTHON_ENV, ServerSpec, VllmServer, group_rss_bytes
 from rlvr.inference.supervise import GROUP_LINE
-from rlvr.policy.models import resolve_model
-from rlvr.policy.server import ServerThread
 
 ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 1200  # two servers starting side by side on 2 busy cores
@@ -43,7 +43,7 @@ OWNER = """
 import json, secrets, sys, threading
 from pathlib import Path
 from rlvr.inference.server import ServerSpec, VllmServer
-from rlvr.policy.models import resolve_model
+from rlvr.engine.models import resolve_model
 
 out, count = Path(sys.argv[1]), int(sys.argv[2])
 spec = ServerSpec(model_dir=resolve_model("smollm2-135m"))

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlvr.policy.loaded import LoadedModel
+from rlvr.engine.loaded_model import LoadedModel
 
 
 def tiny_llama(vocab_size: int = 64, max_positions: int = 128) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 from rlvr.agent import as_tools, text_instructions
 from rlvr.agent.tokens import EpisodeTokens, episode_tokens, shared_prefix
-from rlvr.policy.models import DEFAULT_MODEL, resolve_model
+from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 
 GROUP_SIZE = 8
 EPISODES_SHOWN = 5

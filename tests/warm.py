@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = [
     "rlvr.cli",
     "rlvr.training.loop",
-    "rlvr.policy.backend",
+    "rlvr.engine.backend",
     "tests.warm",
     "openai.resources.chat.completions",
     "peft",

@@ -32,11 +32,12 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypedDict, cast
 
 import art
 import openai
 from art.types import MessageOrChoice, Messages, MessagesAndChoices, Tools
+from openai.types.chat import ChatCompletionAssistantMessageParam
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 
@@ -63,6 +64,7 @@ from rlvr.agent.tools import (
     text_call,
     text_instructions,
 )
+from rlvr.json_types import JsonObject
 from rlvr.types import Item, Sampling
 
 Protocol = Literal["auto", "tools", "text"]
@@ -158,19 +160,17 @@ class _Counts:
         }
 
 
-def chat(system: str, user: str) -> list[dict[str, Any]]:
+def chat(system: str, user: str) -> Messages:
     """The usual start of an episode: a system prompt and the user's message."""
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def with_instructions(messages: list[dict[str, Any]], text: str) -> list[dict[str, Any]]:
+def with_instructions(messages: Messages, text: str) -> Messages:
     """`messages` with `text` appended to the system message (one is added when there is none)."""
-    if messages and messages[0].get("role") == "system":
-        head = messages[0]
-        return [
-            {**head, "content": f"{head.get('content') or ''}\n\n{text}".strip()},
-            *messages[1:],
-        ]
+    head = messages[0] if messages else None
+    if head is not None and head["role"] == "system":
+        said = head["content"] if isinstance(head["content"], str) else ""
+        return [{**head, "content": f"{said}\n\n{text}".strip()}, *messages[1:]]
     return [{"role": "system", "content": text}, *messages]
 
 
@@ -203,7 +203,7 @@ def turn_calls(
 
 def call_values(
     tools: Mapping[str, Tool], name: str | None, arguments: str | None, rest: str | None
-) -> tuple[Tool, dict[str, Any]]:
+) -> tuple[Tool, JsonObject]:
     """The tool a call names and its argument values, as written (not yet validated); raises
     ToolError for an unknown tool or unreadable arguments."""
     tool = lookup(tools, name)
@@ -269,7 +269,7 @@ def shown_observation(text: str, asked: Asked, budget: int | None, count: TokenC
 
 def scripted_message(
     turn: ScriptTurn, tools: Mapping[str, Tool], protocol: Protocol, number: int
-) -> dict[str, Any]:
+) -> ChatCompletionAssistantMessageParam:
     """A scripted turn as the assistant message a model would have written: tool calls under
     `tools`, text action lines otherwise (auto shows the text protocol, so it gets text)."""
     if isinstance(turn, str):
@@ -325,15 +325,22 @@ class _Policy:
             message = scripted_message(planned, self.tools, self.protocol, turn)
             return cast("MessageOrChoice", message)
         assert self.model is not None  # check_settings: a model or a script
-        extra: dict[str, Any] = {"tools": self.schemas} if self.schemas else {}
+        # No `tools` key at all without schemas: some servers reject an empty or null one.
+        offered: ToolsOffered = {"tools": self.schemas} if self.schemas else {}
         response = await self.model.openai_client().chat.completions.create(
             model=self.model.get_inference_name(self.sampling.step),
             messages=history,
             **self.sampling.request(),
-            **extra,
+            **offered,
         )
         choice: Choice = response.choices[0]
         return choice
+
+
+class ToolsOffered(TypedDict, total=False):
+    """The tools argument of a chat request, present only when there are tools."""
+
+    tools: Tools
 
 
 def check_settings(
@@ -355,7 +362,7 @@ def check_settings(
 
 def opening(
     item: Item,
-    messages: list[dict[str, Any]],
+    messages: Messages,
     by_name: dict[str, Tool],
     protocol: Protocol,
     instructions: bool,
@@ -369,9 +376,8 @@ def opening(
     if instructions and protocol != "tools" and by_name:
         shown = with_instructions(shown, text_instructions(by_name))
     return art.Trajectory(
-        # rlvr's messages and schemas are plain dicts of the shapes ART's TypedDicts name.
-        messages_and_choices=cast("MessagesAndChoices", shown),
-        tools=cast("Tools", schemas) if protocol != "text" and schemas else None,
+        messages_and_choices=cast("MessagesAndChoices", shown),  # Messages is a part of it
+        tools=schemas if protocol != "text" and schemas else None,
         metadata={**(metadata or {}), "item_id": item.id, "protocol": protocol},
         reward=0.0,
     )
@@ -380,7 +386,7 @@ def opening(
 async def tool_episode(
     model: art.Model[Any, Any] | None,
     item: Item,
-    messages: list[dict[str, Any]],
+    messages: Messages,
     tools: Iterable[Callable[..., Any] | Tool],
     sampling: Sampling,
     max_turns: int = 8,

@@ -39,21 +39,24 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from openai.types.chat import ChatCompletionFunctionToolParam
+from openai.types.shared_params import FunctionParameters
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from rlvr.agent.tools import MAX_ERROR_CHARS, Tool, ToolError, timed_out
 from rlvr.config import ConfigError
+from rlvr.json_types import JsonObject
 from rlvr.lifetime import close_with_the_run
 
 LAUNCHER = Path(__file__).with_name("mcp_launch.py")
 REQUEST_TIMEOUT = 408  # the code of the SDK's error for a call without an answer in time
 STOP_TIMEOUT_S = 10.0  # the SDK closes stdin, waits 2 s, then SIGTERM and SIGKILL
-_JSON_TYPES: dict[str, Any] = {
+_JSON_TYPES: dict[str, object] = {  # JSON Schema type -> the annotation its values validate as
     "string": str,
     "integer": int,
     "number": float,
     "boolean": bool,
-    "object": dict[str, Any],
+    "object": JsonObject,
 }
 
 
@@ -108,9 +111,9 @@ def arguments_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
 class McpTool(Tool):
     """A tool served by an MCP server: shown with the server's own schema."""
 
-    parameters: dict[str, Any]
+    parameters: FunctionParameters
 
-    def schema(self) -> dict[str, Any]:  # type: ignore[override]  # see Tool.schema
+    def schema(self) -> ChatCompletionFunctionToolParam:  # type: ignore[override]  # see Tool.schema
         return {
             "type": "function",
             "function": {
@@ -200,7 +203,7 @@ class _Client:
         finally:
             self._session = None
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> Any:
+    async def call(self, name: str, arguments: Mapping[str, object]) -> Any:
         """One tool call, awaited from the caller's loop; the result is a `CallToolResult`."""
         session, loop = self._session, self._loop
         if session is None or loop is None or loop.is_closed():

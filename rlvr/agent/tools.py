@@ -37,7 +37,10 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, get_origin
 
+from openai.types.chat import ChatCompletionFunctionToolParam
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from rlvr.json_types import JsonObject, as_object
 
 MAX_ERROR_CHARS = 300
 TOOL_TIMEOUT_S = 60.0  # a call's default limit: long enough for a slow search, short of a hang
@@ -61,7 +64,7 @@ def running_tool_threads() -> int:
     return sum(t.name.startswith(THREAD_PREFIX) for t in threading.enumerate())
 
 
-async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+async def _in_thread(fn: Callable[..., Any], kwargs: Mapping[str, object], name: str) -> Any:
     """`fn(**kwargs)` on a daemon thread of its own, awaited without blocking the loop; when
     the awaiting is cancelled the thread is left to finish alone and its result is dropped."""
     loop = asyncio.get_running_loop()
@@ -84,7 +87,7 @@ async def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) 
     return await done
 
 
-async def _call(fn: Callable[..., Any], kwargs: dict[str, Any], name: str) -> Any:
+async def _call(fn: Callable[..., Any], kwargs: Mapping[str, object], name: str) -> Any:
     """An async function awaited here, a sync one on its own thread (module docstring)."""
     result = fn(**kwargs) if inspect.iscoroutinefunction(fn) else await _in_thread(fn, kwargs, name)
     return await result if inspect.isawaitable(result) else result
@@ -111,7 +114,7 @@ class Tool(BaseModel):
 
     # Shadows pydantic v1's deprecated `BaseModel.schema` classmethod: a tool's schema is the
     # OpenAI function-tool one, under the name the OpenAI and ART idioms use.
-    def schema(self) -> dict[str, Any]:  # type: ignore[override]
+    def schema(self) -> ChatCompletionFunctionToolParam:  # type: ignore[override]
         """The OpenAI function-tool schema."""
         parameters = _strip_titles(self.arguments.model_json_schema())
         parameters["properties"] = {
@@ -190,14 +193,16 @@ def _strip_titles(schema: Any) -> Any:
     return schema
 
 
-def _without_null(schema: dict[str, Any]) -> dict[str, Any]:
+def _without_null(schema: JsonObject) -> JsonObject:
     """An optional parameter's schema without its `null` branch and `"default": null`: it is
     optional by not being required, and the null branch costs tokens in every prompt."""
-    branches = [b for b in schema.get("anyOf", []) if b != {"type": "null"}]
+    any_of = schema.get("anyOf")
     rest = {k: v for k, v in schema.items() if k != "anyOf" and not (k == "default" and v is None)}
-    if "anyOf" not in schema or len(branches) == len(schema["anyOf"]):
-        return rest | ({"anyOf": schema["anyOf"]} if "anyOf" in schema else {})
-    return {**(branches[0] if len(branches) == 1 else {"anyOf": branches}), **rest}
+    branches = [b for b in any_of if b != {"type": "null"}] if isinstance(any_of, list) else []
+    if not isinstance(any_of, list) or len(branches) == len(any_of):
+        return rest | ({"anyOf": any_of} if "anyOf" in schema else {})
+    only = as_object(branches[0], "anyOf[0]") if len(branches) == 1 else {"anyOf": branches}
+    return {**only, **rest}
 
 
 def _docstring_parts(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -229,6 +234,7 @@ def as_tool(fn: Callable[..., Any] | Tool, name: str | None = None) -> Tool:
         raise TypeError(f"tool {fn!r}: give it a name (a def, or as_tool(fn, name=...))")
     hints = typing.get_type_hints(fn)
     summary, described = _docstring_parts(fn)
+    # name -> (annotation, default or Field), as pydantic's create_model takes them
     fields: dict[str, Any] = {}
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
@@ -271,10 +277,10 @@ class Call(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     name: str
-    arguments: dict[str, Any] = {}
+    arguments: JsonObject = {}
 
 
-def parse_json_arguments(tool: Tool, arguments: str | None) -> dict[str, Any]:
+def parse_json_arguments(tool: Tool, arguments: str | None) -> JsonObject:
     try:
         values = json.loads(arguments or "{}", strict=False)
     except (json.JSONDecodeError, RecursionError):
@@ -327,18 +333,18 @@ def find_text_call(text: str | None, tools: Mapping[str, Tool]) -> tuple[Tool, s
     return None if found is None else (lookup(tools, found[0]), found[1])
 
 
-def text_arguments(tool: Tool, rest: str) -> dict[str, Any]:
+def text_arguments(tool: Tool, rest: str) -> JsonObject:
     """The arguments of one text action line (module docstring): `name:value` first, then the
     ` | `-separated rest in signature order."""
     params = tool.params
-    keyed: dict[str, Any] = {}
+    keyed: dict[str, str] = {}
     if params:
         named = "|".join(re.escape(p) for p in params)
         pattern = re.compile(rf"(?<![\w:])({named}):\s*(\S+)", re.IGNORECASE)
         keyed = {m.group(1).lower(): m.group(2) for m in pattern.finditer(rest)}
         rest = pattern.sub(" ", rest)
     by_lower = {p.lower(): p for p in params}
-    values = {by_lower[k]: v for k, v in keyed.items()}
+    values: JsonObject = {by_lower[k]: v for k, v in keyed.items()}
     free = [p for p in params if p not in values]
     parts = [part.strip().strip("\"'`").strip() for part in rest.split("|")]
     if len(free) == 1:  # a single free parameter takes the whole rest, bars included
@@ -348,8 +354,9 @@ def text_arguments(tool: Tool, rest: str) -> dict[str, Any]:
             values[param] = part
     for param in params:
         annotation = tool.arguments.model_fields[param].annotation
-        if isinstance(values.get(param), str) and _is_list(annotation):
-            values[param] = [v.strip() for v in values[param].split(",") if v.strip()]
+        given = values.get(param)
+        if isinstance(given, str) and _is_list(annotation):
+            values[param] = [v.strip() for v in given.split(",") if v.strip()]
     return values
 
 

@@ -26,13 +26,13 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _print_figures(run: Coroutine[Any, Any, dict[str, Any]]) -> None:
+def _print_figures(run: Coroutine[Any, Any, dict[str, object]]) -> None:
     """Run a benchmark coroutine and print its JSON line. Model and config errors, and a task
     whose own code raised (named by file and line), are one line and exit 2
     (rlvr.training.failures.as_one_line); an error of rlvr's own keeps its traceback."""
     from rlvr.config import ConfigError
+    from rlvr.engine import ModelError
     from rlvr.inference.errors import InferenceError
-    from rlvr.policy.models import ModelError
     from rlvr.training.failures import as_one_line
 
     try:
@@ -98,7 +98,7 @@ def bench_serve(
         return
     if inference != "rlvr":
         _fail(f"--inference {inference!r}: expected rlvr or vllm")
-    from rlvr.bench.policy import run_serve_bench
+    from rlvr.engine import run_serve_bench
 
     _print_figures(run_serve_bench(model, requests, max_tokens, repeats, threads))
 
@@ -114,9 +114,9 @@ def bench_turns(
 ) -> None:
     """Multi-turn chats with the policy's prefix cache ÷ the same engine with it off
     (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
-    from rlvr.bench.policy import run_turns_bench
+    from rlvr.engine import run_turns_bench
 
-    async def run() -> dict[str, Any]:
+    async def run() -> dict[str, object]:
         return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
 
     _print_figures(run())
@@ -133,7 +133,7 @@ def bench_train(
 ) -> None:
     """backend.train step time (over the sequences' prefix tree) ÷ a bare forward+backward+AdamW
     of each sequence in full (ratio_vs_bare), plus peak RSS. Prints one JSON line last."""
-    from rlvr.bench.policy import run_train_bench
+    from rlvr.engine import run_train_bench
 
     _print_figures(run_train_bench(model, groups, group_size, max_tokens, repeats, threads))
 

@@ -21,19 +21,19 @@ from __future__ import annotations
 import asyncio
 import statistics
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import art
 import torch
+from openai.types.chat import ChatCompletionMessageParam
 
 from rlvr.agent import EpisodeMetric
-from rlvr.bench.policy import PEAK_RSS, RATIO, bare_generate_policy, log
+from rlvr.engine import EngineCounters, TorchBackend
+from rlvr.engine.bench import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.common import EngineCounters
 from rlvr.runs import store
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import Policy
@@ -42,15 +42,15 @@ from rlvr.training.session import Session, open_finished, open_scratch
 from rlvr.types import Item, Sampling, Scenario
 
 
-def first_prompt(trajectory: art.Trajectory) -> list[dict[str, Any]]:
+def first_prompt(trajectory: art.Trajectory) -> list[ChatCompletionMessageParam]:
     """The messages the model saw before its first reply."""
-    messages = []
+    messages: list[ChatCompletionMessageParam] = []
     for message in trajectory.messages_and_choices:
         if not isinstance(message, dict):
             break  # a Choice: the first reply
         if message.get("role") == "assistant":
             break
-        messages.append({"role": message["role"], "content": message.get("content") or ""})
+        messages.append(message)
     return messages
 
 
@@ -91,7 +91,7 @@ async def timed_eval(
 
 @asynccontextmanager
 async def bench_session(
-    task: str, run_dir: Path | None, overrides: dict[str, Any]
+    task: str, run_dir: Path | None, overrides: Mapping[str, object]
 ) -> AsyncIterator[tuple[Session, int | None]]:
     """The session evaluated and the policy step sampled: a finished run's best checkpoint
     (`run_dir`: the trained agent, as its validations saw it), else the task's fresh policy."""
@@ -112,7 +112,7 @@ async def run_eval_bench(
     threads: int | None = None,
     run_dir: Path | None = None,
     **overrides: Any,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     if threads:
         torch.set_num_threads(threads)
     async with bench_session(task, run_dir, overrides) as (run, step):

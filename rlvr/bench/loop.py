@@ -48,7 +48,7 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
 
 async def hack_benchmark(
     runs_root: Path, record: Path | None = None, **overrides: Any
-) -> dict[str, Any]:
+) -> dict[str, object]:
     cfg = TrainConfig(**{**HACK_DEFAULTS, **overrides, "runs_root": runs_root})
     started = time.monotonic()
     result = await run_training(cfg)

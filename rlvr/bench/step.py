@@ -18,14 +18,14 @@ from typing import Any
 
 import art
 import torch
+from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.bench.policy import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.bench.rss import RssWatch
+from rlvr.engine import Engine, TorchBackend, pack_groups
+from rlvr.engine.bench import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.inference.metrics import VllmMetric
 from rlvr.metrics import M, peak_rss_gb
-from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.engine import Engine
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
 from rlvr.training.pool import record
@@ -57,15 +57,17 @@ REPORTED = {
 COMPARED = ("step_s", "rollout_s", "update_s", "eval_s_per_item")
 
 
-def turn_prompts(groups: list[art.TrajectoryGroup]) -> tuple[list[list[dict[str, Any]]], int]:
+def turn_prompts(
+    groups: list[art.TrajectoryGroup],
+) -> tuple[list[list[ChatCompletionMessageParam]], int]:
     """Every sampled turn's prompt (the chat before it) and the longest completion sampled."""
-    prompts: list[list[dict[str, Any]]] = []
+    prompts: list[list[ChatCompletionMessageParam]] = []
     longest = 1
     for t in (t for g in groups for t in g.trajectories):
         rendered = t.messages()
         for i, part in enumerate(t.messages_and_choices):
             if isinstance(part, Choice):
-                prompts.append([dict(m) for m in rendered[:i]])
+                prompts.append(list(rendered[:i]))
                 if part.logprobs is not None:
                     longest = max(longest, len(part.logprobs.content or []))
     return prompts, longest
@@ -82,7 +84,7 @@ EVALUATION, WARM_START, ROLLOUTS, UPDATE, BARE = (
 PEAK_RSS_BY_PHASE = "peak_rss_gb_by_phase"
 
 
-async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> dict[str, Any]:
+async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> dict[str, object]:
     """One real step (the loop's phases) and, with `bare`, its bare figures."""
     started, counted = time.monotonic(), engine_counters(run.policy)
     with watch.phase(ROLLOUTS):
@@ -94,7 +96,7 @@ async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -
     )
     run.state.step = step + 1
     run.state.pool = record(run.state.pool, row.outcomes)
-    figures = {name: row.value(key) for name, key in REPORTED.items()}
+    figures: dict[str, object] = {name: row.value(key) for name, key in REPORTED.items()}
     backend = run.policy.backend
     if bare and isinstance(backend, TorchBackend):
         with watch.phase(BARE):
@@ -141,7 +143,12 @@ async def bench_warm_start(run: Session, watch: RssWatch) -> tuple[float, float]
     return time.monotonic() - began, per_item
 
 
-def ratio(top: Any, bottom: Any) -> float | None:
+def numbers(rows: list[dict[str, object]], key: str) -> list[float]:
+    """The rows' numeric values of `key` (a phase a step skipped has None)."""
+    return [float(value) for row in rows if isinstance(value := row.get(key), int | float)]
+
+
+def ratio(top: object, bottom: object) -> float | None:
     """top ÷ bottom, rounded; None unless both are numbers and bottom is not 0."""
     if not isinstance(top, int | float) or not isinstance(bottom, int | float) or not bottom:
         return None
@@ -150,7 +157,7 @@ def ratio(top: Any, bottom: Any) -> float | None:
 
 async def run_step_bench(
     task: str, steps: int = 2, bare: bool = True, **overrides: Any
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """`steps` real steps of `task` at its defaults (with `overrides`); medians and ratios."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-step-") as path:
         cfg = task_config(task, **overrides, run_dir=str(Path(path) / "run"))
@@ -159,9 +166,7 @@ async def run_step_bench(
                 warm_s, eval_s_per_item = await bench_warm_start(run, watch)
                 per_step = [await bench_one_step(run, step, bare, watch) for step in range(steps)]
     medians = {
-        key: statistics.median(values)
-        for key in per_step[0]
-        if (values := [s[key] for s in per_step if isinstance(s.get(key), int | float)])
+        key: statistics.median(values) for key in per_step[0] if (values := numbers(per_step, key))
     }
     return {
         "bench": "step",
@@ -180,7 +185,7 @@ async def run_step_bench(
 
 async def run_step_side_by_side(
     task: str, steps: int = 2, bare: bool = True, **overrides: Any
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The same steps of `task` sampled by a vLLM server, then by rlvr's engine, in this process
     (vLLM first, so rlvr's own run is not measured on a heap the other left behind): each run's
     figures, and vLLM's ÷ rlvr's for COMPARED. The vLLM server's memory is its own processes'

@@ -21,16 +21,15 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import openai
 import torch
 
-from rlvr.bench.policy import PEAK_RSS, Target, _endpoint, _prompts, _registered, _side_server, log
+from rlvr.engine import resolve_model
+from rlvr.engine.bench import PEAK_RSS, Target, _endpoint, _prompts, _registered, _side_server, log
 from rlvr.inference.server import ServerSpec, VllmServer, server_threads
 from rlvr.metrics import peak_rss_gb
-from rlvr.policy.models import resolve_model
 
 GIB = 1024**3
 ADAPTER_NAME = "bench-lora"
@@ -43,7 +42,7 @@ async def run_vllm_serve_bench(
     max_tokens: int = 64,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Tokens/s of rlvr's engine and vLLM, LoRA and base, at each concurrency (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-vllm-") as path:
         backend, model = await _registered(path, model_name, threads)

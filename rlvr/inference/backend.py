@@ -28,15 +28,12 @@ from art.types import LocalTrainResult, TrainSFTConfig
 from art.utils.output_dirs import get_model_dir
 
 from rlvr.config import InferenceConfig
+from rlvr.engine import Precision, ServerThread, TorchBackend, resolve_model
+from rlvr.engine import types as engine_names
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.pool import Endpoint, ServerPool, create_router, served_base_name
 from rlvr.inference.server import ServerSpec, VllmServer
-from rlvr.policy import common as engine_names
-from rlvr.policy.backend import TorchBackend
-from rlvr.policy.common import Precision
-from rlvr.policy.models import resolve_model
-from rlvr.policy.server import ServerThread
 
 logger = logging.getLogger(__name__)
 

@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse
 
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.server import VllmServer
+from rlvr.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class ServerPool:
         return int(step) if step else self.live_step()
 
     async def forward(
-        self, client: httpx.AsyncClient, path: str, body: dict[str, Any]
+        self, client: httpx.AsyncClient, path: str, body: JsonObject
     ) -> tuple[int, Any]:
         """Send a request to the least busy live server (another when it dies); (status, JSON)."""
         name = str(body.get("model", ""))
@@ -310,7 +311,7 @@ def _message(response: httpx.Response) -> str:
     return f"{response.status_code} {str(text).strip().splitlines()[0][:300]}"
 
 
-def _error(message: str, kind: str) -> dict[str, Any]:
+def _error(message: str, kind: str) -> JsonObject:
     return {"error": {"message": message, "type": kind}}
 
 

@@ -27,8 +27,8 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.engine import THREADS_ENV
 from rlvr.inference.errors import InferenceError
-from rlvr.policy.common import THREADS_ENV
 from rlvr.redact import child_env
 
 HOST = "127.0.0.1"

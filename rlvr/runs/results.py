@@ -232,7 +232,7 @@ def this_commit(cwd: Path | None = None) -> str | None:
 
 
 def cpu_kind(flags: str) -> str:
-    """The CPU kinds that decide rlvr's precision (rlvr.policy.device): from /proc/cpuinfo flags."""
+    """The CPU kinds that decide rlvr's precision (rlvr.engine.device): from /proc/cpuinfo flags."""
     if "amx_bf16" in flags:
         return "AMX"
     if "avx512_bf16" in flags:

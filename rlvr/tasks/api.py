@@ -20,8 +20,15 @@ from typing import Any, get_args
 import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rlvr.config import ConfigError, TrainConfig, all_keys, known_key
-from rlvr.oneline import did_you_mean, first_error, means_none
+from rlvr.config import (
+    ConfigError,
+    TrainConfig,
+    all_keys,
+    dotted_name,
+    known_key,
+    renamed_message,
+)
+from rlvr.error_lines import did_you_mean, first_error, means_none
 from rlvr.types import (
     SCENARIO_HOOKS,
     SCENARIO_MEMBERS,
@@ -54,7 +61,7 @@ def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # builtins without a signature: call bare
         return factory()
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for name, param in params.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
@@ -323,11 +330,16 @@ def scenario(
     )
 
 
-def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_values(
+    task: Task, values: Mapping[str, object]
+) -> tuple[dict[str, object], dict[str, object]]:
     """Split flat `key=value` settings into TrainConfig values and the task's option values. A key
     that is neither is one line naming both sets of keys."""
-    config: dict[str, Any] = {}
-    options: dict[str, Any] = dict(values.get("task_options") or {})
+    config: dict[str, object] = {}
+    given = values.get("task_options") or {}
+    if not isinstance(given, Mapping):
+        raise ConfigError(f"config: task_options: expected key=value options, got {given!r}")
+    options: dict[str, object] = dict(given)
     for key, value in values.items():
         if key == "task_options":
             continue
@@ -335,6 +347,8 @@ def split_values(task: Task, values: Mapping[str, Any]) -> tuple[dict[str, Any],
             config[key] = value
         elif key in task.options.model_fields or task.open_options:
             options[key] = value
+        elif (new := dotted_name(key)) is not None:
+            raise ConfigError(renamed_message(key, new))
         else:
             hint = did_you_mean(key, [*all_keys(), *task.options.model_fields])
             own = ", ".join(task.options.model_fields) or "none"

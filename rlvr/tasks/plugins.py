@@ -18,7 +18,7 @@ import inspect
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from functools import cache
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,7 @@ def load_reference(ref: str) -> Any:
 
 
 @cache
-def _entry_points(group: str) -> dict[str, Any]:
+def _entry_points(group: str) -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=group)}
 
 

@@ -37,7 +37,6 @@ from rlvr.types import Scenario, Scorer
 if TYPE_CHECKING:
     from rlvr.tasks.verifiers_rollout import VfScenario
 
-PREFIX = VF_PREFIX
 EXTRA = "verifiers"
 INSTALL = "pip install -e '.[verifiers]'"
 ARG_PREFIX = "env."  # env.seed=3: an argument named like a TrainConfig key
@@ -47,13 +46,9 @@ SUPPORTED = (
 )
 
 
-def is_vf_reference(name: str) -> bool:
-    return name.startswith(PREFIX)
-
-
 def target_of(ref: str) -> str:
     """The module or file a `vf:` reference names."""
-    target = ref.removeprefix(PREFIX).strip()
+    target = ref.removeprefix(VF_PREFIX).strip()
     if not target:
         raise PluginError(f"{ref}: expected vf:MODULE or vf:path/to/env.py")
     return target

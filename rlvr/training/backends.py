@@ -22,7 +22,7 @@ from rlvr.metrics import M
 from rlvr.runs import atomic, layout
 
 if TYPE_CHECKING:
-    from rlvr.policy.common import EngineCounters
+    from rlvr.engine import EngineCounters
 
 ART_DIR = layout.ART_DIR  # ART's own layout (checkpoints per policy step) in the run directory
 
@@ -40,9 +40,9 @@ class Policy(BaseModel):
 
 def check_engine_environment(cfg: TrainConfig) -> None:
     """For rlvr's own engine, its environment knobs read before a run writes anything (a bad
-    value is one line naming it: rlvr.policy.loaded.check_environment)."""
+    value is one line naming it: rlvr.engine.loaded_model.check_environment)."""
     if cfg.backend == "local":
-        from rlvr.policy.loaded import check_environment
+        from rlvr.engine import check_environment
 
         check_environment()
 
@@ -50,15 +50,14 @@ def check_engine_environment(cfg: TrainConfig) -> None:
 def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[art.Backend, str]:
     """(backend, base_model) for the configured backend."""
     if cfg.backend == "local" and cfg.inference.engine == "vllm":
+        from rlvr.engine import resolve_model
         from rlvr.inference.backend import VllmBackend
-        from rlvr.policy.models import resolve_model
 
         # Trains like TorchBackend; rollouts sample from vLLM (rlvr.inference).
         vllm = VllmBackend(path=str(art_path), inference=cfg.inference, lora_rank=cfg.lora_rank)
         return cast("art.Backend", vllm), str(resolve_model(cfg.model))
     if cfg.backend == "local":
-        from rlvr.policy.backend import TorchBackend
-        from rlvr.policy.models import resolve_model
+        from rlvr.engine import TorchBackend, resolve_model
 
         # TorchBackend implements ART's Backend; its train() names the keyword arguments it takes
         # where the protocol declares **kwargs, so a type checker cannot match the two.
@@ -164,7 +163,7 @@ async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
 def engine_counters(policy: Policy) -> EngineCounters | None:
     """The running totals of rlvr's own engine behind `policy` (tokens prompted, cached,
     prefilled, decoded, trained); None for ART's backends, which report no such figures."""
-    from rlvr.policy.backend import TorchBackend
+    from rlvr.engine import TorchBackend
 
     if not isinstance(policy.backend, TorchBackend):
         return None

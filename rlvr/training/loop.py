@@ -261,7 +261,7 @@ async def evaluate_run(
         policy_step = run.state.policy_steps.get(best_step, 0)
         stored = checkpoint_path(run.policy, policy_step)
         if stored is not None:  # a damaged file is named here, not in every rollout's error
-            from rlvr.policy.adapters import check_adapter
+            from rlvr.engine import check_adapter
 
             check_adapter(stored)
         evaluated = await run.evaluate(items, split_name, f"eval {split_name}", step=policy_step)

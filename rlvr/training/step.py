@@ -48,7 +48,7 @@ from rlvr.types import Item, Sampling
 
 _SKIPPED = "rlvr_skipped"  # group metadata: the scorer returned None
 NUM_TOKENS = "num_tokens"  # trained positions, in the update's metrics (the backends' name)
-SAMPLER_KL = "sampler_kl"  # the backends' names of the two KL measures (rlvr.policy.common)
+SAMPLER_KL = "sampler_kl"  # the backends' names of the two KL measures (rlvr.engine.types)
 UPDATE_KL = "update_kl"
 
 

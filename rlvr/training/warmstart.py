@@ -97,7 +97,7 @@ def token_counter(model: str, out: Console = console) -> TokenCount:
     characters / 4, said once."""
     from transformers import AutoTokenizer
 
-    from rlvr.policy.models import ALIASES, ModelError, resolve_model
+    from rlvr.engine import ALIASES, ModelError, resolve_model
 
     said: list[str] = []
 

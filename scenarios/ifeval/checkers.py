@@ -22,7 +22,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 Relation = Literal["less than", "at least"]
 
@@ -33,7 +33,7 @@ class Instruction(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: str
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, JsonValue] = {}  # as the published rows give them
 
 
 class Evaluation(BaseModel):
@@ -127,10 +127,6 @@ def reference_registry() -> Mapping[str, type]:
 
     langdetect.DetectorFactory.seed = 0
     return INSTRUCTION_DICT
-
-
-def known_ids() -> frozenset[str]:
-    return frozenset(reference_registry()) | frozenset(OWN)
 
 
 def _reference(instruction: Instruction, response: str, prompt: str) -> bool:

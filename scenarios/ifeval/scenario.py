@@ -29,6 +29,7 @@ from importlib.resources import files
 from typing import Any
 
 import art
+from pydantic import JsonValue
 
 from rlvr.tasks.rollouts import single_turn
 from rlvr.types import Item, Sampling, ScenarioBase, completion_text
@@ -107,7 +108,7 @@ class Metric(StrEnum):
 
 
 @cache
-def rows() -> tuple[dict[str, Any], ...]:
+def rows() -> tuple[dict[str, JsonValue], ...]:
     """The published IFEval rows: key, prompt, instruction_id_list, kwargs."""
     text = files("eval_framework").joinpath(*DATA).read_text(encoding="utf-8")
     return tuple(json.loads(line) for line in text.splitlines() if line.strip())

@@ -11,7 +11,7 @@ elsewhere), so a 135M model gets mixed groups to learn from. `difficulty` picks 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import art
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +24,7 @@ from rlvr.types import Item, Sampling, ScenarioBase, completion_text
 
 SYSTEM = "You are a calculator. Reply with only the final number."
 
-LEVELS: dict[str, dict[str, Any]] = {
+LEVELS: dict[str, dict[str, int | tuple[str, ...]]] = {
     "easy": {
         "min_terms": 2,
         "max_terms": 2,
@@ -102,7 +102,7 @@ class Options(BaseModel):
 
 
 # Defaults for a short answer checked in one turn (math, and the dataset and reasoning_gym tasks).
-ONE_TURN_DEFAULTS: dict[str, Any] = {
+ONE_TURN_DEFAULTS: dict[str, float | int] = {
     "temperature": 0.8,  # below 1: fewer rambling samples, groups still mix right and wrong
     "max_tokens": 32,  # the answer is a number: room for a short working, not for rambling
     "groups_per_batch": 8,  # one-turn rollouts are cheap, and more items steady the update

@@ -1,27 +1,17 @@
 """Multi-hop QA with retrieval (MuSiQue style): search and read passages, compose the facts.
 
-Data source: a generated corpus (`corpus`), not a downloaded one. What PyPI ships offline:
-- `fanoutqa` 1.1.1 ships questions only (`fanoutqa/data/fanout-final-dev.json`: 310 questions
-  with decompositions, and the test set); each sub-question's evidence is a Wikipedia reference
-  (pageid, revid, title, url) whose text `fanoutqa.wiki` fetches from the Wikipedia API at run
-  time, and 274 of the 310 answers are dicts over many entities (fan-out lists, not one span).
-  Offline there is nothing to retrieve and nothing to score with EM/F1.
-- `aviary-hotpotqa` and `graphbench-kg` load HotpotQA from the Hugging Face hub (`datasets`)
-  and search live Wikipedia. No MuSiQue or 2WikiMultiHopQA package exists.
-So questions come with their evidence from a seeded world of people, companies and cities (Faker):
-every answer is derivable from its supporting passages hop by hop, the supporting ids are exact,
-and invented city names keep the model from answering from memory.
+Data: a generated corpus (`corpus`), because no multi-hop set with its evidence passages is
+installable offline. Questions come with their evidence from a seeded world of people, companies
+and cities (Faker): every answer is derivable from its supporting passages hop by hop, the
+supporting ids are exact, and invented city names keep the model from answering from memory.
 
 Modules: `corpus` (generator), `index` (SQLite FTS5 BM25, bound parameters only), `tools`
 (the search and read tools, and reading the final answer), `scoring` (EM/F1, gated reward,
 retrieval recall/precision), `oracle` (scripted demonstrations for warm starts), `scenario`
 (levels, rollout, `make_scenario`, loaded on first use).
 
-What SmolLM2-135M does with it (T=0.7): at the easy level it answers from the shown passages,
-often with the bridge entity (the birth city when asked for the country), so F1 groups are mixed;
-at medium and hard it answers from imagination at once instead of searching (reward 0) until a
-warm start on the oracle's demonstrations teaches it the protocol (what the hard level reaches:
-results/records/multihop-*.json).
+Warm start: a small model answers from memory at the medium and hard levels instead of
+searching, so the oracle's demonstrations (`oracle`) teach it the protocol first.
 """
 
 from __future__ import annotations

@@ -127,7 +127,7 @@ def generator_options(choices: list[Choice], values: Mapping[str, Any]) -> dict[
     generator that has that option, `NAME.key` to that generator only. A key no chosen generator
     has, or a value of the wrong type, is one line naming what exists."""
     names = [c.name for c in choices]
-    chosen: dict[str, dict[str, Any]] = {name: {} for name in names}
+    chosen: dict[str, dict[str, object]] = {name: {} for name in names}
     for key, raw in values.items():
         prefix, dot, leaf = key.rpartition(".")
         targets = [prefix] if dot else [n for n in names if key in fields(n)]

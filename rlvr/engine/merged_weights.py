@@ -7,14 +7,14 @@ once per weights version into `W + s * B @ A` and computes with that.
 
 A `MergedSet` holds, for every targeted layer of one adapter, a plain linear layer with the merged
 weight in sampling's precision (`LoadedModel.products_dtype`), on a CPU packed for its kernel
-(rlvr.policy.packed). `applied()` swaps those
+(rlvr.engine.packed_weights). `applied()` swaps those
 layers into the model in place of PEFT's LoRA layers for one sampling pass and swaps PEFT's back
 afterwards: a reference swap under the engine's lock. The trained weights (W, A, B) are never
 touched, so training and checkpoints see exactly what they saw before, and nothing drifts.
 
 Memory: a merged set is about the size of the targeted projections in sampling's precision
 (SmolLM2-135M with all seven projections of every layer targeted: ~106M weights, ~425 MB in fp32,
-half in bf16); the adapter store keeps at most MERGED_KEPT of them (rlvr.policy.adapters).
+half in bf16); the adapter store keeps at most MERGED_KEPT of them (rlvr.engine.adapters).
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rlvr.policy.packed import pack, packed_linear
+from rlvr.engine.packed_weights import pack, packed_linear
 
 MERGED_KEPT = 2  # merged sets kept: the live adapter's and one older step's (a test evaluation)
 
 
 class MergedLinear(torch.nn.Module):
     """A linear layer over given tensors (no parameters: nothing here is trained). A packed one
-    (rlvr.policy.packed) computes in its weight's dtype and answers in its input's."""
+    (rlvr.engine.packed_weights) computes in its weight's dtype and answers in its input's."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, packed: bool) -> None:
         super().__init__()

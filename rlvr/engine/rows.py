@@ -1,7 +1,7 @@
 """One sampled row's decoding: its state (tokens, log-probabilities, why it ended) and the rules that
 pick its next token and end it (temperature, top_p, seed, grammar, stop strings, end tokens).
 
-The sampler (rlvr.policy.sampler) runs the model over many rows at once; everything here is per
+The sampler (rlvr.engine.sampler) runs the model over many rows at once; everything here is per
 row, on the logits the model gave it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from rlvr.policy.common import FinishReason, Sampled, SampleRow
-from rlvr.policy.grammar import Matcher
+from rlvr.engine.grammar import Matcher
+from rlvr.engine.types import FinishReason, Sampled, SampleRow
 
 
 def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,7 @@ from itertools import pairwise
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.policy.common import whole_number
+from rlvr.engine.types import whole_number
 
 BUDGET_ENV = "RLVR_PREFIX_CACHE_MB"  # 0 turns the cache off
 DEFAULT_BUDGET_MB = 384

@@ -1,4 +1,4 @@
-"""Sampling's products over packed weights (rlvr.policy.packed): the same results as the plain
+"""Sampling's products over packed weights (rlvr.engine.packed_weights): the same results as the plain
 product, used only where a probe agrees and nothing takes a gradient, and off on request.
 
 Packing in bf16 needs a CPU with bf16 instructions; where the probe says it does not run, those
@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from rlvr.config import ConfigError
-from rlvr.policy import loaded as loaded_module
-from rlvr.policy import packed as packed_module
-from rlvr.policy.merged import MergedLinear, pack_frozen
-from rlvr.policy.packed import PACKED_ENV, pack, pack_head, packed_linear, packs
+from rlvr.engine import loaded_model as loaded_module
+from rlvr.engine import packed_weights as packed_module
+from rlvr.engine.merged_weights import MergedLinear, pack_frozen
+from rlvr.engine.packed_weights import PACKED_ENV, pack, pack_head, packed_linear, packs
 from tests.tiny_llama import tiny_llama
 
 CPU = torch.device("cpu")

@@ -2,11 +2,11 @@
 decode with per-row temperature, top_p, max_tokens, stop strings, seed and grammar (structured
 output), and the sampled tokens' logprobs.
 
-The work comes in three moves over a live batch (rlvr.policy.batch): `admit` prefills new rows
+The work comes in three moves over a live batch (rlvr.engine.batch): `admit` prefills new rows
 into a batch of their own, `retire` drops the rows that ended (or whose client has gone) and keeps
 their keys/values for a conversation's next turn, `advance` decodes one token of every row. A
 static pass (`sample`) admits all its rows at once and advances until none is left; the server's
-scheduler (rlvr.policy.scheduler) joins newcomers into a running batch between steps."""
+scheduler (rlvr.engine.scheduler) joins newcomers into a running batch between steps."""
 
 from __future__ import annotations
 
@@ -16,8 +16,13 @@ from typing import Any, NamedTuple
 
 import torch
 
-from rlvr.policy.batch import LiveBatch, joined, plain_layers, select_rows, slotted
-from rlvr.policy.common import (
+from rlvr.engine.batch import LiveBatch, joined, plain_layers, select_rows, slotted
+from rlvr.engine.device import release_memory
+from rlvr.engine.grammar import Matcher, grammar_for, llg_tokenizer
+from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.prefix import Prefix, PrefixCache, shared_prefixes, worth_reusing
+from rlvr.engine.rows import RowRules, RowState, never
+from rlvr.engine.types import (
     PASS_COLUMNS,
     PREFILL_TOKENS,
     EngineCounters,
@@ -25,12 +30,8 @@ from rlvr.policy.common import (
     SampleRow,
     width_groups,
 )
-from rlvr.policy.device import release_memory
-from rlvr.policy.grammar import Matcher, grammar_for, llg_tokenizer
-from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.prefix import Prefix, PrefixCache, shared_prefixes, worth_reusing
-from rlvr.policy.rows import RowRules, RowState, never
-from rlvr.policy.weights import WeightsSource, WeightsTag, WeightsView
+from rlvr.engine.weights import WeightsSource, WeightsTag, WeightsView
+from rlvr.json_types import JsonObject
 
 
 def as_decoded(cache: Any, dtype: torch.dtype) -> None:
@@ -111,7 +112,7 @@ class Sampler:
         found = self.prefixes.lookup(tag, prompt_ids, len(prompt_ids) - 1)
         return found.length if found is not None else 0
 
-    def compile_grammar(self, schema: dict[str, Any]) -> str:
+    def compile_grammar(self, schema: JsonObject) -> str:
         """The grammar (for `SampleRow.grammar`) of a JSON schema; GrammarError if it has none."""
         return grammar_for(schema, self._grammar_view()[0])
 
@@ -205,7 +206,7 @@ class Sampler:
 
     def seat(self, newcomers: LiveBatch) -> LiveBatch:
         """`newcomers` (just admitted) as a batch of their own that decodes in place and that
-        later rows can join (rlvr.policy.batch.slotted)."""
+        later rows can join (rlvr.engine.batch.slotted)."""
         return slotted(newcomers)
 
     def join(self, live: LiveBatch | None, newcomers: LiveBatch) -> LiveBatch | None:

@@ -13,12 +13,13 @@ is laid out anew only when a side runs out of room."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from rlvr.policy.rows import RowState
-from rlvr.policy.weights import WeightsView
+from rlvr.engine.rows import RowState
+from rlvr.engine.weights import WeightsView
 
 RIGHT_ROOM = 128  # columns kept free to the right: decode steps between two layouts
 ROW_ROOM = 8  # rows kept free below when a buffer is laid out
@@ -88,7 +89,7 @@ class SlotLayer:
         self,
         key_states: torch.Tensor,
         value_states: torch.Tensor,
-        cache_kwargs: dict[str, Any] | None = None,
+        cache_kwargs: Mapping[str, object] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         columns = key_states.shape[-2]
         if self.end + columns > self.key_buffer.shape[2]:

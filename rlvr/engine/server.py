@@ -2,13 +2,13 @@
 
 `/v1/chat/completions` and `/v1/models` on 127.0.0.1. A request names a model as `name` (the
 latest step) or `name@step` (that step's adapter), the way ART names inference models. Requests
-are batched continuously (rlvr.policy.scheduler): a request joins the running decode at the next
+are batched continuously (rlvr.engine.scheduler): a request joins the running decode at the next
 step, and a request whose client has gone (its connection closed, or the timeout it announced
 passed) is dropped there, so neither a late arrival nor an abandoned request waits for or costs
 a whole pass.
 
 Structured output: `response_format` (`json_schema`, or `json_object` with or without a schema)
-constrains decoding to the schema (rlvr.policy.grammar); this is how the local judge answers.
+constrains decoding to the schema (rlvr.engine.grammar); this is how the local judge answers.
 
 Log-probability tokens are `token_id:<id>` so ART's tokeniser recovers the exact sampled ids;
 `bytes` is the token's text as UTF-8. Errors follow OpenAI's shape: `{"error": {"message": ...}}`
@@ -43,12 +43,14 @@ from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMe
 from openai.types.chat.chat_completion_token_logprob import ChatCompletionTokenLogprob, TopLogprob
 from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Receive, Scope, Send
 
-from rlvr.policy.common import Sampled, SampleRow, UnknownStep
-from rlvr.policy.grammar import GrammarError, schema_of
-from rlvr.policy.sampler import Sampler  # a trained engine's or a frozen one
-from rlvr.policy.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
-from rlvr.policy.toolcalls import call_prefix, new_call_id, parse_tool_calls
+from rlvr.engine.grammar import GrammarError, schema_of
+from rlvr.engine.sampler import Sampler  # a trained engine's or a frozen one
+from rlvr.engine.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
+from rlvr.engine.toolcalls import call_prefix, new_call_id, parse_tool_calls
+from rlvr.engine.types import Sampled, SampleRow, UnknownStep
+from rlvr.json_types import JsonObject, as_object
 
 if TYPE_CHECKING:
     import uvicorn
@@ -78,7 +80,7 @@ class ChatMessageIn(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: str | list[JsonObject] | None = None
 
 
 class NamedFunction(BaseModel):
@@ -106,11 +108,11 @@ class ChatRequest(BaseModel):
     seed: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    tools: list[dict[str, Any]] | None = None
+    tools: list[JsonObject] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     stream: bool = False
-    response_format: dict[str, Any] | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
+    response_format: JsonObject | None = None
+    chat_template_kwargs: JsonObject | None = None
 
 
 class Route(BaseModel):
@@ -168,7 +170,7 @@ def _settle(future: asyncio.Future[list[Sampled]], result: list[Sampled] | BaseE
 
 
 class _Batcher:
-    """Feeds one sampler's requests to its scheduler (rlvr.policy.scheduler), which decodes them
+    """Feeds one sampler's requests to its scheduler (rlvr.engine.scheduler), which decodes them
     in a worker thread while any are waiting or live."""
 
     def __init__(self, sampler: Sampler) -> None:
@@ -208,18 +210,29 @@ class _Batcher:
                 )
 
 
-def tools_system_text(tools: list[dict[str, Any]]) -> str:
+def function_of(tool: JsonObject) -> JsonObject:
+    """A tool's function description: OpenAI's `{"type": "function", "function": {...}}` or the
+    function object given bare."""
+    return as_object(tool.get("function", tool), "tools[].function")
+
+
+def tool_names(tools: list[JsonObject]) -> list[str]:
+    return [str(function_of(t).get("name")) for t in tools]
+
+
+def tools_system_text(tools: list[JsonObject]) -> str:
     """The tool description for chat templates that cannot render tools themselves."""
-    schemas = "".join(json.dumps(t.get("function", t), ensure_ascii=False) + "\n" for t in tools)
+    schemas = "".join(json.dumps(function_of(t), ensure_ascii=False) + "\n" for t in tools)
     return TOOLS_HEADER + schemas + TOOLS_FOOTER
 
 
-def _messages(request: ChatRequest, template_has_tools: bool) -> list[dict[str, Any]]:
-    messages = [m.model_dump(exclude_none=True) for m in request.messages]
+def _messages(request: ChatRequest, template_has_tools: bool) -> list[JsonObject]:
+    messages: list[JsonObject] = [m.model_dump(exclude_none=True) for m in request.messages]
     if request.tools and not template_has_tools:
         text = tools_system_text(request.tools)
-        if messages[0]["role"] == "system" and isinstance(messages[0].get("content"), str):
-            messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + text}
+        first = messages[0].get("content")
+        if messages[0]["role"] == "system" and isinstance(first, str):
+            messages[0] = {**messages[0], "content": first + "\n\n" + text}
         else:
             messages.insert(0, {"role": "system", "content": text})
     return messages
@@ -230,7 +243,7 @@ def check_tool_choice(request: ChatRequest) -> None:
     choice = request.tool_choice
     if not isinstance(choice, NamedToolChoice):
         return
-    names = [t.get("function", t).get("name") for t in request.tools or []]
+    names = tool_names(request.tools or [])
     if choice.function.name not in names:
         offered = ", ".join(repr(n) for n in names) or "none"
         raise ApiError(
@@ -306,7 +319,7 @@ def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatReques
     finish: Literal["stop", "length", "tool_calls"] = sampled.finish_reason
     tool_calls: list[ChatCompletionMessageToolCallUnion] | None = None
     if request.tools and request.tool_choice != "none":
-        names = {t.get("function", t).get("name") for t in request.tools}
+        names = set(tool_names(request.tools))
         reply = parse_tool_calls(sampled.text, names)
         if reply.calls:
             content = reply.content
@@ -345,7 +358,7 @@ def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatReques
 
 def completion_body(
     request: ChatRequest, engine: Sampler, sampled: list[Sampled], prompt_tokens: int
-) -> dict[str, Any]:
+) -> JsonObject:
     """OpenAI's chat-completion body for the request's sampled choices."""
     completion_tokens = sum(len(s.token_ids) for s in sampled)
     completion = ChatCompletion(
@@ -371,7 +384,7 @@ class BearerAuth:
         self.app = app
         self.expected = f"Bearer {api_key}".encode()
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
@@ -442,7 +455,7 @@ def create_app(
         return _error(error.status, error.message, error.kind)
 
     @app.get("/v1/models")
-    async def models(raw: Request) -> dict[str, Any]:
+    async def models(raw: Request) -> JsonObject:
         created = int(time.time())
         return {
             "object": "list",
@@ -453,7 +466,7 @@ def create_app(
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(request: ChatRequest, raw: Request) -> dict[str, Any]:
+    async def chat(request: ChatRequest, raw: Request) -> JsonObject:
         if request.stream:
             raise ApiError(400, "stream: streaming is not supported by this server")
         check_tool_choice(request)
@@ -489,6 +502,35 @@ def serve(server: uvicorn.Server, sockets: list[socket.socket]) -> None:
     `loop_factory`, so the server would never start there."""
     with asyncio.Runner(loop_factory=server.config.get_loop_factory()) as runner:
         runner.run(server.serve(sockets=sockets))
+
+
+def serve_frozen(
+    listener: socket.socket,
+    model: str,
+    served_name: str,
+    api_key: str,
+    prepare: Prepare | None = None,
+) -> None:
+    """Serve `model` (an rlvr model name or directory) as it is under `served_name` on the
+    inherited `listener` until the process is stopped: the body of an engine child process
+    (rlvr.engine.process)."""
+    import uvicorn
+
+    from rlvr.engine.frozen_sampler import frozen_sampler
+    from rlvr.engine.models import resolve_model
+
+    engine = frozen_sampler(resolve_model(model))
+
+    def route(name: str) -> Route:
+        if name != served_name:
+            raise ApiError(
+                404, f"model: '{name}': this engine serves '{served_name}'", "not_found_error"
+            )
+        return Route(engine=engine, step=None)
+
+    app = create_app(route, lambda: [served_name], api_key=api_key, prepare=prepare)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=600)
+    serve(uvicorn.Server(config), [listener])
 
 
 class ServerThread:

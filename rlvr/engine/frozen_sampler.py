@@ -9,18 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlvr.policy.common import Precision
-from rlvr.policy.loaded import load_model
-from rlvr.policy.merged import pack_frozen
-from rlvr.policy.sampler import Sampler
-from rlvr.policy.weights import BaseWeights
+from rlvr.engine.loaded_model import load_model
+from rlvr.engine.merged_weights import pack_frozen
+from rlvr.engine.sampler import Sampler
+from rlvr.engine.types import Precision
+from rlvr.engine.weights import BaseWeights
 
 
 def frozen_sampler(
     model_dir: Path, *, device: str | None = None, precision: Precision | None = None
 ) -> Sampler:
     """A sampler of `model_dir`'s model as it is (step 0 only); on a CPU its projections are
-    packed for the kernel once (rlvr.policy.packed), since nothing trains them."""
+    packed for the kernel once (rlvr.engine.packed_weights), since nothing trains them."""
     loaded = load_model(model_dir, device, precision)
     if loaded.packed:
         pack_frozen(loaded.model, loaded.products_dtype)

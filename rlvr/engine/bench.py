@@ -35,15 +35,15 @@ from art.preprocessing.pack import PackedTensors
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.engine.adapters import AdapterStore
+from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.lora_engine import Engine
+from rlvr.engine.sampler import Sampler
+from rlvr.engine.server import Route, ServerThread, create_app
+from rlvr.engine.types import SampleRow
+from rlvr.engine.weights import WeightsView
 from rlvr.metrics import peak_rss_gb
-from rlvr.policy.adapters import AdapterStore
-from rlvr.policy.backend import TorchBackend, pack_groups
-from rlvr.policy.common import SampleRow
-from rlvr.policy.engine import Engine
-from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.sampler import Sampler
-from rlvr.policy.server import Route, ServerThread, create_app
-from rlvr.policy.weights import WeightsView
 
 RATIO = "ratio_vs_bare"
 PEAK_RSS = "peak_rss_gb"
@@ -61,7 +61,7 @@ BENCH_PROMPTS = [
 
 def sampling_precision(loaded: LoadedModel) -> str:
     """fp32, bf16, or mixed (bf16 prefill, fp32 decoding): how the engine samples; with
-    "+packed bf16|fp32" where its projections use packed weights (rlvr.policy.packed)."""
+    "+packed bf16|fp32" where its projections use packed weights (rlvr.engine.packed_weights)."""
     names = {
         "bf16" if d is not None else "fp32" for d in (loaded.prefill_dtype, loaded.sample_dtype)
     }
@@ -95,7 +95,7 @@ async def _registered(
 
 def bare_generate(
     loaded: LoadedModel,
-    prompts: list[str] | list[list[dict[str, Any]]],
+    prompts: list[str] | list[list[ChatCompletionMessageParam]],
     max_tokens: int,
     temperature: float = 1.0,
     weights: WeightsView | None = None,
@@ -173,8 +173,8 @@ def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[st
     """A second endpoint beside the policy's: the base weights as the judge engine serves them
     (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
     layers instead of merged (`unmerged`)."""
-    from rlvr.policy.frozen import frozen_sampler
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.frozen_sampler import frozen_sampler
+    from rlvr.engine.models import resolve_model
 
     adapters = engine.adapters
     unmerged = AdapterStore(
@@ -201,7 +201,7 @@ async def run_serve_bench(
     max_tokens: int = 64,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Completion tokens/s of `requests` concurrent chat requests: the LoRA policy's endpoint
     (merged weights), the base weights served the same way, the policy sampled unmerged, and a bare
     batched `generate` with the policy's merged weights; runs alternate, medians reported."""
@@ -269,7 +269,7 @@ async def _serve_repeats(
 
 def bare_generate_policy(
     engine: Engine,
-    prompts: list[str] | list[list[dict[str, Any]]],
+    prompts: list[str] | list[list[ChatCompletionMessageParam]],
     max_tokens: int,
     temperature: float = 1.0,
 ) -> tuple[int, float]:
@@ -346,7 +346,7 @@ async def run_train_bench(
     max_tokens: int = 48,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         backend, model = await _registered(path, model_name, threads)
         engine = backend.engine(model)
@@ -445,9 +445,9 @@ def run_turns_bench(
     max_tokens: int = 24,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Multi-turn chats with the prefix cache / the same engine with the cache off (bare)."""
-    from rlvr.policy.models import resolve_model
+    from rlvr.engine.models import resolve_model
 
     if threads:
         torch.set_num_threads(threads)

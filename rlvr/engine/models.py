@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict
 from rlvr.runs import atomic
 
 if TYPE_CHECKING:
+    import torch
     from gguf import GGUFReader
     from transformers import LlamaConfig, PreTrainedTokenizerFast
 
@@ -61,7 +62,7 @@ ALIASES: dict[str, GgufSource] = {
 # ChatML, identical to SmolLM2's own template for plain conversations (a default system turn when
 # the first message is not one). Additions: `tools` are described in the system turn, assistant
 # turns that carry only tool_calls render them the way the model is asked to emit them, and
-# None/list contents do not crash. Keep in sync with rlvr.policy.toolcalls (the parser).
+# None/list contents do not crash. Keep in sync with rlvr.engine.toolcalls (the parser).
 CHATML_TOOLS_TEMPLATE = """\
 {%- macro text(content) -%}
 {%- if content is string -%}{{ content }}\
@@ -246,7 +247,9 @@ def llama_config(reader: GGUFReader) -> LlamaConfig:
     )
 
 
-def llama_weights(reader: GGUFReader, config: LlamaConfig, names: list[str]) -> dict[str, Any]:
+def llama_weights(
+    reader: GGUFReader, config: LlamaConfig, names: list[str]
+) -> dict[str, torch.Tensor]:
     """The GGUF's tensors dequantised to fp32 under the model's parameter `names` (gguf-py's
     name table); the query and key projections unpermuted (llama.cpp interleaves the two halves
     of each head's rotary dimensions)."""

@@ -1,4 +1,4 @@
-"""Frozen base weights kept once in bf16 (rlvr.policy.lowered) give bit for bit what autocast's
+"""Frozen base weights kept once in bf16 (rlvr.engine.autocast_copies) give bit for bit what autocast's
 per-call cast gives, forward and backward, and leave fp32 passes on the fp32 weights."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlvr.policy.device import run_head_in_fp32
-from rlvr.policy.lowered import lower_frozen
-from tests.test_merged import perturb, tiny_loaded
+from rlvr.engine.autocast_copies import lower_frozen
+from rlvr.engine.device import run_head_in_fp32
+from tests.test_merged_weights import perturb, tiny_loaded
 
 
 def forward_backward(model, ids: torch.Tensor, autocast: bool) -> tuple[torch.Tensor, list]:

@@ -15,7 +15,7 @@ logger = logging.getLogger(__name__)
 
 FinishReason = Literal["stop", "length"]
 # mixed: bf16 training and prompt prefill, fp32 decoding (what CPUs with bf16 units choose;
-# rlvr.policy.device)
+# rlvr.engine.device)
 Precision = Literal["fp32", "bf16", "mixed"]
 # The engine chooses a precision per phase: a prompt's tokens fed at once (prefill), decoding a
 # token a row (sample), the training step (train).
@@ -24,7 +24,7 @@ LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 # A training pass computes the tree of at most this many tokens of its sequences
-# (rlvr.policy.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
+# (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
 # for the backward pass, so this bounds a step's memory. At 2048 an email update or warm-start
 # batch peaked ~4 GB above the model in fp32, twice what 1024 costs (docs/concepts/cpu-engine.md).
 TREE_TOKENS = 1024
@@ -143,7 +143,7 @@ class SampleRow(BaseModel):
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0
-    # An llguidance grammar (rlvr.policy.grammar.grammar_for) the completion must follow.
+    # An llguidance grammar (rlvr.engine.grammar.grammar_for) the completion must follow.
     grammar: str | None = None
 
 
@@ -171,7 +171,7 @@ class EngineCounters(BaseModel):
     cached_prompt_tokens: int = 0  # of those, served from the prefix cache (not prefilled)
     prefilled_tokens: int = 0  # prompt tokens fed through the model
     decoded_tokens: int = 0  # completion tokens (sampled, or forced by a tool choice or grammar)
-    drafted_tokens: int = 0  # greedy rows' drafted tokens fed (rlvr.policy.rows.lookup_draft)
+    drafted_tokens: int = 0  # greedy rows' drafted tokens fed (rlvr.engine.rows.lookup_draft)
     kept_draft_tokens: int = 0  # of those, kept (what greedy decoding chose)
     decode_steps: int = 0  # forwards of a live batch, a token (or a draft) a row
     sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)

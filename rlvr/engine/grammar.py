@@ -16,6 +16,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import torch
+from pydantic import JsonValue
+
+from rlvr.json_types import JsonObject
 
 if TYPE_CHECKING:
     from llguidance._lib import JsonCompileOptions
@@ -28,7 +31,7 @@ JSON_OPTIONS: JsonCompileOptions = {
     "whitespace_flexible": False,
     "lenient": True,
 }
-ANY_OBJECT: dict[str, Any] = {"type": "object"}
+ANY_OBJECT: JsonObject = {"type": "object"}
 _SCHEMA_MAPS = {"properties", "patternProperties", "$defs", "definitions"}  # name -> schema
 _VALUES = {"const", "enum", "default", "examples"}  # data, not schemas
 
@@ -37,7 +40,7 @@ class GrammarError(ValueError):
     """A `response_format` that cannot be honoured; the message names the field."""
 
 
-def closed(schema: Any) -> Any:
+def closed(schema: JsonValue) -> JsonValue:
     """`schema` with every object that lists its properties closed to others, as OpenAI's strict
     mode reads a schema (JSON Schema itself admits extra properties unless told otherwise)."""
     if isinstance(schema, list):
@@ -59,7 +62,7 @@ def closed(schema: Any) -> Any:
     return out
 
 
-def schema_of(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
+def schema_of(response_format: JsonObject | None) -> JsonObject | None:
     """The JSON schema a `response_format` asks for, None for plain text. Accepts OpenAI's
     `{"type": "json_schema", "json_schema": {"schema": ..., "strict": ...}}`, its
     `{"type": "json_object"}` (any object) and llama.cpp's `{"type": "json_object", "schema": ...}`."""
@@ -84,7 +87,7 @@ def schema_of(response_format: dict[str, Any] | None) -> dict[str, Any] | None:
     return schema
 
 
-def grammar_for(schema: dict[str, Any], tokenizer: Any) -> str:
+def grammar_for(schema: JsonObject, tokenizer: Any) -> str:
     """The llguidance grammar of `schema`, checked against `tokenizer` (an `LLTokenizer`)."""
     from llguidance import LLMatcher
 

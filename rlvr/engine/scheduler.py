@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 import torch
 
-from rlvr.policy.batch import LiveBatch
-from rlvr.policy.common import EngineCounters, Sampled, SampleRow
-from rlvr.policy.device import release_memory
-from rlvr.policy.rows import RowState
-from rlvr.policy.sampler import Sampler
-from rlvr.policy.weights import WeightsView
+from rlvr.engine.batch import LiveBatch
+from rlvr.engine.device import release_memory
+from rlvr.engine.rows import RowState
+from rlvr.engine.sampler import Sampler
+from rlvr.engine.types import EngineCounters, Sampled, SampleRow
+from rlvr.engine.weights import WeightsView
 
 MAX_BATCH_ROWS = 64  # rows decoding at once; later requests wait for room
 # Prompt tokens admitted (prefilled) per step, beyond the first request: a burst of long prompts

@@ -13,11 +13,11 @@ from typing import Any
 
 import torch
 
-from rlvr.policy.attention import use_grouped_sdpa
-from rlvr.policy.common import THREADS_ENV, Phase, Precision, tree_tokens, whole_number
-from rlvr.policy.device import choose_autocast, choose_device, run_head_in_fp32
-from rlvr.policy.packed import pack_head, packing_wanted, packs
-from rlvr.policy.prefix import budget_bytes
+from rlvr.engine.attention import use_grouped_sdpa
+from rlvr.engine.device import choose_autocast, choose_device, run_head_in_fp32
+from rlvr.engine.packed_weights import pack_head, packing_wanted, packs
+from rlvr.engine.prefix import budget_bytes
+from rlvr.engine.types import THREADS_ENV, Phase, Precision, tree_tokens, whole_number
 
 DEFAULT_CONTEXT = 4096  # for a config that names no max_position_embeddings
 
@@ -34,7 +34,7 @@ class LoadedModel:
     sample_dtype: torch.dtype | None  # decoding's
     prefill_dtype: torch.dtype | None  # a prompt's prefill
     # Sampling's projections (merged sets, a frozen model's layers): their dtype, and whether
-    # their weights are packed for the CPU's kernel (rlvr.policy.packed).
+    # their weights are packed for the CPU's kernel (rlvr.engine.packed_weights).
     products_dtype: torch.dtype
     packed: bool
     lock: threading.Lock
@@ -43,7 +43,7 @@ class LoadedModel:
 
     @contextmanager
     def autocast(self, phase: Phase) -> Iterator[None]:
-        """The phase's precision (rlvr.policy.device.choose_autocast)."""
+        """The phase's precision (rlvr.engine.device.choose_autocast)."""
         dtype = self.dtype_of(phase)
         if dtype is None:
             yield

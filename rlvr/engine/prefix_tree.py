@@ -6,7 +6,7 @@ turns alike (the same search, the same email read) and part only near the end; a
 shares its system prompt. Computed row by row, every sequence pays for those tokens again. In the
 tree, a run is a stretch of tokens that the same sequences hold at the same positions; a run
 continues the run before it on its path (its `parent`), and the sequences part where their tokens
-differ. The trainer (rlvr.policy.trainer) computes the runs level by level, each continuing from the
+differ. The trainer (rlvr.engine.trainer) computes the runs level by level, each continuing from the
 keys and values of its path, so each sequence's log-probabilities are those it would get alone.
 
 Pure functions over token lists: nothing here touches a model.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rlvr.policy.common import PASS_COLUMNS, width_groups
-from rlvr.policy.prefix import common_prefix
+from rlvr.engine.prefix import common_prefix
+from rlvr.engine.types import PASS_COLUMNS, width_groups
 
 
 class Run(NamedTuple):

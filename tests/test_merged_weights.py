@@ -1,4 +1,4 @@
-"""Sampling from merged weights (rlvr.policy.merged, the adapter store's merged sets).
+"""Sampling from merged weights (rlvr.engine.merged_weights, the adapter store's merged sets).
 
 The fast tests build a tiny Llama (random weights, no download) with a real PEFT LoRA adapter; the
 slow ones sample the real SmolLM2-135M through the engine, merged and unmerged, and check that
@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.policy.adapters import AdapterStore, attach_adapter
-from rlvr.policy.common import LIVE_ADAPTER, LoraSettings, OptimSettings, UnknownStep
-from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.merged import MERGED_KEPT, MergedLinear, merge
-from rlvr.policy.packed import packs
-from rlvr.policy.trainer import Trainer
-from rlvr.policy.weights import WeightsTag
+from rlvr.engine.adapters import AdapterStore, attach_adapter
+from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.merged_weights import MERGED_KEPT, MergedLinear, merge
+from rlvr.engine.packed_weights import packs
+from rlvr.engine.trainer import Trainer
+from rlvr.engine.types import LIVE_ADAPTER, LoraSettings, OptimSettings, UnknownStep
+from rlvr.engine.weights import WeightsTag
 from tests.tiny_llama import fp32_loaded, tiny_llama
 
 TINY_LORA = LoraSettings(r=4, lora_alpha=8)
@@ -130,7 +130,7 @@ def test_the_live_set_is_merged_once_per_weights_version(tmp_path: Path) -> None
 
 
 def test_older_steps_are_merged_from_their_checkpoints_at_most_two_kept(tmp_path: Path) -> None:
-    from rlvr.policy.common import OPTIMIZER_FILE
+    from rlvr.engine.types import OPTIMIZER_FILE
 
     loaded = tiny_loaded()
     adapters = store(loaded, tmp_path)
@@ -174,11 +174,11 @@ def test_merged_and_unmerged_sampling_give_the_same_greedy_tokens(tmp_path: Path
     """The real SmolLM2-135M with a non-trivial adapter (fp32): the sampler (merged) and a sampler
     over the same model through PEFT's LoRA layers pick the same greedy tokens with the same
     log-probabilities, and both differ from the base weights'."""
-    from rlvr.policy.common import SampleRow
-    from rlvr.policy.engine import Engine
-    from rlvr.policy.models import DEFAULT_MODEL, resolve_model
-    from rlvr.policy.sampler import Sampler
-    from rlvr.policy.weights import BaseWeights
+    from rlvr.engine.lora_engine import Engine
+    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+    from rlvr.engine.sampler import Sampler
+    from rlvr.engine.types import SampleRow
+    from rlvr.engine.weights import BaseWeights
 
     engine = Engine(resolve_model(DEFAULT_MODEL), tmp_path / "model", precision="fp32")
     perturb(engine.loaded, scale=0.02)

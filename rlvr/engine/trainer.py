@@ -2,10 +2,10 @@
 start, each sequence's tokens computed as the tree of what the sequences share.
 
 ART tokenises a step's trajectories and normalises their advantages and weights
-(`rlvr.policy.backend.pack_groups`: one sequence a row). A group's rollouts share their prompt,
+(`rlvr.engine.backend.pack_groups`: one sequence a row). A group's rollouts share their prompt,
 and an agent's rollouts often play their first turns alike and part near the end, so computed row
 by row most of a step's tokens would be computed several times. The trainer computes each chunk
-of sequences as their tree (rlvr.policy.prefix_tree): level by level, a pass feeds every run of
+of sequences as their tree (rlvr.engine.prefix_tree): level by level, a pass feeds every run of
 one level side by side, each continuing from the keys and values of the runs before it on its
 path (`TreeForward`); below the depth where a level costs more passes than it saves, each
 sequence's rest is one run (`cheapest_tree`). The log-probabilities every sequence gets are
@@ -26,10 +26,14 @@ from art.loss import loss_fn, shift_tensor
 from art.preprocessing.inputs import TrainInputs
 from art.preprocessing.pack import PackedTensors
 from art.types import TrainConfig
+from torch.optim.optimizer import StateDict
 
 from rlvr import faults
-from rlvr.policy.adapters import AdapterStore
-from rlvr.policy.common import (
+from rlvr.engine.adapters import AdapterStore
+from rlvr.engine.device import release_memory
+from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.prefix_tree import Tree, cheapest_tree, tree_chunks
+from rlvr.engine.types import (
     ENTROPY,
     GRAD_NORM,
     GRADIENT_STEPS,
@@ -45,9 +49,6 @@ from rlvr.policy.common import (
     tree_tokens,
     width_groups,
 )
-from rlvr.policy.device import release_memory
-from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.prefix_tree import Tree, cheapest_tree, tree_chunks
 
 
 def _trimmed(packed: PackedTensors, device: torch.device) -> dict[str, torch.Tensor]:
@@ -117,7 +118,7 @@ def as_sampled(logprobs: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
 
 
 class TreeForward:
-    """A chunk's sequences computed as their tree (rlvr.policy.prefix_tree.Tree) with `model`'s
+    """A chunk's sequences computed as their tree (rlvr.engine.prefix_tree.Tree) with `model`'s
     LoRA-adapted body: level by level, each pass feeds runs of one level side by side (runs of
     much different lengths in passes of their own, `width_groups`), right-padded, each
     continuing from its path's keys and values (left-padded) under a mask hiding both pads. The
@@ -289,7 +290,7 @@ class Trainer:
         loaded: LoadedModel,
         adapters: AdapterStore,
         optim: OptimSettings,
-        optimizer_state: dict[str, Any] | None = None,
+        optimizer_state: StateDict | None = None,
     ) -> None:
         self.loaded = loaded
         self.adapters = adapters
@@ -351,7 +352,7 @@ class Trainer:
         temperature: float = 1.0,
     ) -> dict[str, float]:
         """One GRPO update on ART's tensors (`art.preprocessing.pack.PackedTensors`, one sequence
-        a row: `rlvr.policy.backend.pack_groups`), saved as checkpoint `step`, which is served from
+        a row: `rlvr.engine.backend.pack_groups`), saved as checkpoint `step`, which is served from
         then on.
 
         The rows are split into `num_substeps` chunks; each chunk accumulates gradients of ART's

@@ -1,7 +1,7 @@
 """Which weights a sampling pass computes with: a `WeightsView` names them (its tag files the keys
 and values computed with them in the prefix cache) and applies them to the model for a pass.
 
-A `WeightsSource` gives the view of a step: the adapter store (rlvr.policy.adapters) for a trained
+A `WeightsSource` gives the view of a step: the adapter store (rlvr.engine.adapters) for a trained
 engine, `BaseWeights` for a model served as it is. A view holds its merged set (if any) itself, so
 rows admitted on one view finish on it even if the source moves on."""
 
@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
-from rlvr.policy.common import UnknownStep
-from rlvr.policy.merged import MergedSet
+from rlvr.engine.merged_weights import MergedSet
+from rlvr.engine.types import UnknownStep
 
 
 class WeightsTag(NamedTuple):

@@ -1,17 +1,17 @@
 """The policy engine: one causal LM with a LoRA adapter, on one device, made of parts that each
 take what they use:
 
-- `LoadedModel` (rlvr.policy.loaded): the model, tokenizer, device, precisions and the lock that
+- `LoadedModel` (rlvr.engine.loaded_model): the model, tokenizer, device, precisions and the lock that
   keeps sampling and training apart;
-- `AdapterStore` (rlvr.policy.adapters): the live adapter, its checkpoints, older steps served
+- `AdapterStore` (rlvr.engine.adapters): the live adapter, its checkpoints, older steps served
   beside it, and the live weights' version;
-- `Sampler` (rlvr.policy.sampler): batched, KV-cached decoding of many rows at once, returning the
+- `Sampler` (rlvr.engine.sampler): batched, KV-cached decoding of many rows at once, returning the
   sampled token ids and their log-probabilities, so ART can train on exactly what was sampled;
-- `Trainer` (rlvr.policy.trainer): GRPO updates with ART's own `loss_fn`, and supervised steps.
+- `Trainer` (rlvr.engine.trainer): GRPO updates with ART's own `loss_fn`, and supervised steps.
 
 Callers run both off the event loop (`asyncio.to_thread`). Checkpoints are PEFT adapter directories
 (plus `optimizer.pt`). A model served as it is (the local judge) is a sampler alone
-(rlvr.policy.frozen).
+(rlvr.engine.frozen_sampler).
 """
 
 from __future__ import annotations
@@ -20,24 +20,24 @@ from pathlib import Path
 
 from art.utils.get_model_step import get_step_from_dir
 
-from rlvr.policy.adapters import (
+from rlvr.engine.adapters import (
     AdapterStore,
     attach_adapter,
     load_optimizer_state,
     resume_dir,
 )
-from rlvr.policy.common import (
+from rlvr.engine.autocast_copies import lower_frozen
+from rlvr.engine.loaded_model import LoadedModel, load_model
+from rlvr.engine.prefix import PrefixCache
+from rlvr.engine.sampler import Sampler
+from rlvr.engine.trainer import Trainer
+from rlvr.engine.types import (
     OPTIMIZER_FILE,
     EngineCounters,
     LoraSettings,
     OptimSettings,
     Precision,
 )
-from rlvr.policy.loaded import LoadedModel, load_model
-from rlvr.policy.lowered import lower_frozen
-from rlvr.policy.prefix import PrefixCache
-from rlvr.policy.sampler import Sampler
-from rlvr.policy.trainer import Trainer
 
 
 class Engine:
@@ -78,5 +78,5 @@ class Engine:
             self.trainer.save_step(self.adapters.live_step)
 
     def counters(self) -> EngineCounters:
-        """Running totals of this engine's sampling and training (rlvr.policy.common)."""
+        """Running totals of this engine's sampling and training (rlvr.engine.types)."""
         return self.sampler.counters().plus(self.trainer.counters())

@@ -45,23 +45,23 @@ from art.utils.get_model_step import get_step_from_dir
 from art.utils.output_dirs import get_model_dir
 
 from rlvr.art_private import build_rl_train_configs
-from rlvr.policy import common as engine_names
-from rlvr.policy.common import (
+from rlvr.engine import types as engine_names
+from rlvr.engine.lora_engine import Engine
+from rlvr.engine.models import resolve_model
+from rlvr.engine.server import ApiError, Route, ServerThread, create_app, parse_model_name
+from rlvr.engine.types import (
     EngineCounters,
     LoraSettings,
     OptimSettings,
     Precision,
 )
-from rlvr.policy.engine import Engine
-from rlvr.policy.models import resolve_model
-from rlvr.policy.server import ApiError, Route, ServerThread, create_app, parse_model_name
 from rlvr.redact import redact_data
 from rlvr.runs import atomic
 
 logger = logging.getLogger(__name__)
 
 # Rows are ART's tensors one sequence a row (the trainer computes what the sequences share once:
-# rlvr.policy.trainer.TreeForward), as long as the longest sequence rounded up to this.
+# rlvr.engine.trainer.TreeForward), as long as the longest sequence rounded up to this.
 PACK_ALIGN = 64
 TRAINER_TIME = "time/step_trainer_s"
 _PEFT_KEYS = ("r", "lora_alpha", "target_modules")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from rlvr.config import ConfigError
-from rlvr.policy.common import PRECISION_ENV, Phase, Precision
+from rlvr.engine.types import PRECISION_ENV, Phase, Precision
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

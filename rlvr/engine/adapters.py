@@ -1,7 +1,7 @@
 """The engine's LoRA adapters: the live one (trained in place), its checkpoints (atomic, with the
 optimizer), the live weights' version, and the merged weights each adapter is sampled with.
 
-`AdapterStore` is the sampler's source of weights (rlvr.policy.sampler.WeightsSource) and the
+`AdapterStore` is the sampler's source of weights (rlvr.engine.sampler.WeightsSource) and the
 trainer's store of checkpoints."""
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import torch
 from art.utils.output_dirs import get_step_checkpoint_dir
 
 from rlvr import faults
-from rlvr.policy.common import (
+from rlvr.engine.device import release_memory
+from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.merged_weights import MERGED_KEPT, MergedSet, merge
+from rlvr.engine.types import (
     ADAPTER_WEIGHTS,
     LIVE_ADAPTER,
     OPTIMIZER_FILE,
     LoraSettings,
     UnknownStep,
 )
-from rlvr.policy.device import release_memory
-from rlvr.policy.loaded import LoadedModel
-from rlvr.policy.merged import MERGED_KEPT, MergedSet, merge
-from rlvr.policy.weights import WeightsTag, WeightsView
+from rlvr.engine.weights import WeightsTag, WeightsView
 from rlvr.runs import atomic
 from rlvr.runs.damage import RunDamaged
 
@@ -119,7 +119,7 @@ def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> A
 
 class AdapterStore:
     """The live adapter of `loaded.model` (a PeftModel), its checkpoints under `output_dir` (ART's
-    model directory), and the merged weights the sampler computes with (rlvr.policy.merged).
+    model directory), and the merged weights the sampler computes with (rlvr.engine.merged_weights).
 
     `version` counts changes of the live weights; `changed()` (every optimizer step) bumps it,
     drops the live adapter's merged set and calls `on_change`, so nothing computed from the old
