@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from judges.client import JudgeClient
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from rlvr.types import Scenario, Scorer
 
 # Submodules are imported inside the functions: `import judges.engine` (for `rlvr judge serve`)
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 
 @contextlib.asynccontextmanager
-async def open_judge(cfg: TrainConfig) -> AsyncIterator[JudgeClient]:
+async def open_judge(cfg: RunConfig) -> AsyncIterator[JudgeClient]:
     """The run's judge. `judge=local` without `judge.base_url` gets a private engine on
     127.0.0.1 (judges.server), started lazily by the first request and stopped when this context exits (normally,
     on an exception, or on Ctrl-C); any other id is a litellm model used directly."""

@@ -33,7 +33,7 @@ from judges.client import JudgeClient
 from judges.rubric import RubricScorer
 from judges.rubric_data import Criterion, healthbench_path
 from judges.ruler import RulerScorer
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import JudgeMetric
 from rlvr.types import Item
 
@@ -131,7 +131,7 @@ async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> di
     }
 
 
-async def run_bench(cfg: TrainConfig, group_size: int = 8, log: Any = None) -> dict[str, object]:
+async def run_bench(cfg: RunConfig, group_size: int = 8, log: Any = None) -> dict[str, object]:
     say = log or (lambda text: print(text, file=sys.stderr, flush=True))
     item, references = pick_item()
     async with open_judge(cfg) as judge:

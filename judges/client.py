@@ -50,7 +50,7 @@ from rlvr.redact import redact_error
 from rlvr.types import BudgetExhausted
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
 log = logging.getLogger("rlvr.judges")
 # litellm prints a help banner on every exception; ours are counted and logged once.
@@ -117,7 +117,7 @@ class JudgeFailure(RuntimeError):
 
 
 class JudgeSettings(BaseModel):
-    """Everything the client needs, resolved from TrainConfig."""
+    """Everything the client needs, resolved from RunConfig."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -137,7 +137,7 @@ class JudgeSettings(BaseModel):
     backoff_s: float = 1.0
 
     @classmethod
-    def from_config(cls, cfg: TrainConfig) -> JudgeSettings:
+    def from_config(cls, cfg: RunConfig) -> JudgeSettings:
         from rlvr.config import VLLM_JUDGE
 
         served = cfg.judge.model == VLLM_JUDGE  # the run's vLLM servers, named by serve_from

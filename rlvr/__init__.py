@@ -31,7 +31,7 @@ _EXPORTS = {
     "StopReason": "rlvr.training",
     "Task": "rlvr.tasks.api",
     "TestBlock": "rlvr.paired",
-    "TrainConfig": "rlvr.config",
+    "RunConfig": "rlvr.config",
     "build_config": "rlvr.config",
     "chat_turn": "rlvr.tasks.rollouts",
     "completion_text": "rlvr.types",
@@ -48,9 +48,14 @@ _EXPORTS = {
     "tool_episode": "rlvr.agent",
 }
 __all__ = sorted(_EXPORTS)
+# Old public names, resolved by their module with a DeprecationWarning (never cached here, so
+# every use warns), and left out of __all__.
+_DEPRECATED = {"TrainConfig": "rlvr.config"}
 
 
 def __getattr__(name: str) -> object:
+    if name in _DEPRECATED:
+        return getattr(importlib.import_module(_DEPRECATED[name]), name)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rlvr' has no attribute {name!r}")
@@ -66,7 +71,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds it to _EXPORTS
     from rlvr.agent import Call, final_reply, tool_episode  # noqa: F401
     from rlvr.agent.mcp import mcp_tools  # noqa: F401
-    from rlvr.config import ConfigError, TrainConfig, build_config, parse_overrides  # noqa: F401
+    from rlvr.config import ConfigError, RunConfig, build_config, parse_overrides  # noqa: F401
     from rlvr.paired import Compared, TestBlock  # noqa: F401
     from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
     from rlvr.tasks.api import PluginError, Task, scenario  # noqa: F401

@@ -7,7 +7,7 @@ breaks here and only here (pinned: openpipe-art 0.5.18, see requirements.lock).
 - `train_sft`: `Backend._train_sft`, the path of ART's public `model.train_sft`, which takes
   trajectories and yields per-batch metrics without logging them as a training step.
 - `build_rl_train_configs`: how ART's backends turn `train()` keyword arguments into its
-  TrainConfig/dev config (the loss options), reused so rlvr's backend reads them the same way.
+  RunConfig/dev config (the loss options), reused so rlvr's backend reads them the same way.
 - `gather_groups`: ART's `gather_trajectory_groups` without its tqdm bar (its gather context,
   group wrapping and exception accounting, as they are), so a run shows its own progress: a bar
   in a terminal, one line per step when piped, never carriage-return updates in a log.

@@ -24,7 +24,7 @@ from rlvr.cli_help import reflow_help
 from rlvr.runs.results_cli import results_app
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
 app = typer.Typer(
     add_completion=False,
@@ -103,8 +103,8 @@ def crash(error: BaseException) -> NoReturn:
     raise typer.Exit(1)
 
 
-def command_config(task: str | None, overrides: list[str]) -> TrainConfig:
-    """TrainConfig from TASK and key=value pairs (TrainConfig keys and the task's options)."""
+def command_config(task: str | None, overrides: list[str]) -> RunConfig:
+    """RunConfig from TASK and key=value pairs (RunConfig keys and the task's options)."""
     from rlvr.config import pairs_to_dict, parse_overrides
     from rlvr.tasks.plugins import task_config
 
@@ -300,7 +300,7 @@ TaskNames = Annotated[
 @app.command()
 def tasks(names: TaskNames = None) -> None:
     """List the installed tasks (entry-point group rlvr.scenarios), or the tasks named, with their
-    options and the TrainConfig defaults each starts from. A task that cannot be imported or whose
+    options and the RunConfig defaults each starts from. A task that cannot be imported or whose
     options reject their own defaults is one line naming its file and line (exit 2)."""
     from rlvr.tasks.plugins import task_names
 
@@ -326,7 +326,7 @@ def tasks(names: TaskNames = None) -> None:
 
 
 def task_lines(name: str) -> list[str]:
-    """A task's line, its options with their defaults, and the TrainConfig defaults. Defaults
+    """A task's line, its options with their defaults, and the RunConfig defaults. Defaults
     are validated as `rlvr train NAME` would (when no option is required)."""
     from rlvr.tasks.plugins import resolve_task
 

@@ -1,4 +1,4 @@
-"""TrainConfig: every knob of a run in one immutable pydantic model.
+"""RunConfig: every knob of a run in one immutable pydantic model.
 
 The names follow the Tinker RLVR recipe (group_size, groups_per_batch, learning_rate, ...) so a
 recipe's command line translates one to one. `parse_overrides` turns `key=value` strings from the
@@ -8,6 +8,7 @@ CLI into a validated config, or a `ConfigError` whose message is one line naming
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -222,7 +223,7 @@ class InferenceConfig(BaseModel):
         return urls
 
 
-# Keys that were flat in TrainConfig before `judge` and `stopping` were nested: each is refused
+# Keys that were flat in RunConfig before `judge` and `stopping` were nested: each is refused
 # with its new dotted name, so an old command or config.json says what to write instead.
 FLAT_JUDGE_PREFIX = "judge_"
 FLAT_STOPPING = (
@@ -246,7 +247,7 @@ SHORTHAND = {"judge": "model", "sampling": "strategy", "inference": "engine"}
 
 def dotted_name(key: str) -> str | None:
     """The dotted key that replaced an old flat one (`patience` -> `stopping.patience`), or None."""
-    if key in TrainConfig.model_fields:
+    if key in RunConfig.model_fields:
         return None
     if key in FLAT_STOPPING:
         return f"stopping.{key}"
@@ -287,8 +288,8 @@ def nested(values: Mapping[str, object]) -> dict[str, object]:
 
 
 def known_key(key: str) -> bool:
-    """A TrainConfig key: a field or a dotted key of a nested group."""
-    if key in TrainConfig.model_fields:
+    """A RunConfig key: a field or a dotted key of a nested group."""
+    if key in RunConfig.model_fields:
         return True
     group, dot, leaf = key.partition(".")
     return bool(dot) and group in NESTED and leaf in NESTED[group].model_fields
@@ -296,11 +297,11 @@ def known_key(key: str) -> bool:
 
 def all_keys() -> list[str]:
     """Every key a run can be configured with, dotted where nested."""
-    flat = [k for k in TrainConfig.model_fields if k not in NESTED]
+    flat = [k for k in RunConfig.model_fields if k not in NESTED]
     return flat + [f"{g}.{k}" for g, model in NESTED.items() for k in model.model_fields]
 
 
-class TrainConfig(BaseModel):
+class RunConfig(BaseModel):
     """A training run, fully specified. Every field can be set as `key=value` on the CLI."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -423,11 +424,11 @@ class TrainConfig(BaseModel):
         return nested(values)
 
     @model_validator(mode="after")
-    def _backend_honours_the_loss_options(self) -> TrainConfig:
+    def _backend_honours_the_loss_options(self) -> RunConfig:
         unsupported = [
             name
             for name in LOSS_OPTIONS_UNSUPPORTED.get(self.backend, ())
-            if getattr(self, name) != TrainConfig.model_fields[name].default
+            if getattr(self, name) != RunConfig.model_fields[name].default
         ]
         if unsupported:
             name = unsupported[0]
@@ -438,7 +439,7 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _vllm_serves_rlvr_adapters(self) -> TrainConfig:
+    def _vllm_serves_rlvr_adapters(self) -> RunConfig:
         # vLLM serves the LoRA checkpoints rlvr's own trainer writes; ART's backends serve theirs.
         if self.inference.urls and self.inference.engine != "vllm":
             raise ValueError("inference.urls names vLLM servers: it needs inference.engine=vllm")
@@ -455,7 +456,7 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _ratios_sum_to_one(self) -> TrainConfig:
+    def _ratios_sum_to_one(self) -> RunConfig:
         total = self.train_ratio + self.val_ratio + self.test_ratio
         if abs(total - 1.0) > 1e-6:
             raise ValueError(f"train_ratio + val_ratio + test_ratio must be 1.0, got {total:g}")
@@ -469,7 +470,7 @@ class TrainConfig(BaseModel):
         return public
 
 
-# Options of TrainConfig that a backend's `train()` cannot honour (read from ART 0.5.18's
+# Options of RunConfig that a backend's `train()` cannot honour (read from ART 0.5.18's
 # ServerlessBackend.train: no KL penalty, no truncated importance sampling, no substeps).
 LOSS_OPTIONS_UNSUPPORTED: dict[str, tuple[str, ...]] = {
     "serverless": ("kl_penalty_coef", "truncated_importance_sampling", "num_substeps"),
@@ -495,8 +496,8 @@ def _one_line(error: ValidationError) -> str:
     return f"config: {first.message.removeprefix('Value error, ')}"
 
 
-def build_config(values: Mapping[str, object]) -> TrainConfig:
-    """Validate a dict of (possibly string) values into a TrainConfig, or raise ConfigError."""
+def build_config(values: Mapping[str, object]) -> RunConfig:
+    """Validate a dict of (possibly string) values into a RunConfig, or raise ConfigError."""
     for key in values:
         if (new := dotted_name(key)) is not None:
             raise ConfigError(renamed_message(key, new))
@@ -506,7 +507,7 @@ def build_config(values: Mapping[str, object]) -> TrainConfig:
                 f"config: unknown key '{key}'{hint}; allowed: {', '.join(all_keys())}"
             )
     try:
-        return TrainConfig.model_validate(values)
+        return RunConfig.model_validate(values)
     except ValidationError as error:
         raise ConfigError(_one_line(error)) from None
 
@@ -516,7 +517,7 @@ def field_info(key: str) -> FieldInfo | None:
     group, dot, leaf = key.partition(".")
     if dot and group in NESTED:
         return NESTED[group].model_fields.get(leaf)
-    return TrainConfig.model_fields.get(key)
+    return RunConfig.model_fields.get(key)
 
 
 def accepts_none(key: str) -> bool:
@@ -535,8 +536,8 @@ def pairs_to_dict(pairs: list[str]) -> dict[str, str]:
     return values
 
 
-def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) -> TrainConfig:
-    """`["group_size=4", "scorer=ruler"]` -> TrainConfig (TrainConfig keys only; a task's options
+def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) -> RunConfig:
+    """`["group_size=4", "scorer=ruler"]` -> RunConfig (RunConfig keys only; a task's options
     go through `rlvr.task_config`). For optional keys, an empty value, `none` or `null` means
     None."""
     values = dict(base or {})
@@ -544,3 +545,21 @@ def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) 
         unset = means_none(raw) and accepts_none(key)
         values[key] = None if unset else raw
     return build_config(values)
+
+
+# Old names kept for one release, each with a warning on use.
+RENAMED = {"TrainConfig": "RunConfig"}
+
+
+def __getattr__(name: str) -> object:
+    """`TrainConfig`, RunConfig's old name: it shadowed ART's `art.TrainConfig`, which configures
+    one optimizer step, not a run."""
+    if name in RENAMED:
+        new = RENAMED[name]
+        warnings.warn(
+            f"rlvr.{name} is now rlvr.{new}; the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return globals()[new]
+    raise AttributeError(f"module 'rlvr.config' has no attribute {name!r}")

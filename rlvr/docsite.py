@@ -1,5 +1,5 @@
 """The documentation site's generated pages, and the mkdocs hook that adds them at build time
-(mkdocs.yml `hooks:`): the configuration reference from TrainConfig's fields, the command-line
+(mkdocs.yml `hooks:`): the configuration reference from RunConfig's fields, the command-line
 reference from the typer app, the tasks reference from the installed tasks, the Python API through
 mkdocstrings, and the results and benchmarks pages from results/. Generating them from the code
 keeps them from drifting: a renamed field or command changes its page, and `mkdocs build --strict`
@@ -125,9 +125,9 @@ def table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 
 
 def config_reference() -> str:
-    """Every TrainConfig key, with its type, default, bounds and description; nested groups by
+    """Every RunConfig key, with its type, default, bounds and description; nested groups by
     their dotted keys."""
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
     header = ("key", "type", "default", "bounds", "what it does")
     parts = [
@@ -135,13 +135,13 @@ def config_reference() -> str:
         f"<!-- {GENERATED_NOTE} -->",
         "Every key below is a `key=value` override of `rlvr train TASK` (and of `make train "
         'TASK=... ARGS="..."`), a keyword of `rlvr.task_config(TASK, ...)`, and a field of '
-        "`rlvr.TrainConfig`. A task's own options (its `difficulty`, `num_items`, ...) are on "
+        "`rlvr.RunConfig`. A task's own options (its `difficulty`, `num_items`, ...) are on "
         "[the tasks page](tasks.md). How to set them: [Configuration](../guide/configuration.md).",
-        "## TrainConfig",
-        _doc(TrainConfig),
-        table(header, list(field_rows(TrainConfig))),
+        "## RunConfig",
+        _doc(RunConfig),
+        table(header, list(field_rows(RunConfig))),
     ]
-    for key, model, description in nested_models(TrainConfig):
+    for key, model, description in nested_models(RunConfig):
         parts += [
             f"## `{key}.*`",
             _cell(description) + (f"\n\n{_doc(model)}" if _doc(model) else ""),
@@ -212,15 +212,15 @@ def cli_reference() -> str:
 
 
 def tasks_reference() -> str:
-    """Each installed task: what it is, its options (`key=value` beside TrainConfig's keys) and
-    the TrainConfig defaults it starts from."""
+    """Each installed task: what it is, its options (`key=value` beside RunConfig's keys) and
+    the RunConfig defaults it starts from."""
     from rlvr.tasks.plugins import resolve_task, task_names
 
     parts = [
         "# Tasks reference",
         f"<!-- {GENERATED_NOTE} -->",
         "The installed tasks (`rlvr tasks` lists the same). A task's options are `key=value` "
-        "overrides beside [TrainConfig's](configuration.md); its defaults are the TrainConfig "
+        "overrides beside [RunConfig's](configuration.md); its defaults are the RunConfig "
         "values `rlvr train TASK` starts from.",
     ]
     header = ("option", "type", "default", "bounds", "what it does")

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import urlparse
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import ALARM_PREFIX, M
 from rlvr.redact import redact_error, redact_rows, redact_text
 
@@ -264,7 +264,7 @@ def _redacted_argv() -> Iterator[None]:
         sys.argv = saved
 
 
-def _open_wandb(cfg: TrainConfig, run_dir: Path | None) -> Any:
+def _open_wandb(cfg: RunConfig, run_dir: Path | None) -> Any:
     # wandb.init starts Weave by itself whenever weave is imported; Weave is ours to start (or
     # not, with weave=false), with a timeout, so that is switched off for the call.
     try:
@@ -302,7 +302,7 @@ def _open_wandb(cfg: TrainConfig, run_dir: Path | None) -> Any:
         return None
 
 
-def _open_weave(cfg: TrainConfig) -> Any:
+def _open_weave(cfg: RunConfig) -> Any:
     mode = (os.environ.get("WANDB_MODE") or "online").lower()
     if mode in OFFLINE_MODES:
         _warn(f"weave=true needs W&B online but WANDB_MODE={mode}; Weave tracing is off")
@@ -327,7 +327,7 @@ def _open_weave(cfg: TrainConfig) -> Any:
     return weave
 
 
-def open_tracker(cfg: TrainConfig, run_dir: Path | None = None) -> Tracker:
+def open_tracker(cfg: RunConfig, run_dir: Path | None = None) -> Tracker:
     """The integrations `cfg` asks for; a no-op Tracker (nothing imported) when it asks for none.
     `run_dir` names the W&B run and holds its offline files unless WANDB_DIR is set."""
     return Tracker(

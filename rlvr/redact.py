@@ -13,7 +13,7 @@ A credential is:
 
 Child processes rlvr starts get `child_env()`: the environment without credential variables.
 
-Every output boundary runs its data through these: config.json (`TrainConfig.public_dict`),
+Every output boundary runs its data through these: config.json (`RunConfig.public_dict`),
 metrics.jsonl, summary.json and parquet (`rlvr.runs.store`), W&B (`rlvr.integrations`), error text
 (ConfigError, the judge client, the CLI) and log records (`install_log_redaction`).
 """

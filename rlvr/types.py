@@ -15,7 +15,7 @@ import art
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
 
 # An Item whose `data` names its part ("train", "val" or "test") under this key keeps it: a task
@@ -62,7 +62,7 @@ class Sampling(BaseModel):
     @classmethod
     def from_config(
         cls,
-        cfg: TrainConfig,
+        cfg: RunConfig,
         split: Literal["train", "val", "test"],
         step: int | None = None,
         *,

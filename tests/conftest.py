@@ -57,11 +57,11 @@ class TinyRun(BaseModel):
 
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from rlvr.training import run_training
 
     run_dir = tmp_path_factory.mktemp("tiny") / "math-tiny"
-    result = asyncio.run(run_training(TrainConfig(**TINY_RUN, run_dir=run_dir)))
+    result = asyncio.run(run_training(RunConfig(**TINY_RUN, run_dir=run_dir)))
     return TinyRun(run_dir=run_dir, result=result)
 
 

@@ -7,13 +7,13 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.config import ConfigError, TrainConfig, parse_overrides
+from rlvr.config import ConfigError, RunConfig, parse_overrides
 
 
 def test_defaults_are_valid_and_json_safe():
-    cfg = TrainConfig()
+    cfg = RunConfig()
     assert cfg.train_ratio + cfg.val_ratio + cfg.test_ratio == pytest.approx(1.0)
-    assert TrainConfig.model_validate(cfg.public_dict()) == cfg
+    assert RunConfig.model_validate(cfg.public_dict()) == cfg
 
 
 def test_overrides_parse_types():
@@ -52,7 +52,7 @@ def test_bad_overrides_give_one_line_naming_the_key(pairs, message):
 
 
 def test_config_is_immutable():
-    cfg = TrainConfig()
+    cfg = RunConfig()
     with pytest.raises(ValidationError):
         cfg.group_size = 3  # type: ignore[misc]
 
@@ -93,7 +93,7 @@ def test_judge_and_stopping_are_nested_and_set_with_dotted_keys(
     cfg = parse_overrides(pairs)
     assert cfg.judge.model_dump().items() >= judge.items()
     assert cfg.stopping.model_dump().items() >= stopping.items()
-    assert TrainConfig.model_validate(cfg.public_dict()) == cfg  # config.json replays it
+    assert RunConfig.model_validate(cfg.public_dict()) == cfg  # config.json replays it
 
 
 OLD_FLAT_KEYS = [
@@ -115,7 +115,7 @@ def test_an_old_flat_key_is_refused_naming_its_dotted_key(old: str, new: str) ->
         parse_overrides([f"{old}=1"])
     assert str(error.value) == expected
     with pytest.raises(ValidationError, match=re.escape(expected)):
-        TrainConfig.model_validate({"task": "math", old: 1})  # an old config.json
+        RunConfig.model_validate({"task": "math", old: 1})  # an old config.json
 
 
 @pytest.mark.parametrize(("old", "new"), OLD_FLAT_KEYS)
@@ -151,7 +151,7 @@ def test_bad_nested_keys_are_one_line(pair: str, message: str) -> None:
     ],
 )
 def test_a_later_key_wins_however_it_is_spelled(values: dict, patience: int) -> None:
-    assert TrainConfig(**values).stopping.patience == patience
+    assert RunConfig(**values).stopping.patience == patience
 
 
 def paired_items_to_resolve(gain: float, discordant: float) -> int:

@@ -27,7 +27,7 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 
 from rlvr import faults
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, store
 from rlvr.runs.records import parse_row
@@ -192,7 +192,7 @@ def test_fault_spec(monkeypatch, spec, point, step, hit) -> None:
 # --- unit: the policy's checkpoints agree with metrics.jsonl on resume -----------------------
 
 
-def checkpoint_root(run_dir: Path, cfg: TrainConfig) -> Path:
+def checkpoint_root(run_dir: Path, cfg: RunConfig) -> Path:
     return run_dir / ART_DIR / cfg.project / "models" / run_dir.name / "checkpoints"
 
 
@@ -214,7 +214,7 @@ def make_checkpoints(root: Path, steps: list[int]) -> None:
 def test_rewind_removes_checkpoints_newer_than_the_last_row(
     tmp_path: Path, stored, recorded, removed, left
 ) -> None:
-    cfg = TrainConfig()
+    cfg = RunConfig()
     run_dir = tmp_path / "run"
     root = checkpoint_root(run_dir, cfg)
     make_checkpoints(root, stored)
@@ -225,14 +225,14 @@ def test_rewind_removes_checkpoints_newer_than_the_last_row(
 
 
 def test_rewind_refuses_a_missing_recorded_checkpoint(tmp_path: Path) -> None:
-    cfg = TrainConfig()
+    cfg = RunConfig()
     make_checkpoints(checkpoint_root(tmp_path, cfg), [0, 1])
     with pytest.raises(FileNotFoundError, match="no checkpoint of policy step 2"):
         rewind_policy(cfg, tmp_path, 2)
 
 
 def test_rewind_leaves_remote_backends_alone(tmp_path: Path) -> None:
-    cfg = TrainConfig(backend="tinker")
+    cfg = RunConfig(backend="tinker")
     make_checkpoints(checkpoint_root(tmp_path, cfg), [0, 1, 2])
     assert rewind_policy(cfg, tmp_path, 0) == []
 
@@ -384,13 +384,13 @@ def _address(hex_address: str) -> str:
 OWNER = """
 import asyncio, json
 from judges import open_judge
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.engine.server import ServerThread, create_app
 
 async def main():
     server = ServerThread(create_app(lambda name: None, lambda: []))
     server.start()
-    async with open_judge(TrainConfig(judge="local")) as judge:
+    async with open_judge(RunConfig(judge="local")) as judge:
         judge_url = await judge.api_base()
         print(json.dumps({"judge": judge_url, "policy": server.base_url}), flush=True)
         await asyncio.sleep(600)
@@ -507,7 +507,7 @@ def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
         env={MARK: token} | ({faults.FAULT_ENV: fault} if fault else {}),
         unset=[faults.FAULT_ENV],
     )
-    root = checkpoint_root(run_dir, TrainConfig())
+    root = checkpoint_root(run_dir, RunConfig())
     metrics = run_dir / store.METRICS
     return Launch(
         returncode=done.returncode,

@@ -21,7 +21,7 @@ import pytest
 import typer
 
 from rlvr import faults
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.damage import DiskFull, as_disk_full, human_bytes, says_disk_full, stored_bytes
@@ -35,7 +35,7 @@ FULL = "No space left on device"
 def a_run(tmp_path: Path) -> Path:
     """An unfinished run directory: a config, a metrics row and a checkpoint to replace."""
     run_dir = tmp_path / "math-full"
-    store.write_config(run_dir, TrainConfig(task="math"))
+    store.write_config(run_dir, RunConfig(task="math"))
     store.append_metrics(run_dir, parse_row({M.STEP: 0, M.VAL_ACCURACY: 0.5}))
     adapter = tmp_path / "adapter"
     adapter.mkdir()
@@ -70,7 +70,7 @@ def art_checkpoint(run_dir: Path) -> None:
 
 
 WRITES: dict[str, Callable[[Path], Any]] = {
-    "config": lambda run: store.write_config(run, TrainConfig(task="math", seed=7)),
+    "config": lambda run: store.write_config(run, RunConfig(task="math", seed=7)),
     "metrics": lambda run: store.append_metrics(run, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5})),
     "trajectories": lambda run: store.write_trajectories(run, layout.step_name(1), []),
     "checkpoints": lambda run: store.save_checkpoint(run, run / layout.CHECKPOINTS / "best", "2"),
@@ -124,7 +124,7 @@ def test_a_new_run_refused_its_config_is_told_to_start_again(
     (run_dir / layout.LOCK_FILE).touch()  # what a starting run holds before it writes
     monkeypatch.setenv(faults.FAULT_ENV, f"{faults.FaultPoint.DISK_FULL}:config")
     with pytest.raises(DiskFull, match=r"config\.json: no space left on device; .*start the run"):
-        store.write_config(run_dir, TrainConfig(task="math"))
+        store.write_config(run_dir, RunConfig(task="math"))
 
 
 @pytest.mark.parametrize(

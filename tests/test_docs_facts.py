@@ -23,8 +23,8 @@ from rich.console import Console
 from rlvr.config import (
     LOSS_OPTIONS_UNSUPPORTED,
     ItemSampling,
+    RunConfig,
     StoppingConfig,
-    TrainConfig,
     dotted_name,
     known_key,
 )
@@ -80,7 +80,7 @@ def shape(text: str) -> str:
 
 
 def split_ratios(groups: tuple[str, ...]) -> None:
-    fields = TrainConfig.model_fields
+    fields = RunConfig.model_fields
     ratios = [fields[k].default for k in ("train_ratio", "val_ratio", "test_ratio")]
     assert [number(g) for g in groups] == [round(r * 100) for r in ratios]
 
@@ -137,7 +137,7 @@ def pool_weights(groups: tuple[str, ...]) -> None:
 def max_refill_default(groups: tuple[str, ...]) -> None:
     field = ItemSampling.model_fields["max_refill"]
     assert field.default is None and f"default: {groups[0]}" in (field.description or "")
-    assert groups[0] in TrainConfig.model_fields
+    assert groups[0] in RunConfig.model_fields
 
 
 def no_signal_steps(groups: tuple[str, ...]) -> None:
@@ -184,7 +184,7 @@ def stopping_default(groups: tuple[str, ...]) -> None:
 
 
 def warm_share(groups: tuple[str, ...]) -> None:
-    assert number(groups[0]) == TrainConfig.model_fields[groups[1]].default * 100
+    assert number(groups[0]) == RunConfig.model_fields[groups[1]].default * 100
 
 
 def warm_cut_message(groups: tuple[str, ...]) -> None:
@@ -276,7 +276,7 @@ def old_flat_names(groups: tuple[str, ...]) -> None:
 
 
 def rollout_concurrency(groups: tuple[str, ...]) -> None:
-    assert number(groups[0]) == TrainConfig.model_fields["rollout_concurrency"].default
+    assert number(groups[0]) == RunConfig.model_fields["rollout_concurrency"].default
 
 
 def loop_measure(groups: tuple[str, ...]) -> None:
@@ -319,11 +319,11 @@ FACTS = [
     (HOW, r"`cheapest_tree`: a pass counts as (\d+) token columns", pass_columns),
     (HOW, r"`rlvr bench hack` trains (\w+) on `scorer=(\w+)`", hack_bench),
     (CONFIG, r"`judge\.timeout_s` \((\d+) s; (\d+) s for the local engine", judge_timeouts),
-    (CONFIG, r"`loss_fn` \((\w+)/(\w+)\)", choices_of(TrainConfig, "loss_fn")),
+    (CONFIG, r"`loss_fn` \((\w+)/(\w+)\)", choices_of(RunConfig, "loss_fn")),
     (
         CONFIG,
         r"`importance_sampling_level` \((\w+)/(\w+) = GSPO\)",
-        choices_of(TrainConfig, "importance_sampling_level"),
+        choices_of(RunConfig, "importance_sampling_level"),
     ),
     (CONFIG, r"`stopping\.rule` \((\w+)/(\w+)\)", choices_of(StoppingConfig, "rule")),
     (
@@ -428,7 +428,7 @@ def test_every_summary_key_the_docs_name_is_written() -> None:
 def test_every_configuration_key_the_docs_list_is_a_key() -> None:
     text = section(CONFIG)
     listed = text[
-        text.index("The main TrainConfig keys:") : text.index("A flat name from before the groups")
+        text.index("The main RunConfig keys:") : text.index("A flat name from before the groups")
     ]
     listed = re.sub(r"\(forwarded to every backend.*?\)", "", listed)  # backends, not keys
     keys = {k.split("=")[0] for k in re.findall(r"`([a-z_]+(?:\.[a-z_]+)?(?:=[\w|-]+)?)`", listed)}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M, WarmMetric
 from rlvr.runs import layout, store
 from rlvr.runs.records import Row, StopReason, parse_row
@@ -56,7 +56,7 @@ def test_the_time_budget_leaves_room_for_the_tests_still_to_come(
     marked: bool, expected: StopReason | None
 ) -> None:
     rows = history(marked)
-    cfg = TrainConfig(max_minutes=5.5, eval_every=2)
+    cfg = RunConfig(max_minutes=5.5, eval_every=2)
     state = restore_state(rows)
     assert stop_after_eval(cfg, state, rows, test_items=10, val_items=10) == expected
 
@@ -136,6 +136,6 @@ def test_the_plateau_stop_waits_for_a_share_of_the_budget(
     settings: dict[str, Any], seconds_each: float, expected: StopReason | None
 ) -> None:
     rows = flat_history(4, seconds_each)
-    cfg = TrainConfig(**{"eval_every": 1, "stopping.rule": "best", **settings})
+    cfg = RunConfig(**{"eval_every": 1, "stopping.rule": "best", **settings})
     state = restore_state(rows)
     assert stop_after_eval(cfg, state, rows, test_items=10, val_items=10) == expected

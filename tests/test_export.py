@@ -20,7 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.export import CardFacts, SplitSizes, model_card
 from rlvr.runs.checkpoints import NoCheckpoint, checkpoint_for
 from rlvr.runs.report import story_lines
@@ -46,7 +46,7 @@ def layout_run(tmp_path: Path) -> Path:
     """A run directory's checkpoint layout: best, steps 1 and 3, and an incomplete step 4."""
     run = tmp_path / "math-run"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps(TrainConfig(task="math").public_dict()))
+    (run / "config.json").write_text(json.dumps(RunConfig(task="math").public_dict()))
     for name in ("best", "step-0001", "step-0003"):
         fake_adapter(run / "checkpoints" / name)
     (run / "checkpoints" / "step-0004").mkdir()

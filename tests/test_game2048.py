@@ -15,7 +15,7 @@ import openai
 import pytest
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.types import Item, Sampling
 from scenarios.game2048 import Options, task
 from scenarios.game2048.game import (
@@ -279,7 +279,7 @@ SAMPLING = Sampling(temperature=1.0, max_tokens=8, step=2)
 
 
 def scenario_for(**options: Any) -> Game2048Scenario:
-    return task.build(TrainConfig(task="2048", task_options={"num_items": 10, **options}))
+    return task.build(RunConfig(task="2048", task_options={"num_items": 10, **options}))
 
 
 def choices(trajectory: art.Trajectory) -> list[Choice]:
@@ -377,7 +377,7 @@ def test_items_are_seeded_boards() -> None:
     items = scenario.load()
     assert [i.id for i in items] == [str(s) for s in range(10)]
     assert all(i.prompt == render(start(int(i.id), scenario.rules).game.board) for i in items)
-    other = task.build(TrainConfig(task="2048", seed=1, task_options={"num_items": 10}))
+    other = task.build(RunConfig(task="2048", seed=1, task_options={"num_items": 10}))
     assert {i.id for i in other.load()}.isdisjoint(i.id for i in items)
 
 

@@ -12,7 +12,7 @@ import art
 import pytest
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.types import Item, Sampling
 from scenarios.ifeval import Options, task
 from scenarios.ifeval.checkers import (
@@ -224,7 +224,7 @@ def test_levels_keep_what_a_short_reply_can_follow_or_fail(
 
 def test_options_and_defaults() -> None:
     assert Options().difficulty == "easy" and Options().num_items is None
-    cfg = TrainConfig(task="ifeval", task_options={"difficulty": "all", "num_items": 30})
+    cfg = RunConfig(task="ifeval", task_options={"difficulty": "all", "num_items": 30})
     scenario = task.build(cfg)
     assert isinstance(scenario, IFEvalScenario) and len(scenario.load()) == 30
     assert 64 <= task.defaults["max_tokens"] <= 128

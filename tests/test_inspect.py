@@ -16,7 +16,7 @@ from openai.types.chat.chat_completion_message_tool_call import (
 from rich.console import Console
 
 from rlvr import inspection as ri
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.inspection.conversations import RUBRIC_VERDICTS, RULER_EXPLANATION
 from rlvr.metrics import M
 from rlvr.runs import store
@@ -72,7 +72,7 @@ def run_dir(tmp_path: Path) -> Path:
 def make_run(run_dir: Path) -> Path:
     """Baseline eval, two training steps each followed by an eval, a finished summary; step 2
     holds a planted hack (a long wrong answer rewarded 1.0, three times in one group)."""
-    store.write_config(run_dir, TrainConfig(task="math", group_size=4, run_dir=run_dir))
+    store.write_config(run_dir, RunConfig(task="math", group_size=4, run_dir=run_dir))
     rows = [
         {M.STEP: 0, M.VAL_ACCURACY: 0.25, M.POLICY_STEP: 0},
         {
@@ -186,7 +186,7 @@ def test_step_table_merges_training_and_evaluation(run_dir):
 
 
 def test_step_table_of_a_run_without_metrics(tmp_path):
-    store.write_config(tmp_path, TrainConfig())
+    store.write_config(tmp_path, RunConfig())
     run = ri.load_run(tmp_path)
     assert run.summary is None
     assert ri.step_table(run).height == 0
@@ -550,7 +550,7 @@ def test_latest_run_picks_the_newest_run_dir(tmp_path):
     with pytest.raises(ri.InspectError, match="no runs under"):
         ri.latest_run(tmp_path)
     for i, name in enumerate(["math-1", "math-2"]):
-        store.write_config(tmp_path / name, TrainConfig())
+        store.write_config(tmp_path / name, RunConfig())
         os.utime(tmp_path / name / "config.json", (1000 + i, 1000 + i))
     (tmp_path / "not-a-run").mkdir()
     assert ri.latest_run(tmp_path) == (tmp_path / "math-2").resolve()

@@ -73,7 +73,7 @@ def test_cli_on_the_tiny_run(tiny_run):
 
 @pytest.fixture(scope="module")
 def hacked_run(tmp_path_factory):
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from rlvr.training import run_training
 
     from .conftest import TINY_RUN
@@ -87,7 +87,7 @@ def hacked_run(tmp_path_factory):
         "max_val_items": 1,
         "scorer": "length",
     }
-    cfg = TrainConfig(**hack, run_dir=run_dir)
+    cfg = RunConfig(**hack, run_dir=run_dir)
     asyncio.run(run_training(cfg))
     return run_dir
 

@@ -13,7 +13,7 @@ import art
 import pytest
 
 from rlvr import integrations as ig
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.runs import store
 from tests import warm
 
@@ -66,11 +66,11 @@ def traj_rows(n_groups: int = 3, size: int = 8, step: int = 1) -> list[dict]:
 def test_off_by_default_imports_neither_library():
     code = """
 import asyncio, sys
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.integrations import open_tracker
 async def rollout(x):
     return x + 1
-with open_tracker(TrainConfig()) as tracker:
+with open_tracker(RunConfig()) as tracker:
     tracker.log_step({"step": 1, "train/reward_mean": 0.5})
     tracker.log_trajectories(1, [{"split": "train", "messages": "[]"}])
     assert tracker.traced(rollout) is rollout
@@ -140,7 +140,7 @@ async def _double(x: int) -> int:
 
 
 def test_weave_without_credentials_warns_once_and_runs_untraced(no_wandb_env):
-    tracker, message = _one_warning(lambda: ig.open_tracker(TrainConfig(weave=True)))
+    tracker, message = _one_warning(lambda: ig.open_tracker(RunConfig(weave=True)))
     assert "no W&B API key" in message and "Weave tracing is off" in message
     assert not tracker.weave_on and tracker.traced(_double) is _double
 
@@ -148,7 +148,7 @@ def test_weave_without_credentials_warns_once_and_runs_untraced(no_wandb_env):
 def test_weave_in_offline_mode_warns_once(no_wandb_env, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_API_KEY", "placeholder")
-    tracker, message = _one_warning(lambda: ig.open_tracker(TrainConfig(weave=True)))
+    tracker, message = _one_warning(lambda: ig.open_tracker(RunConfig(weave=True)))
     assert "WANDB_MODE=offline" in message and not tracker.weave_on
 
 
@@ -159,7 +159,7 @@ def test_weave_without_network_fails_fast_and_warns_once(no_wandb_env, monkeypat
     monkeypatch.setenv("WANDB_BASE_URL", CLOSED_PORT_URL)
     monkeypatch.setenv("WF_TRACE_SERVER_URL", CLOSED_PORT_URL)
     started = time.monotonic()
-    tracker, message = _one_warning(lambda: ig.open_tracker(TrainConfig(weave=True)))
+    tracker, message = _one_warning(lambda: ig.open_tracker(RunConfig(weave=True)))
     assert time.monotonic() - started < ig.WEAVE_INIT_TIMEOUT_S + 30  # imports included
     assert "Weave could not start" in message and "Weave tracing is off" in message
     assert not tracker.weave_on
@@ -171,7 +171,7 @@ def test_a_hanging_weave_init_is_cut_off(no_wandb_env, monkeypatch):
     monkeypatch.setattr(ig, "WEAVE_INIT_TIMEOUT_S", 0.2)
     monkeypatch.setattr(weave, "init", lambda project: time.sleep(5))  # fault injection
     started = time.monotonic()
-    tracker, message = _one_warning(lambda: ig.open_tracker(TrainConfig(weave=True)))
+    tracker, message = _one_warning(lambda: ig.open_tracker(RunConfig(weave=True)))
     assert time.monotonic() - started < 3
     assert "weave.init did not answer within 0s" in message and not tracker.weave_on
 
@@ -204,7 +204,7 @@ async def test_traced_wraps_with_weave_op_when_on():
 
 def test_wandb_not_installed_warns_once(no_wandb_env, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
-    tracker, message = _one_warning(lambda: ig.open_tracker(TrainConfig(wandb_project="p")))
+    tracker, message = _one_warning(lambda: ig.open_tracker(RunConfig(wandb_project="p")))
     assert "wandb is not installed" in message and not tracker.wandb_on
 
 
@@ -216,9 +216,7 @@ def test_wandb_init_failure_warns_once(no_wandb_env, monkeypatch, tmp_path):
         raise RuntimeError("service did not start\nsecond line")
 
     monkeypatch.setattr(wandb, "init", broken)
-    tracker, message = _one_warning(
-        lambda: ig.open_tracker(TrainConfig(wandb_project="p"), tmp_path)
-    )
+    tracker, message = _one_warning(lambda: ig.open_tracker(RunConfig(wandb_project="p"), tmp_path))
     assert (
         message
         == "W&B could not start (RuntimeError: service did not start); the run continues without W&B"
@@ -259,7 +257,7 @@ def test_wandb_offline_logs_metrics_and_a_trajectory_table(no_wandb_env, monkeyp
     run_dir = tmp_path / "math-run"
     with warnings.catch_warnings():
         warnings.simplefilter("error", ig.IntegrationWarning)  # offline by request: no warning
-        tracker = ig.open_tracker(TrainConfig(wandb_project="rlvr-test"), run_dir)
+        tracker = ig.open_tracker(RunConfig(wandb_project="rlvr-test"), run_dir)
     assert tracker.wandb_on
     assert not started_weave and "WANDB_DISABLE_WEAVE" not in os.environ  # weave=false holds
     tracker.log_step({"step": 0, "val/accuracy": 0.25, "train/kl": None})
@@ -295,7 +293,7 @@ def test_wandb_without_credentials_logs_offline_into_the_run_dir(no_wandb_env, t
     pytest.importorskip("wandb")
     run_dir = tmp_path / "math-run"
     tracker, message = _one_warning(
-        lambda: ig.open_tracker(TrainConfig(wandb_project="rlvr-test"), run_dir)
+        lambda: ig.open_tracker(RunConfig(wandb_project="rlvr-test"), run_dir)
     )
     assert "logging offline under" in message and "wandb sync" in message
     tracker.log_step({"step": 1, "train/reward_mean": 0.5})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.training import run_training
 
 pytestmark = pytest.mark.slow
@@ -25,7 +25,7 @@ def pays_for_wrong(completion: str, ground_truth: str) -> float:
 def test_a_users_reward_that_pays_for_wrong_answers_raises_the_alarm(tmp_path: Path) -> None:
     reward = tmp_path / "reward.py"
     reward.write_text(PAYS_FOR_WRONG)
-    cfg = TrainConfig(
+    cfg = RunConfig(
         task="math",
         task_options={"difficulty": "easy", "num_items": 40},
         scorer=f"{reward}:pays_for_wrong",

@@ -13,7 +13,7 @@ from judges.rubric_data import (
     load_healthbench,
     load_recipe_file,
 )
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -212,7 +212,7 @@ def test_rubric_if_scenario_items(tmp_path: Path) -> None:
             ]
         ),
     )
-    cfg = TrainConfig(task="rubric_if", task_options={"data_path": str(path), "num_items": 10})
+    cfg = RunConfig(task="rubric_if", task_options={"data_path": str(path), "num_items": 10})
     scenario = task.build(cfg, judge=object())
     items = scenario.load()
     assert len(items) == 10
@@ -229,7 +229,7 @@ def test_rubric_if_scenario_items(tmp_path: Path) -> None:
 def test_rubric_if_defaults_to_healthbench_and_needs_a_judge() -> None:
     from scenarios.rubric_if import task
 
-    scenario = task.build(TrainConfig(task="rubric_if", task_options={"num_items": 400}), object())
+    scenario = task.build(RunConfig(task="rubric_if", task_options={"num_items": 400}), object())
     assert len(scenario.load()) > 250
     with pytest.raises(ConfigError, match="needs a judge"):
-        task.build(TrainConfig(task="rubric_if"), judge=None)
+        task.build(RunConfig(task="rubric_if"), judge=None)

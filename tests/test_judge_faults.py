@@ -17,7 +17,7 @@ from judges import open_judge
 from judges.client import JudgeClient
 from judges.rubric import RubricScorer
 from judges.ruler import RulerScorer
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.types import BudgetExhausted, Item
 from tests.fault_server import GOOD_SCORES, Fault, FaultServer
 
@@ -76,7 +76,7 @@ def dotted(overrides: dict) -> dict:
     }
 
 
-def config(server: FaultServer, **overrides: object) -> TrainConfig:
+def config(server: FaultServer, **overrides: object) -> RunConfig:
     values: dict = {
         "judge": "openai/gpt-4o-mini",  # litellm knows its price: cost and the cap are real
         "judge.base_url": server.base_url,
@@ -86,7 +86,7 @@ def config(server: FaultServer, **overrides: object) -> TrainConfig:
         "judge.backoff_s": 0.01,
         "judge.max_retries": 3,
     }
-    return TrainConfig(**{**values, **dotted(overrides)})
+    return RunConfig(**{**values, **dotted(overrides)})
 
 
 def scorer_for(kind: str, judge: JudgeClient) -> RulerScorer | RubricScorer:

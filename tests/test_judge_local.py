@@ -29,7 +29,7 @@ from judges.engine import EngineError, EngineSettings, LocalEngine
 from judges.rubric import RubricScorer
 from judges.ruler import RulerScorer
 from judges.server import SERVED_NAME
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.types import Item
 from tests import warm
 
@@ -48,7 +48,7 @@ def engine() -> Iterator[LocalEngine]:
 
 
 def local_client(engine: LocalEngine) -> JudgeClient:
-    cfg = TrainConfig(judge={"model": "local", "base_url": engine.base_url, "timeout_s": 600})
+    cfg = RunConfig(judge={"model": "local", "base_url": engine.base_url, "timeout_s": 600})
     return JudgeClient(JudgeSettings.from_config(cfg), endpoint_key=engine.key)
 
 
@@ -302,7 +302,7 @@ async def test_engine_starts_on_first_use_restarts_when_dead_and_stops_on_exit()
     """Lazily started by the first request; a killed engine is started again by the next one;
     the engine running at exit stops with the judge."""
     before = set(engine_children())
-    async with open_judge(TrainConfig(judge="local")) as judge:
+    async with open_judge(RunConfig(judge="local")) as judge:
         assert set(engine_children()) == before  # nothing started yet
         reply = await ask_tiny(judge, "Is 2 + 2 = 4? Answer in JSON.")
         assert isinstance(reply.value, bool)
@@ -320,7 +320,7 @@ async def test_engine_starts_on_first_use_restarts_when_dead_and_stops_on_exit()
 
 async def test_engine_never_starts_when_the_judge_is_not_used() -> None:
     before = set(engine_children())
-    async with open_judge(TrainConfig(judge="local")):
+    async with open_judge(RunConfig(judge="local")):
         await asyncio.sleep(0.2)
     assert set(engine_children()) == before
 
@@ -328,7 +328,7 @@ async def test_engine_never_starts_when_the_judge_is_not_used() -> None:
 async def test_engine_stops_when_the_run_raises() -> None:
     before = set(engine_children())
     with pytest.raises(RuntimeError, match="boom"):
-        async with open_judge(TrainConfig(judge="local")) as judge:
+        async with open_judge(RunConfig(judge="local")) as judge:
             await judge.api_base()
             (started,) = set(engine_children()) - before
             raise RuntimeError("boom")
@@ -338,10 +338,10 @@ async def test_engine_stops_when_the_run_raises() -> None:
 OWNER = """
 import asyncio, sys
 from judges import open_judge
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 
 async def main():
-    async with open_judge(TrainConfig(judge="local")) as judge:
+    async with open_judge(RunConfig(judge="local")) as judge:
         await judge.api_base()
         print("ready", flush=True)
         await asyncio.sleep(600)

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.training import run_training
 from tests.fault_server import Fault, FaultServer
 
@@ -56,7 +56,7 @@ def recipe_file(tmp_path: Path) -> Path:
     return path
 
 
-def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> TrainConfig:
+def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> RunConfig:
     values: dict = {
         "task": "math",
         "judge": "openai/gpt-4o-mini",  # priced by litellm: cost and the cap are real
@@ -79,7 +79,7 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> Trai
         "runs_root": tmp_path / "runs",
         "seed": 0,
     }
-    return TrainConfig(**{**values, **overrides})
+    return RunConfig(**{**values, **overrides})
 
 
 def metric_rows(run_dir: Path) -> list[dict]:

@@ -218,9 +218,9 @@ def test_judge_settings_choose_dialect_and_pinning(
     judge: dict, dialect: Dialect, pinned: bool
 ) -> None:
     from judges.client import JudgeSettings
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
-    settings = JudgeSettings.from_config(TrainConfig(judge=judge))
+    settings = JudgeSettings.from_config(RunConfig(judge=judge))
     assert (settings.dialect, settings.pinned) == (dialect, pinned)
 
 
@@ -236,9 +236,9 @@ def test_judge_settings_choose_dialect_and_pinning(
 )
 def test_judge_timeout_defaults_by_engine(judge: dict, timeout_s: float) -> None:
     from judges.client import JudgeSettings
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
-    assert JudgeSettings.from_config(TrainConfig(judge=judge)).timeout_s == timeout_s
+    assert JudgeSettings.from_config(RunConfig(judge=judge)).timeout_s == timeout_s
 
 
 # --- RULER schema and validation ----------------------------------------------------------
@@ -576,11 +576,11 @@ def test_with_verdicts_copies_and_keeps_the_truth() -> None:
 def test_the_judge_client_is_the_judge_rlvr_reads(cap) -> None:
     """rlvr reads a judge only through rlvr.types.Judge: the spend and the cap."""
     from judges.client import JudgeClient, JudgeSettings
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from rlvr.types import Judge
 
     client = JudgeClient(
-        JudgeSettings.from_config(TrainConfig(judge="openai/x", **{"judge.max_usd": cap}))
+        JudgeSettings.from_config(RunConfig(judge="openai/x", **{"judge.max_usd": cap}))
     )
     assert isinstance(client, Judge)
     client.spent_usd = 0.6

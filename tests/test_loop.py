@@ -5,7 +5,7 @@ import json
 import polars as pl
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.training import StopReason, run_training
@@ -84,7 +84,7 @@ def test_finished_run_cannot_be_resumed(finished_run):
     import asyncio
 
     with pytest.raises(ValueError, match="already finished"):
-        asyncio.run(run_training(TrainConfig(), resume=run_dir))
+        asyncio.run(run_training(RunConfig(), resume=run_dir))
 
 
 def test_cli_rejects_bad_config_without_writing(tmp_path):

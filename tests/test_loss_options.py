@@ -15,7 +15,7 @@ import pytest_asyncio
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.config import ConfigError, TrainConfig, parse_overrides
+from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.training.backends import train_kwargs
 
 
@@ -54,7 +54,7 @@ def _train_signature(backend: str) -> inspect.Signature:
 
 @pytest.mark.parametrize("backend", ["local", "art-local", "tinker", "serverless"])
 def test_every_forwarded_option_is_a_parameter_of_that_backends_train(backend: str) -> None:
-    cfg = TrainConfig(
+    cfg = RunConfig(
         backend=backend,
         loss_fn="ppo",
         importance_sampling_level="sequence",
@@ -135,7 +135,7 @@ async def test_the_local_backend_trains_with_each_loss_option(batch, options: di
     name = "m-" + "-".join(f"{k}{v}" for k, v in options.items()).replace(".", "")
     model = art.TrainableModel(name=name or "m", project="tests", base_model=DEFAULT_MODEL)
     await model.register(backend)
-    cfg = TrainConfig(learning_rate=1e-4, **options)
+    cfg = RunConfig(learning_rate=1e-4, **options)
     result = await backend.train(model, [group], **train_kwargs(cfg))
     assert result.step == 1 and result.metrics["num_tokens"] > 0
     assert all(math.isfinite(result.metrics[k]) for k in ("loss", "grad_norm"))

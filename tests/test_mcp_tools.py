@@ -340,7 +340,7 @@ def test_a_task_whose_server_fails_to_start_exits_2(tmp_path: Path) -> None:
 def test_a_run_stops_the_server_its_task_started_even_while_referenced(tmp_path: Path) -> None:
     """In a long-lived process (a notebook) the run, not the garbage collector, ends the server:
     the task's module still holds the tools when the run closes."""
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from rlvr.tasks.imports import import_target
     from rlvr.training.session import open_scratch
 
@@ -349,7 +349,7 @@ def test_a_run_stops_the_server_its_task_started_even_while_referenced(tmp_path:
     module = import_target(str(folder / "task.py"), reference)  # the one the run imports
 
     async def build() -> int:
-        async with open_scratch(TrainConfig(task=reference, judge="none")) as run:
+        async with open_scratch(RunConfig(task=reference, judge="none")) as run:
             assert run.scenario.name == "mcp-capitals"
             return int((folder / "server.pid").read_text())
 

@@ -11,7 +11,7 @@ import json
 import art
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs.records import parse_row
 from rlvr.tasks.api import scenario
@@ -35,8 +35,8 @@ def constant_task(reward: float) -> object:
     return scenario(name="constant", load=load, rollout=rollout)
 
 
-def config(tmp_path, **overrides) -> TrainConfig:
-    return TrainConfig(
+def config(tmp_path, **overrides) -> RunConfig:
+    return RunConfig(
         task="constant",
         judge="none",
         group_size=4,
@@ -99,7 +99,7 @@ def test_no_signal_stop_decides_on_the_first_steps(trained, scored, preflight, s
         parse_row({M.STEP: i + 1, M.REWARD_MEAN: 0.0, M.GROUPS: g, M.TRAINED_GROUPS: n})
         for i, (n, g) in enumerate(zip(trained, scored, strict=True))
     ]
-    cfg = TrainConfig(preflight=preflight)
+    cfg = RunConfig(preflight=preflight)
     assert no_signal_stop(cfg, rows) is stops
 
 
@@ -116,6 +116,6 @@ def test_the_verdict_names_truncation_when_replies_were_cut():
             }
         ),
     ]
-    verdict = no_signal_verdict(rows, TrainConfig(max_tokens=48))
+    verdict = no_signal_verdict(rows, RunConfig(max_tokens=48))
     assert "80% of replies were cut at max_tokens=48" in verdict.message()
     assert verdict.all_zero == 4 and verdict.reward_counts == {"0": 32}

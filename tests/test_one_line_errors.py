@@ -15,7 +15,7 @@ from pathlib import Path
 import art
 import pytest
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.runs.records import parse_row
@@ -113,7 +113,7 @@ def test_a_wrapped_error_is_named_by_the_place_of_its_cause(tmp_path: Path) -> N
     namespace: dict = {"__name__": "broken"}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     with pytest.raises(PluginError) as caught:
-        namespace["task"].build(TrainConfig(judge="none"))
+        namespace["task"].build(RunConfig(judge="none"))
     assert one_line(caught.value, known=True) == (
         f"{path}:{line}: task broken: its factory raised RuntimeError: the index is not built"
     )
@@ -163,7 +163,7 @@ RUNS_THE_TASK = {
 def finished_run(run_dir: Path, task: str) -> Path:
     """A finished run directory of `task`, as a run writes it (no checkpoints needed)."""
     run_dir.mkdir(parents=True)
-    store.write_config(run_dir, TrainConfig(task=task, judge="none", run_dir=run_dir))
+    store.write_config(run_dir, RunConfig(task=task, judge="none", run_dir=run_dir))
     store.append_metrics(run_dir, parse_row({M.STEP: 0, M.VAL_ACCURACY: 0.25, M.POLICY_STEP: 0}))
     store.append_metrics(run_dir, parse_row({M.STEP: 1, M.REWARD_MEAN: 0.5, M.REWARD_STD: 0.1}))
     group = art.TrajectoryGroup(

@@ -13,7 +13,7 @@ from pathlib import Path
 import art
 import pytest
 
-from rlvr.config import ItemSampling, TrainConfig
+from rlvr.config import ItemSampling, RunConfig
 from rlvr.integrations import open_tracker
 from rlvr.metrics import M
 from rlvr.runs.records import Outcome
@@ -137,7 +137,7 @@ def fixed_task() -> object:
 
 
 async def open_fixed_session(stack: AsyncExitStack, run_dir: Path, **overrides) -> Session:
-    cfg = TrainConfig(task="fixed", group_size=4, groups_per_batch=4, judge="none", **overrides)
+    cfg = RunConfig(task="fixed", group_size=4, groups_per_batch=4, judge="none", **overrides)
     built = fixed_task()
     items = built.load()
     split = split_items(items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed)

@@ -218,9 +218,9 @@ def test_preflight_suggests_what_its_measurements_argue_for(
     settings: dict[str, object],
     expected: list[tuple[str, str, str]],
 ) -> None:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
-    cfg = TrainConfig(task="math", **settings)
+    cfg = RunConfig(task="math", **settings)
     found = suggestions(measured(values, truncated, val_items, cfg.group_size), cfg)
     assert [(s.key, s.value.split(" (")[0]) for s in found] == [(k, v) for k, v, _ in expected]
     for suggestion, (_, _, why) in zip(found, expected, strict=True):

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlvr.cli import app
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.tasks.plugins import resolve_task, task_config
@@ -48,7 +48,7 @@ def test_items_come_from_the_generator_with_its_options() -> None:
     scenario = build()
     items = scenario.load()
     own = reasoning_gym.create_dataset(
-        "chain_sum", size=20, seed=TrainConfig().seed, min_terms=2, max_terms=2, max_digits=1
+        "chain_sum", size=20, seed=RunConfig().seed, min_terms=2, max_terms=2, max_digits=1
     )
     assert [i.prompt for i in items] == [e["question"] for e in own]
     assert [i.answer for i in items] == [str(e["answer"]) for e in own]

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 import torch
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.engine.adapters import attach_adapter
 from rlvr.engine.types import LoraSettings
 from rlvr.tasks.rollout_model import RolloutModel
@@ -63,7 +63,7 @@ async def test_a_seed_the_rollout_sets_itself_is_sent_as_set() -> None:
 )
 def test_a_splits_sampling_is_seeded_by_the_run_seed_the_split_and_the_step(a, b, same) -> None:
     def sampling(seed: int, split: Any, draw: int) -> Sampling:
-        return Sampling.from_config(TrainConfig(task="math", seed=seed), split, draw=draw)
+        return Sampling.from_config(RunConfig(task="math", seed=seed), split, draw=draw)
 
     assert (sampling(*a).seed == sampling(*b).seed) is same
     assert sampling(*a).seed == derived_seed(a[0], a[1], a[2])

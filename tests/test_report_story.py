@@ -241,9 +241,9 @@ def test_without_a_warm_start_the_steps_start_at_zero() -> None:
 
 
 def test_report_png_is_written_and_inspect_says_the_same(tmp_path: Path) -> None:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
 
-    store.write_config(tmp_path, TrainConfig(task="email", run_dir=tmp_path))
+    store.write_config(tmp_path, RunConfig(task="email", run_dir=tmp_path))
     for row in ROWS:
         store.append_metrics(tmp_path, row)
     (tmp_path / "summary.json").write_text(json.dumps({**SUMMARY, "run_dir": str(tmp_path)}))

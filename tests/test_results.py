@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rlvr import paired
 from rlvr.cli import app
-from rlvr.config import TrainConfig, pairs_to_dict
+from rlvr.config import RunConfig, pairs_to_dict
 from rlvr.runs import layout, store
 from rlvr.runs.records import RunResult, parse_row
 from rlvr.runs.results import (
@@ -45,7 +45,7 @@ def scores(hits: int, items: int = 20) -> dict[str, float]:
 def write_run(
     root: Path,
     name: str,
-    cfg: TrainConfig,
+    cfg: RunConfig,
     *,
     warm: bool = True,
     final: int = 12,
@@ -134,7 +134,7 @@ def test_a_run_directory_becomes_its_record(
             {"group_size": 4, "stopping.patience": 6},
             "rlvr train math group_size=4 stopping.patience=6",
             False,
-            id="a TrainConfig key and a nested one",
+            id="a RunConfig key and a nested one",
         ),
         pytest.param(
             {"difficulty": "hard"}, "rlvr train math difficulty=hard", False, id="a task option"

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 import rlvr
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import HINT_KEY, M, has_signal
 from rlvr.runs.records import StepRow
 from rlvr.scoring.scorers import CLIP_FIX, reward_scorer, verifier_scorer
@@ -23,7 +23,7 @@ from rlvr.training.hints import decision_hints
 from rlvr.types import Item
 
 
-def hints_of(metrics: dict, cfg: TrainConfig) -> list[str]:
+def hints_of(metrics: dict, cfg: RunConfig) -> list[str]:
     """The hints of a step whose row holds `metrics`."""
     return decision_hints(StepRow.model_validate({M.REWARD_MEAN: 0.0, **metrics}), cfg)
 
@@ -96,7 +96,7 @@ async def test_a_tasks_own_reward_hook_keeps_any_real_number(
     rewards: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
     scenario = art_task()
-    scorer = make_scorer(TrainConfig(judge="none"), scenario)
+    scorer = make_scorer(RunConfig(judge="none"), scenario)
     assert scorer.name == "verifier"  # a check is given: the default scorer is the task's reward
     trajectories = [
         art.Trajectory(messages_and_choices=[{"role": "user", "content": "x"}], reward=r)
@@ -130,7 +130,7 @@ async def test_the_scenario_verifier_is_unbounded_and_a_reward_function_is_not()
 def test_clipping_becomes_a_hint_that_names_the_fix(
     metrics: dict, expected: list[str], absent: str
 ) -> None:
-    hints = hints_of(metrics, TrainConfig())
+    hints = hints_of(metrics, RunConfig())
     text = " | ".join(hints)
     assert all(e in text for e in expected), hints
     assert absent not in text

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from rlvr import faults
 from rlvr.cli import app
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import layout, store
 from tests import warm
@@ -166,7 +166,7 @@ def test_each_checkpoint_is_stored_once_and_eval_reads_the_copy_checkpoints_name
             key = (info.st_size, file_digest(path))
             by_content.setdefault(key, set()).add((info.st_dev, info.st_ino))
     assert by_content and all(len(inodes) == 1 for inodes in by_content.values())
-    cfg = TrainConfig.model_validate_json((run_dir / layout.CONFIG).read_text())
+    cfg = RunConfig.model_validate_json((run_dir / layout.CONFIG).read_text())
     best_step = store.read_summary(run_dir).best_step
     policy_step = next(
         r[M.POLICY_STEP]
@@ -186,7 +186,7 @@ def truncate(path: Path) -> None:
 
 
 def latest_art_checkpoint(run_dir: Path) -> Path:
-    cfg = TrainConfig.model_validate_json((run_dir / layout.CONFIG).read_text())
+    cfg = RunConfig.model_validate_json((run_dir / layout.CONFIG).read_text())
     root = layout.policy_dir(run_dir, cfg.project) / "checkpoints"
     return max((p for p in root.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.runs import runlock
 from tests import warm
 
@@ -73,7 +73,7 @@ def test_a_fresh_run_refuses_a_directory_holding_a_run(tmp_path: Path, marker: s
 
 def finished_run(run_dir: Path, task: str = "math") -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
-    cfg = TrainConfig(task=task, judge="none", run_dir=run_dir)
+    cfg = RunConfig(task=task, judge="none", run_dir=run_dir)
     (run_dir / "config.json").write_text(json.dumps(cfg.public_dict()))
     (run_dir / "summary.json").write_text(json.dumps({"best_step": 0}))
     (run_dir / "metrics.jsonl").write_text("")

@@ -3,7 +3,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessage, ChatCompletionTokenLogprob
 from openai.types.chat.chat_completion import Choice, ChoiceLogprobs
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M, agreement, group_stats, has_signal, is_looping, repeat_share
 from rlvr.scoring.scorers import GatedScorer, LengthScorer, VerifierScorer, WeightedScorer
 from rlvr.scoring.verifiers import contains_answer
@@ -101,7 +101,7 @@ async def test_composites_skip_when_a_part_cannot_score():
     ],
 )
 def test_scorer_specs(spec, name):
-    assert make_scorer(TrainConfig(scorer=spec), MathScenario("easy", 10, 0)).name == name
+    assert make_scorer(RunConfig(scorer=spec), MathScenario("easy", 10, 0)).name == name
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_scorer_specs(spec, name):
 )
 def test_bad_scorer_specs(spec, message):
     with pytest.raises(ConfigError, match=message):
-        make_scorer(TrainConfig(scorer=spec), MathScenario("easy", 10, 0), judge=None)
+        make_scorer(RunConfig(scorer=spec), MathScenario("easy", 10, 0), judge=None)
 
 
 def test_group_stats_no_signal_breakdown():

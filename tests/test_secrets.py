@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 
 from rlvr import redact
-from rlvr.config import ConfigError, TrainConfig, parse_overrides
+from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.engine.models import CACHE_ENV, cache_root
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
@@ -197,7 +197,7 @@ def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
 def test_config_json_and_wandb_config_hold_no_credentials(
     planted: None, options: dict, expected: dict
 ) -> None:
-    cfg = TrainConfig(judge={"base_url": f"{BASE_URL}?api-key=PLANTEDq"}, task_options=options)
+    cfg = RunConfig(judge={"base_url": f"{BASE_URL}?api-key=PLANTEDq"}, task_options=options)
     public = cfg.public_dict()
     assert_clean(json.dumps(public), "public_dict")
     assert "PLANTED" not in json.dumps(public)
@@ -269,7 +269,7 @@ async def test_a_judge_401_echoing_the_key_leaks_it_nowhere(
     caplog.set_level(logging.DEBUG)
     with FaultServer() as server:
         server.schedule([Fault.UNAUTHORIZED])  # answers "Incorrect API key provided: <key>"
-        cfg = TrainConfig(judge={"model": "openai/gpt-4o-mini", "base_url": server.base_url})
+        cfg = RunConfig(judge={"model": "openai/gpt-4o-mini", "base_url": server.base_url})
         client = JudgeClient(JudgeSettings.from_config(cfg))
         with pytest.raises(JudgeFailure) as caught:
             await client.complete(
@@ -359,7 +359,7 @@ async def test_a_real_run_writes_and_prints_no_credential(
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.netrc, no W&B settings
     monkeypatch.setattr(sys, "argv", ["rlvr", "train", f"judge.base_url={BASE_URL}"])
     caplog.set_level(logging.INFO)
-    cfg = TrainConfig(
+    cfg = RunConfig(
         group_size=2,
         groups_per_batch=1,
         max_tokens=6,
@@ -425,7 +425,7 @@ def test_every_command_prints_a_task_error_without_the_key(
     else:
         run_dir = tmp_path / "run"
         run_dir.mkdir()
-        cfg = TrainConfig(task=reference, judge="none")
+        cfg = RunConfig(task=reference, judge="none")
         (run_dir / "config.json").write_text(json.dumps(cfg.public_dict()))
         (run_dir / "summary.json").write_text(json.dumps({"best_step": 0}))
         (run_dir / "metrics.jsonl").write_text("")

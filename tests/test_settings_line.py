@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from rlvr.config import TrainConfig
-from rlvr.tasks.api import settings_line
+from rlvr.config import RunConfig
 from rlvr.tasks.plugins import resolve_task, task_config
+from rlvr.training.output import settings_line
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ from rlvr.tasks.plugins import resolve_task, task_config
             ["yours temperature"],
         ),
         (
-            lambda: TrainConfig(task="mine.py:make", max_minutes=12),
+            lambda: RunConfig(task="mine.py:make", max_minutes=12),
             lambda: {},
             [
                 "settings: the task sets no defaults; yours max_minutes=12;",
@@ -36,7 +36,7 @@ from rlvr.tasks.plugins import resolve_task, task_config
             ["the task's defaults"],
         ),
         (
-            lambda: TrainConfig(task="mine.py:make", **{"stopping.min_budget_share": 0}),
+            lambda: RunConfig(task="mine.py:make", **{"stopping.min_budget_share": 0}),
             lambda: {},
             ["max_steps=40", "the plateau stop may end the run at any evaluation"],
             ["waits until"],

@@ -1,6 +1,6 @@
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.runs.records import Alarm, AlarmName
 from rlvr.tasks.api import scenario
 from rlvr.tasks.scorer_spec import compared_with_truth
@@ -155,7 +155,7 @@ def test_judge_disagrees_is_sustained_and_noise_aware(
 )
 def test_judge_disagrees_applies_to_scorers_other_than_the_tasks_own(spec, applies) -> None:
     task = scenario(name="t", load=list, rollout=_rollout, check=_check)
-    assert compared_with_truth(TrainConfig(scorer=spec), task) is applies
+    assert compared_with_truth(RunConfig(scorer=spec), task) is applies
 
 
 async def _rollout(model, item, sampling):

@@ -4,7 +4,7 @@ import art
 import polars as pl
 import pytest
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.runs.records import RunResult, StepRow, StopReason, parse_row
@@ -13,13 +13,13 @@ from rlvr.training.hints import decision_hints
 from rlvr.training.output import CUT_CALLS, truncation_detail
 
 
-def hints_of(metrics: dict, cfg: TrainConfig) -> list[str]:
+def hints_of(metrics: dict, cfg: RunConfig) -> list[str]:
     """The hints of a step whose row holds `metrics`."""
     return decision_hints(StepRow.model_validate({M.REWARD_MEAN: 0.0, **metrics}), cfg)
 
 
 def test_config_round_trip_and_metrics_tolerate_torn_lines(tmp_path):
-    cfg = TrainConfig(task="math", group_size=4, run_dir=tmp_path)
+    cfg = RunConfig(task="math", group_size=4, run_dir=tmp_path)
     store.write_config(tmp_path, cfg)
     assert store.read_config(tmp_path) == cfg
     store.append_metrics(
@@ -130,7 +130,7 @@ def test_report_png_is_written(tmp_path):
     ],
 )
 def test_hints_of(metrics, expected):
-    hints = hints_of(metrics, TrainConfig())
+    hints = hints_of(metrics, RunConfig())
     assert any(expected in h for h in hints), hints
 
 
@@ -144,7 +144,7 @@ def test_hints_tolerate_a_step_without_training():
                 M.SAMPLER_KL: None,
                 M.JUDGE_AGREEMENT: None,
             },
-            TrainConfig(),
+            RunConfig(),
         )
         == []
     )
@@ -162,7 +162,7 @@ def test_no_hints_on_a_healthy_step():
                 M.TRAINED_TOKENS: 900,
                 M.TRUNCATED_RATE: 0.05,
             },
-            TrainConfig(),
+            RunConfig(),
         )
         == []
     )
@@ -170,9 +170,9 @@ def test_no_hints_on_a_healthy_step():
 
 def test_a_lenient_scorer_is_not_called_converged():
     metrics = {M.GROUPS: 2, M.ALL_ONE: 1, M.REWARD_MEAN: 0.85, M.INDEPENDENT: 0.01}
-    assert not any("converged" in h for h in hints_of(metrics, TrainConfig()))
+    assert not any("converged" in h for h in hints_of(metrics, RunConfig()))
     agreeing = {**metrics, M.INDEPENDENT: 0.8}  # the reward is earned: no lenience hint
-    assert not any("wrong answers" in h for h in hints_of(agreeing, TrainConfig()))
+    assert not any("wrong answers" in h for h in hints_of(agreeing, RunConfig()))
 
 
 @pytest.mark.parametrize(

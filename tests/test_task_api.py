@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import rlvr
 from rlvr.cli import app
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M, trajectory_metric_means
 from rlvr.tasks import plugins
 from rlvr.tasks.api import PluginError, Task, as_items
@@ -87,7 +87,7 @@ def group_of(*texts: str) -> art.TrajectoryGroup:
 @pytest.mark.parametrize(("attr", "name"), [("make", "echo"), ("make_with_cfg", "echo-0")])
 def test_a_file_reference_builds_the_users_scenario(user_file: Path, attr: str, name: str) -> None:
     task = plugins.resolve_task(f"{user_file}:{attr}")
-    scenario = task.build(TrainConfig(task=f"{user_file}:{attr}"), judge=None)
+    scenario = task.build(RunConfig(task=f"{user_file}:{attr}"), judge=None)
     assert isinstance(scenario, rlvr.Scenario) and scenario.name == name
     items = scenario.load()
     assert [i.id for i in items[:2]] == ["q0", "q1"] and items[3].answer == "3"
@@ -122,7 +122,7 @@ def test_bad_references_are_one_line_errors(user_file: Path, ref: str, message: 
 def test_factories_that_fail_are_one_line_errors(user_file: Path, attr: str, message: str) -> None:
     task = plugins.resolve_task(f"{user_file}:{attr}")
     with pytest.raises(PluginError, match=message) as error:
-        task.build(TrainConfig(), judge=None)
+        task.build(RunConfig(), judge=None)
     assert "\n" not in str(error.value)
 
 
@@ -155,9 +155,9 @@ def test_installed_entry_points_are_tasks_and_scorers(tmp_path: Path, monkeypatc
     plugins._entry_points.cache_clear()
     try:
         assert "echo" in plugins.task_names() and "math" in plugins.task_names()
-        scenario = plugins.resolve_task("echo").build(TrainConfig(task="echo"))
+        scenario = plugins.resolve_task("echo").build(RunConfig(task="echo"))
         assert scenario.name == "echo"
-        scorer = make_scorer(TrainConfig(scorer="short"), scenario)
+        scorer = make_scorer(RunConfig(scorer="short"), scenario)
         assert scorer.name == "short"
         listing = CliRunner().invoke(app, ["tasks"])
         assert listing.exit_code == 0 and "\necho\t" in listing.output
@@ -182,7 +182,7 @@ def test_task_options_are_split_from_train_config_keys() -> None:
         ({"num_items": "3"}, r"task math: option num_items='3': .*greater than or equal to 10"),
         (
             {"num_itmes": "30"},
-            r"unknown key 'num_itmes'; did you mean 'num_items'\?; .*math options: difficulty, num_items; TrainConfig keys: task, model",
+            r"unknown key 'num_itmes'; did you mean 'num_items'\?; .*math options: difficulty, num_items; RunConfig keys: task, model",
         ),
         ({"group_size": "one"}, r"config: group_size='one'"),
     ],
@@ -241,7 +241,7 @@ async def test_function_scenario_check_and_reward_may_be_async() -> None:
     scenario = rlvr.scenario(name="t", load=list, rollout=rollout, check=check)
     item = rlvr.Item(id="i", prompt="p")
     assert await scenario.check(item, answered("x")) == 1.0
-    scored = await make_scorer(TrainConfig(scorer="verifier"), scenario).score(
+    scored = await make_scorer(RunConfig(scorer="verifier"), scenario).score(
         group_of("a", "b"), item
     )
     assert [t.reward for t in scored.trajectories] == [1.0, 1.0]
@@ -251,21 +251,21 @@ async def test_function_scenario_check_and_reward_may_be_async() -> None:
 
 
 async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> None:
-    scenario = plugins.resolve_task(f"{user_file}:make").build(TrainConfig())
+    scenario = plugins.resolve_task(f"{user_file}:make").build(RunConfig())
     item = rlvr.Item(id="i", prompt="p", answer="7")
     group = group_of("7", "7 is it", "no")
     short = f"{user_file}:shorter_is_better"
     starts = f"{user_file}:starts_right"
 
-    alone = await make_scorer(TrainConfig(scorer=short), scenario).score(group, item)
+    alone = await make_scorer(RunConfig(scorer=short), scenario).score(group, item)
     assert [round(t.reward, 3) for t in alone.trajectories] == [0.5, 0.125, 0.333]
 
-    mixed = make_scorer(TrainConfig(scorer=f"{starts}*0.5+verifier*0.5"), scenario)
+    mixed = make_scorer(RunConfig(scorer=f"{starts}*0.5+verifier*0.5"), scenario)
     scored = await mixed.score(group, item)
     assert [t.reward for t in scored.trajectories] == [1.0, 0.5, 0.0]
     assert scored.trajectories[1].metrics[f"reward/{starts}"] == 1.0
 
-    gated = await make_scorer(TrainConfig(scorer=f"verifier>{short}"), scenario).score(group, item)
+    gated = await make_scorer(RunConfig(scorer=f"verifier>{short}"), scenario).score(group, item)
     assert [round(t.reward, 3) for t in gated.trajectories] == [0.5, 0.0, 0.0]
 
 
@@ -282,9 +282,9 @@ async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> 
     ],
 )
 def test_bad_scorers_are_one_line_errors(user_file: Path, spec: str, message: str) -> None:
-    scenario = plugins.resolve_task(f"{user_file}:make").build(TrainConfig())
+    scenario = plugins.resolve_task(f"{user_file}:make").build(RunConfig())
     with pytest.raises(ConfigError, match=message):
-        make_scorer(TrainConfig(scorer=spec.format(file=user_file)), scenario, judge=None)
+        make_scorer(RunConfig(scorer=spec.format(file=user_file)), scenario, judge=None)
 
 
 async def test_a_failing_group_scorer_is_retried_counted_and_skipped() -> None:

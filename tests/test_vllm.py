@@ -320,13 +320,13 @@ def greedy(url: str, key: str, model: str) -> list[float]:
 @pytest.fixture(scope="module")
 def trained(owner: Owner, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-step run sampled from both servers (inference.urls)."""
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from rlvr.training import run_training
 
     os.environ["RLVR_INFERENCE_API_KEY"] = owner.servers[0].key
     run_dir = tmp_path_factory.mktemp("vllm-run") / "math-vllm"
     urls = [s.url for s in owner.servers]
-    cfg = TrainConfig.model_validate({**TRAIN, "inference": {"urls": urls}, "run_dir": run_dir})
+    cfg = RunConfig.model_validate({**TRAIN, "inference": {"urls": urls}, "run_dir": run_dir})
     asyncio.run(run_training(cfg))
     return run_dir
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import ALARM_PREFIX
 from rlvr.runs import store
 from rlvr.runs.records import EvalRow
@@ -49,7 +49,7 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
 async def hack_benchmark(
     runs_root: Path, record: Path | None = None, **overrides: Any
 ) -> dict[str, object]:
-    cfg = TrainConfig(**{**HACK_DEFAULTS, **overrides, "runs_root": runs_root})
+    cfg = RunConfig(**{**HACK_DEFAULTS, **overrides, "runs_root": runs_root})
     started = time.monotonic()
     result = await run_training(cfg)
     alarms = [a.name for a in result.alarms]

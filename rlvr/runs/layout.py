@@ -1,7 +1,7 @@
 """Every name in a run directory, in one place (what writes a run and what reads one agree here).
 
 runs/<task>-<timestamp>/
-  config.json                       resolved TrainConfig (no secrets: keys live in the environment)
+  config.json                       resolved RunConfig (no secrets: keys live in the environment)
   metrics.jsonl                     one JSON object per step (and per evaluation)
   summary.json, report.png
   trajectories/step-NNNN.parquet    every scored training trajectory of a step

@@ -191,8 +191,8 @@ def _value_text(value: Any) -> str:
 def command_of(config: dict[str, JsonValue]) -> tuple[str, bool]:
     """`rlvr train TASK key=value ...` that reproduces a run's config.json: each key whose value
     differs from the task's defaults. False as the second value where a key differs; where the
-    task no longer resolves (a file moved), every key that differs from TrainConfig's own."""
-    from rlvr.config import TrainConfig
+    task no longer resolves (a file moved), every key that differs from RunConfig's own."""
+    from rlvr.config import RunConfig
 
     task = str(config.get("task", ""))
     try:
@@ -200,7 +200,7 @@ def command_of(config: dict[str, JsonValue]) -> tuple[str, bool]:
 
         base = task_config(task).model_dump(mode="json")
     except Exception:  # a task that no longer resolves: compare with the bare config
-        base = TrainConfig(task=task).model_dump(mode="json")
+        base = RunConfig(task=task).model_dump(mode="json")
     ours, theirs = _flat(config), _flat(base)
     changed = [
         f"{k}={_value_text(v)}"

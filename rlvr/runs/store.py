@@ -28,7 +28,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import JsonValue, ValidationError
 
 from rlvr import faults
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.redact import redact_data, redact_rows
 from rlvr.runs import atomic, layout, runlock
 from rlvr.runs.damage import RunDamaged, space_guard
@@ -41,7 +41,7 @@ CONFIG, METRICS, SUMMARY, REPORT = layout.CONFIG, layout.METRICS, layout.SUMMARY
 TRAJECTORIES, CHECKPOINTS = layout.TRAJECTORIES, layout.CHECKPOINTS
 
 
-def new_run_dir(cfg: TrainConfig, now: datetime | None = None, name: str | None = None) -> Path:
+def new_run_dir(cfg: RunConfig, now: datetime | None = None, name: str | None = None) -> Path:
     """`cfg.run_dir`, else a new runs_root/<name>-<timestamp>[-N], created here so no other run
     can take the same name (name: the scenario's, default the task)."""
     if cfg.run_dir is not None:
@@ -61,19 +61,19 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def write_config(run_dir: Path, cfg: TrainConfig) -> None:
+def write_config(run_dir: Path, cfg: RunConfig) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic.write_text(run_dir / CONFIG, json.dumps(cfg.public_dict(), indent=2))
 
 
-def read_config(run_dir: Path) -> TrainConfig:
+def read_config(run_dir: Path) -> RunConfig:
     path = run_dir / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json; is {run_dir} a run directory?")
     from pydantic import ValidationError
 
     try:
-        return TrainConfig.model_validate_json(path.read_text(errors="replace"))
+        return RunConfig.model_validate_json(path.read_text(errors="replace"))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the file"

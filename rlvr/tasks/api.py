@@ -1,7 +1,7 @@
 """Tasks: how a Scenario is named, configured and built — the public way to bring your own agent.
 
 A `Task` is a name, a factory that builds a Scenario, the task's own options model (its
-`key=value` settings, validated by pydantic) and the TrainConfig defaults it starts from. The
+`key=value` settings, validated by pydantic) and the RunConfig defaults it starts from. The
 built-in tasks are Tasks registered under the entry-point group `rlvr.scenarios` exactly as an
 installed package's tasks are; a user's own file or module is named by reference
 (`path/to/task.py:make`, `my_pkg.tasks:make`, resolved in `rlvr.tasks.plugins`).
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rlvr.config import (
     ConfigError,
-    TrainConfig,
+    RunConfig,
     all_keys,
     dotted_name,
     known_key,
@@ -82,8 +82,8 @@ def _accepts_none(model: type[BaseModel], key: str) -> bool:
 
 class Task(BaseModel):
     """A trainable task. `make` builds the Scenario and takes any of `options` (an instance of
-    `options`), `cfg` (the TrainConfig) and `judge` (the run's judge client, or None) by name.
-    `defaults` are TrainConfig values this task starts from (`rlvr train NAME`, `task_config`)."""
+    `options`), `cfg` (the RunConfig) and `judge` (the run's judge client, or None) by name.
+    `defaults` are RunConfig values this task starts from (`rlvr train NAME`, `task_config`)."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
@@ -127,7 +127,7 @@ class Task(BaseModel):
             f" ({info.description})" if info.description else ""
         )
 
-    def build(self, cfg: TrainConfig, judge: Judge | None = None) -> Scenario:
+    def build(self, cfg: RunConfig, judge: Judge | None = None) -> Scenario:
         """The run's Scenario: options from `cfg.task_options`, then the factory."""
         options = self.parse_options(cfg.task_options)
         try:
@@ -333,7 +333,7 @@ def scenario(
 def split_values(
     task: Task, values: Mapping[str, object]
 ) -> tuple[dict[str, object], dict[str, object]]:
-    """Split flat `key=value` settings into TrainConfig values and the task's option values. A key
+    """Split flat `key=value` settings into RunConfig values and the task's option values. A key
     that is neither is one line naming both sets of keys."""
     config: dict[str, object] = {}
     given = values.get("task_options") or {}
@@ -353,15 +353,15 @@ def split_values(
             hint = did_you_mean(key, [*all_keys(), *task.options.model_fields])
             own = ", ".join(task.options.model_fields) or "none"
             raise ConfigError(
-                f"config: unknown key '{key}'{hint}; not a TrainConfig key nor an option of task "
-                f"{task.name}; {task.name} options: {own}; TrainConfig keys: "
+                f"config: unknown key '{key}'{hint}; not a RunConfig key nor an option of task "
+                f"{task.name}; {task.name} options: {own}; RunConfig keys: "
                 f"{', '.join(k for k in all_keys() if k != 'task_options')}"
             )
     return config, options
 
 
-def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> TrainConfig:
-    """TrainConfig for `task` (named `ref` in config.json): its defaults, then `values` on top;
+def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> RunConfig:
+    """RunConfig for `task` (named `ref` in config.json): its defaults, then `values` on top;
     the options are validated now and recorded in full, so config.json replays the run."""
     from rlvr.config import accepts_none, build_config
 
@@ -369,52 +369,3 @@ def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> TrainConfig:
     config = {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
     parsed = task.parse_options(options)
     return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})
-
-
-# The settings that decide how a run learns, named in the line a fresh run starts with.
-LEARNING_SETTINGS = (
-    "sft_steps",
-    "group_size",
-    "groups_per_batch",
-    "learning_rate",
-    "temperature",
-    "max_tokens",
-    "eval_every",
-    "max_steps",
-    "max_minutes",
-)
-
-
-def _shown(cfg: TrainConfig, keys: list[str]) -> str:
-    return ", ".join(
-        f"{k}={getattr(cfg, k):g}"
-        if isinstance(getattr(cfg, k), float)
-        else f"{k}={getattr(cfg, k)}"
-        for k in keys
-    )
-
-
-def settings_line(cfg: TrainConfig, defaults: Mapping[str, Any]) -> str:
-    """Where the settings that decide how a run learns came from (the task's defaults, the
-    person's own keys, rlvr's generic defaults), and how long the plateau stop waits."""
-    given = cfg.model_fields_set
-    yours = [
-        k
-        for k in LEARNING_SETTINGS
-        if k in given and (k not in defaults or getattr(cfg, k) != defaults[k])
-    ]
-    task = [k for k in LEARNING_SETTINGS if k in defaults and k not in yours]
-    generic = [k for k in LEARNING_SETTINGS if k not in yours and k not in task]
-    parts = [f"the task's defaults {_shown(cfg, task)}" if task else "the task sets no defaults"]
-    if yours:
-        parts.append(f"yours {_shown(cfg, yours)}")
-    if generic:
-        parts.append(f"rlvr's defaults {_shown(cfg, generic)}")
-    budget = f"max_minutes={cfg.max_minutes:g}" if cfg.max_minutes else f"max_steps={cfg.max_steps}"
-    share = cfg.stopping.min_budget_share
-    parts.append(
-        f"the plateau stop waits until {share:.0%} of {budget} is spent (stopping.min_budget_share)"
-        if share
-        else "the plateau stop may end the run at any evaluation (stopping.min_budget_share=0)"
-    )
-    return "settings: " + "; ".join(parts)

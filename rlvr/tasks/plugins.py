@@ -22,7 +22,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.tasks.api import PluginError, Task, call_factory, config_for
 from rlvr.tasks.imports import VF_PREFIX, import_target
 from rlvr.types import Judge, Scenario, Scorer
@@ -105,9 +105,9 @@ def resolve_task(name: str) -> Task:
     )
 
 
-def task_config(task: str | Task, /, **overrides: Any) -> TrainConfig:
+def task_config(task: str | Task, /, **overrides: Any) -> RunConfig:
     """The config `rlvr train TASK key=value ...` runs with: the task's defaults, then `overrides`
-    (TrainConfig keys and the task's option keys, mixed; strings are parsed). The Python and
+    (RunConfig keys and the task's option keys, mixed; strings are parsed). The Python and
     notebook equivalent of the CLI."""
     spec = task if isinstance(task, Task) else resolve_task(task)
     return config_for(spec, task if isinstance(task, str) else spec.name, overrides)
@@ -178,7 +178,7 @@ def resolve_scorer(name: str, **available: Any) -> Scorer:
     )
 
 
-def open_judge(cfg: TrainConfig) -> AbstractAsyncContextManager[Judge | None]:
+def open_judge(cfg: RunConfig) -> AbstractAsyncContextManager[Judge | None]:
     """The run's judge client (an `rlvr.types.Judge`) as an async context manager, from the
     installed judge provider (entry point `open` in group `rlvr.judges`); None inside for
     judge=none."""
@@ -189,6 +189,6 @@ def open_judge(cfg: TrainConfig) -> AbstractAsyncContextManager[Judge | None]:
             f"judge={cfg.judge.model}: no judge provider is installed (entry point '{JUDGE_OPENER}' in "
             f"group {JUDGE_GROUP}); install rlvr with its judges package, or set judge=none"
         )
-    opener: Callable[[TrainConfig], AbstractAsyncContextManager[Judge | None]]
+    opener: Callable[[RunConfig], AbstractAsyncContextManager[Judge | None]]
     opener = _load_entry_point(JUDGE_GROUP, JUDGE_OPENER)
     return opener(cfg)

@@ -9,7 +9,7 @@ default                                  the scenario's own default
 
 from __future__ import annotations
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.scoring.scorers import GatedScorer, WeightedScorer
 from rlvr.tasks.plugins import resolve_scorer
 from rlvr.types import Judge, Scenario, Scorer
@@ -20,11 +20,11 @@ from rlvr.types import Judge, Scenario, Scorer
 OWN_REWARD = frozenset({"verifier", "rollout"})
 
 
-def scorer_spec(cfg: TrainConfig, scenario: Scenario) -> str:
+def scorer_spec(cfg: RunConfig, scenario: Scenario) -> str:
     return scenario.default_scorer if cfg.scorer == "default" else cfg.scorer
 
 
-def compared_with_truth(cfg: TrainConfig, scenario: Scenario) -> bool:
+def compared_with_truth(cfg: RunConfig, scenario: Scenario) -> bool:
     """Whether the run's configured scorer is checked against the ground truth of the same
     rollouts (alarm/judge_disagrees): every scorer but the task's own reward."""
     return scorer_spec(cfg, scenario).replace(" ", "") not in OWN_REWARD
@@ -40,12 +40,12 @@ def _weighted_part(part: str) -> tuple[str, float]:
         ) from None
 
 
-def make_scorer(cfg: TrainConfig, scenario: Scenario, judge: Judge | None = None) -> Scorer:
+def make_scorer(cfg: RunConfig, scenario: Scenario, judge: Judge | None = None) -> Scorer:
     """The run's scorer from `cfg.scorer` (or the scenario's default)."""
     return parse_scorer(scorer_spec(cfg, scenario).replace(" ", ""), cfg, scenario, judge)
 
 
-def parse_scorer(spec: str, cfg: TrainConfig, scenario: Scenario, judge: Judge | None) -> Scorer:
+def parse_scorer(spec: str, cfg: RunConfig, scenario: Scenario, judge: Judge | None) -> Scorer:
     def one(name: str) -> Scorer:
         return resolve_scorer(name, cfg=cfg, judge=judge, scenario=scenario)
 

@@ -6,7 +6,7 @@ read as underscores as verifiers does) or a file (`vf:envs/my_env.py`) whose
 (`import verifiers as vf`: SingleTurnEnv, MultiTurnEnv, ToolEnv, StatefulToolEnv, each with a
 Rubric), as verifiers 0.3.x serves it. Every other `key=value` setting is an argument of
 `load_environment`, validated against its signature (`env.KEY` passes one named like a
-TrainConfig key). How the environment then runs is `rlvr.tasks.verifiers_rollout`.
+RunConfig key). How the environment then runs is `rlvr.tasks.verifiers_rollout`.
 
 verifiers is the optional extra `verifiers` (`pip install -e '.[verifiers]'`); without it a
 `vf:` reference is one line naming the extra. A verifiers v1 environment (`verifiers.v1`, the
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.config import ConfigError, TrainConfig, all_keys
+from rlvr.config import ConfigError, RunConfig, all_keys
 from rlvr.tasks.api import PluginError, Task
 from rlvr.tasks.imports import VF_PREFIX, import_target
 from rlvr.tasks.options import coerce, type_name
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 EXTRA = "verifiers"
 INSTALL = "pip install -e '.[verifiers]'"
-ARG_PREFIX = "env."  # env.seed=3: an argument named like a TrainConfig key
+ARG_PREFIX = "env."  # env.seed=3: an argument named like a RunConfig key
 SUPPORTED = (
     "rlvr trains verifiers' classic environments (verifiers 0.3.x, `import verifiers as vf`: "
     "SingleTurnEnv, MultiTurnEnv, ToolEnv, StatefulToolEnv with a Rubric)"
@@ -115,7 +115,7 @@ def env_args(load: Callable[..., Any], given: Mapping[str, Any], ref: str) -> di
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(
                 f"config: {ref}: unknown key '{key}'{hint}: load_environment takes "
-                f"{', '.join(named) or 'no arguments'}; nor is it a TrainConfig key"
+                f"{', '.join(named) or 'no arguments'}; nor is it a RunConfig key"
             )
         annotation = hints.get(name, params[name].annotation if name in params else Any)
         try:
@@ -184,7 +184,7 @@ def task_name(ref: str) -> str:
     return Path(target).stem if is_file(target) else target.replace("-", "_").rpartition(".")[2]
 
 
-def make_scenario(ref: str, options: EnvOptions, cfg: TrainConfig) -> VfScenario:
+def make_scenario(ref: str, options: EnvOptions, cfg: RunConfig) -> VfScenario:
     from rlvr.tasks.verifiers_rollout import VfScenario
 
     env = build_environment(ref, options.model_extra or {})

@@ -33,7 +33,7 @@ from rlvr.training.trends import (
 
 
 class Thresholds(BaseModel):
-    """The divergence thresholds of a run (TrainConfig.stopping)."""
+    """The divergence thresholds of a run (RunConfig.stopping)."""
 
     model_config = ConfigDict(frozen=True)
 

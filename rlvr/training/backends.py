@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 import art
 from pydantic import BaseModel, ConfigDict, SkipValidation
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, layout
 
@@ -38,7 +38,7 @@ class Policy(BaseModel):
     backend: SkipValidation[art.Backend]
 
 
-def check_engine_environment(cfg: TrainConfig) -> None:
+def check_engine_environment(cfg: RunConfig) -> None:
     """For rlvr's own engine, its environment knobs read before a run writes anything (a bad
     value is one line naming it: rlvr.engine.loaded_model.check_environment)."""
     if cfg.backend == "local":
@@ -47,7 +47,7 @@ def check_engine_environment(cfg: TrainConfig) -> None:
         check_environment()
 
 
-def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[art.Backend, str]:
+def _make_backend(cfg: RunConfig, art_path: Path) -> tuple[art.Backend, str]:
     """(backend, base_model) for the configured backend."""
     if cfg.backend == "local" and cfg.inference.engine == "vllm":
         from rlvr.engine import resolve_model
@@ -76,7 +76,7 @@ def _make_backend(cfg: TrainConfig, art_path: Path) -> tuple[art.Backend, str]:
     return ServerlessBackend(), cfg.model
 
 
-def rewind_policy(cfg: TrainConfig, run_dir: Path, policy_step: int) -> list[int]:
+def rewind_policy(cfg: RunConfig, run_dir: Path, policy_step: int) -> list[int]:
     """Make the stored policy agree with metrics.jsonl before a resumed run loads it; returns
     the checkpoint steps removed.
 
@@ -107,7 +107,7 @@ def rewind_policy(cfg: TrainConfig, run_dir: Path, policy_step: int) -> list[int
 TRAINS_WITHOUT_LOGPROBS = ("local", "art-local")
 
 
-def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+def train_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """Keyword arguments of `backend.train`, in the names each backend's signature uses (ART's
     LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`; ServerlessBackend: `ppo`).
     Options a backend cannot honour were refused when the config was validated."""
@@ -134,7 +134,7 @@ def train_kwargs(cfg: TrainConfig) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def open_policy(cfg: TrainConfig, run_dir: Path) -> AsyncIterator[Policy]:
+async def open_policy(cfg: RunConfig, run_dir: Path) -> AsyncIterator[Policy]:
     """Register the run's trainable model (named once, when the run was created:
     `layout.policy_name`); the backend is closed on exit, errors and Ctrl-C included, so no
     server outlives the run."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlvr import art_private
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.runs import layout, store
 from rlvr.runs.records import Row
 from rlvr.training.backends import Policy
@@ -27,7 +27,7 @@ def checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
 
 
 async def keep_checkpoints(
-    cfg: TrainConfig, policy: Policy, state: RunState, run_dir: Path, rows: list[Row]
+    cfg: RunConfig, policy: Policy, state: RunState, run_dir: Path, rows: list[Row]
 ) -> None:
     """Copy this evaluation's adapter into checkpoints/ every save_every steps; the backend keeps
     only its latest and best adapters (ART's own checkpoint directory would grow every step)."""

@@ -6,7 +6,7 @@ hints and stores them on the row.
 
 from __future__ import annotations
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs.records import StepRow
 from rlvr.scoring.scorers import CLIP_FIX
@@ -26,11 +26,11 @@ LENIENT_GAP = (
 )
 
 
-def decision_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
+def decision_hints(row: StepRow, cfg: RunConfig) -> list[str]:
     return [*_reward_hints(row, cfg), *_update_hints(row, cfg)]
 
 
-def _reward_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
+def _reward_hints(row: StepRow, cfg: RunConfig) -> list[str]:
     """What the rewards say: clipped or failed rewards, no-signal groups, truncation."""
     groups = row.groups or 0
     all_zero = (row.all_zero or 0) / groups if groups else 0.0
@@ -62,7 +62,7 @@ def _reward_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
     return hints
 
 
-def truncation(truncated: float, looping: float, cfg: TrainConfig) -> str:
+def truncation(truncated: float, looping: float, cfg: RunConfig) -> str:
     """What to do about truncated completions: more room for answers cut short, but not for
     loops (most of the cut ones repeating themselves), which more max_tokens only lengthens."""
     if truncated and looping >= truncated * MOSTLY:
@@ -77,7 +77,7 @@ def truncation(truncated: float, looping: float, cfg: TrainConfig) -> str:
     )
 
 
-def _update_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
+def _update_hints(row: StepRow, cfg: RunConfig) -> list[str]:
     """What the scorer, the update and the judge say: a lenient scorer, converged groups,
     untrainable turns, an update too large or too small, engines that disagree, skipped groups, a
     judge that does not agree with truth."""
@@ -119,7 +119,7 @@ def _update_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
     return hints
 
 
-def _size_hints(row: StepRow, cfg: TrainConfig) -> list[str]:
+def _size_hints(row: StepRow, cfg: RunConfig) -> list[str]:
     """What the update's size says (None on a step with nothing to train)."""
     hints: list[str] = []
     moved = row.update_kl

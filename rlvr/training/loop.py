@@ -20,7 +20,7 @@ from typing import Literal
 
 import art
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.paired import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
@@ -53,7 +53,7 @@ from rlvr.types import BudgetExhausted, Sampling, Scenario, Scorer, derived_seed
 
 
 async def run_training(
-    cfg: TrainConfig,
+    cfg: RunConfig,
     *,
     scenario: Scenario | Task | None = None,
     scorer: Scorer | str | None = None,

@@ -4,9 +4,13 @@ a run goes to its directory (rlvr.runs.store)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from rich.panel import Panel
 
 from rlvr.agent.episode import EpisodeMetric
+from rlvr.config import RunConfig
 from rlvr.metrics import ROLLOUT_PREFIX
 from rlvr.runs.records import Alarm, AlarmName, NoSignal, Row, RunResult, StepRow, WarmStartRow
 from rlvr.runs.report import story_lines
@@ -103,3 +107,52 @@ def print_finished(summary: RunResult, rows: list[Row] | None = None) -> None:
     )
     for line in story_lines(rows or [], summary):
         console.print(line, highlight=False, markup=False)
+
+
+# The settings that decide how a run learns, named in the line a fresh run starts with.
+LEARNING_SETTINGS = (
+    "sft_steps",
+    "group_size",
+    "groups_per_batch",
+    "learning_rate",
+    "temperature",
+    "max_tokens",
+    "eval_every",
+    "max_steps",
+    "max_minutes",
+)
+
+
+def _shown(cfg: RunConfig, keys: list[str]) -> str:
+    return ", ".join(
+        f"{k}={getattr(cfg, k):g}"
+        if isinstance(getattr(cfg, k), float)
+        else f"{k}={getattr(cfg, k)}"
+        for k in keys
+    )
+
+
+def settings_line(cfg: RunConfig, defaults: Mapping[str, Any]) -> str:
+    """Where the settings that decide how a run learns came from (the task's defaults, the
+    person's own keys, rlvr's generic defaults), and how long the plateau stop waits."""
+    given = cfg.model_fields_set
+    yours = [
+        k
+        for k in LEARNING_SETTINGS
+        if k in given and (k not in defaults or getattr(cfg, k) != defaults[k])
+    ]
+    task = [k for k in LEARNING_SETTINGS if k in defaults and k not in yours]
+    generic = [k for k in LEARNING_SETTINGS if k not in yours and k not in task]
+    parts = [f"the task's defaults {_shown(cfg, task)}" if task else "the task sets no defaults"]
+    if yours:
+        parts.append(f"yours {_shown(cfg, yours)}")
+    if generic:
+        parts.append(f"rlvr's defaults {_shown(cfg, generic)}")
+    budget = f"max_minutes={cfg.max_minutes:g}" if cfg.max_minutes else f"max_steps={cfg.max_steps}"
+    share = cfg.stopping.min_budget_share
+    parts.append(
+        f"the plateau stop waits until {share:.0%} of {budget} is spent (stopping.min_budget_share)"
+        if share
+        else "the plateau stop may end the run at any evaluation (stopping.min_budget_share=0)"
+    )
+    return "settings: " + "; ".join(parts)

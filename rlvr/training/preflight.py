@@ -25,7 +25,7 @@ import art
 from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.metrics import M, group_stats
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import require_some
@@ -204,7 +204,7 @@ def no_spread_chance(mean: float, group_size: int) -> float:
     return float(mean**group_size + (1 - mean) ** group_size)
 
 
-def suggestions(report: PreflightReport, cfg: TrainConfig) -> list[Suggestion]:
+def suggestions(report: PreflightReport, cfg: RunConfig) -> list[Suggestion]:
     """Settings the measured rewards argue for: room for replies that were cut, groups large
     enough to show reward spread, and validations large enough to see a change of
     RESOLVED_CHANGE (pure: the report and the config alone)."""
@@ -279,7 +279,7 @@ def describe(report: PreflightReport) -> list[str]:
 
 
 async def preflight(
-    cfg: TrainConfig, items: int = 4, warm_steps: int = 0, out: Console = console
+    cfg: RunConfig, items: int = 4, warm_steps: int = 0, out: Console = console
 ) -> PreflightReport:
     """Roll out `items` training items `group_size` times each and score them as the run would
     (after a short warm start of `warm_steps` steps, if given); with the run's warm start ahead

@@ -25,12 +25,12 @@ from typing import Literal
 
 import polars as pl
 
-from rlvr.config import VLLM_JUDGE, TrainConfig
+from rlvr.config import VLLM_JUDGE, RunConfig
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
 from rlvr.runs import layout, runlock, store
 from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
-from rlvr.tasks.api import Task, settings_line
+from rlvr.tasks.api import Task
 from rlvr.tasks.plugins import open_judge, resolve_task
 from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
 from rlvr.training.alarms import Thresholds, validation_alarms
@@ -44,7 +44,7 @@ from rlvr.training.backends import (
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import Evaluated, Validated, evaluate
 from rlvr.training.failures import FailureLog, RunFailed
-from rlvr.training.output import print_alarm, print_validation
+from rlvr.training.output import print_alarm, print_validation, settings_line
 from rlvr.training.progress import console
 from rlvr.training.split import Split, split_items
 from rlvr.training.state import (
@@ -62,8 +62,8 @@ from rlvr.types import Item, Judge, Sampling, Scenario, Scorer, ServedJudge
 
 
 async def build_scenario(
-    cfg: TrainConfig, stack: AsyncExitStack, scenario: Scenario | Task | None, resuming: bool
-) -> tuple[TrainConfig, Scenario, Judge | None]:
+    cfg: RunConfig, stack: AsyncExitStack, scenario: Scenario | Task | None, resuming: bool
+) -> tuple[RunConfig, Scenario, Judge | None]:
     """(config, scenario, judge): the judge is opened on `stack` first (a task may need it);
     config.json names a scenario object that did not come from it."""
     task = scenario if isinstance(scenario, Task) else None
@@ -81,12 +81,12 @@ async def build_scenario(
 
 
 async def resolve(
-    cfg: TrainConfig,
+    cfg: RunConfig,
     stack: AsyncExitStack,
     scenario: Scenario | Task | None,
     scorer: Scorer | str | None,
     resuming: bool,
-) -> tuple[TrainConfig, Scenario, Scorer, Judge | None]:
+) -> tuple[RunConfig, Scenario, Scorer, Judge | None]:
     """(config, scenario, scorer, judge) of a run; config.json names the objects that were used
     when they did not come from it."""
     cfg, built, judge = await build_scenario(cfg, stack, scenario, resuming)
@@ -105,7 +105,7 @@ class Session:
 
     def __init__(
         self,
-        cfg: TrainConfig,
+        cfg: RunConfig,
         scenario: Scenario,
         scorer: Scorer,
         run_dir: Path,
@@ -271,7 +271,7 @@ def read_early_tests(run_dir: Path, rows: list[Row]) -> dict[Tested, TestResult]
 
 @asynccontextmanager
 async def open_session(
-    cfg: TrainConfig,
+    cfg: RunConfig,
     scenario: Scenario | Task | None,
     scorer: Scorer | str | None,
     resume: Path | None,
@@ -320,7 +320,7 @@ async def open_session(
         yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy, compared)
 
 
-async def serve_judge(cfg: TrainConfig, judge: Judge | None, policy: Policy) -> None:
+async def serve_judge(cfg: RunConfig, judge: Judge | None, policy: Policy) -> None:
     """judge=vllm: the judge asks the policy's vLLM servers for the base weights (the run's
     model at step 0, through the router the rollouts use, so it shares their fail-over)."""
     model = policy.model
@@ -333,7 +333,7 @@ async def serve_judge(cfg: TrainConfig, judge: Judge | None, policy: Policy) -> 
 
 async def quiet_session(
     stack: AsyncExitStack,
-    cfg: TrainConfig,
+    cfg: RunConfig,
     scenario: Scenario,
     scorer: Scorer,
     run_dir: Path,
@@ -365,7 +365,7 @@ async def open_finished(run_dir: Path, scenario: Scenario | Task | None) -> Asyn
 
 
 @asynccontextmanager
-async def open_scratch(cfg: TrainConfig) -> AsyncIterator[Session]:
+async def open_scratch(cfg: RunConfig) -> AsyncIterator[Session]:
     """The run `cfg` describes, opened in a temporary directory removed on exit: its task,
     scorer, split and a fresh policy, for a look before training (preflight, benchmarks)."""
     async with AsyncExitStack() as stack:

@@ -7,7 +7,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.runs.records import (
     Alarm,
     AlarmName,
@@ -59,7 +59,7 @@ def restore_state(rows: list[Row]) -> RunState:
     return state
 
 
-def eval_due(cfg: TrainConfig, step: int) -> bool:
+def eval_due(cfg: RunConfig, step: int) -> bool:
     return step % cfg.eval_every == 0 or step == cfg.max_steps
 
 

@@ -14,7 +14,7 @@ The step budget (max_steps) and the judge's spend cap end the loop where they ru
 
 from __future__ import annotations
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.runs.records import AlarmName, EvalRow, NoSignal, Row, StepRow, StopReason
 from rlvr.training.state import RunState, early_tested, tested
 from rlvr.training.trends import EvalPoint, best_eval, val_trend
@@ -50,7 +50,7 @@ def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool
 
 
 def stop_after_eval(
-    cfg: TrainConfig, state: RunState, rows: list[Row], test_items: int, val_items: int
+    cfg: RunConfig, state: RunState, rows: list[Row], test_items: int, val_items: int
 ) -> StopReason | None:
     """The stopping rules after the evaluation at `state.step`: reward hacking (when set to
     stop), plateau, then the time budget."""
@@ -81,7 +81,7 @@ def stop_after_eval(
 NO_SIGNAL_STEPS = 2  # steps without any group with signal after which a run says so and stops
 
 
-def no_signal_stop(cfg: TrainConfig, rows: list[Row]) -> bool:
+def no_signal_stop(cfg: RunConfig, rows: list[Row]) -> bool:
     """The template's preflight as the run's first act: the first NO_SIGNAL_STEPS steps scored
     groups and trained on none (every scored group all equal, refills included). A step whose
     groups were all skipped (the judge failed) says nothing about the data: it never stops a run
@@ -94,7 +94,7 @@ def no_signal_stop(cfg: TrainConfig, rows: list[Row]) -> bool:
     )
 
 
-def no_signal_verdict(rows: list[Row], cfg: TrainConfig) -> NoSignal:
+def no_signal_verdict(rows: list[Row], cfg: RunConfig) -> NoSignal:
     """What the first steps' groups looked like and the template's remedies for that case."""
     steps = [r for r in rows if isinstance(r, StepRow)]
     counts: dict[str, int] = {}

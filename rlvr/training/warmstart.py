@@ -29,7 +29,7 @@ from art.types import TrainSFTConfig
 from rich.console import Console
 
 from rlvr import art_private
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import WarmMetric
 from rlvr.runs.records import WarmStartRow
 from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
@@ -37,13 +37,13 @@ from rlvr.types import Item, Scenario
 
 # The share of `max_minutes` the warm start may take by default (`sft_budget_share`), so RL always
 # keeps the rest (validation, steps, the test split).
-WARM_SHARE: float = TrainConfig.model_fields["sft_budget_share"].default
+WARM_SHARE: float = RunConfig.model_fields["sft_budget_share"].default
 CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be loaded
 
 TokenCount = Callable[[art.Trajectory], int]
 
 
-def check_can_demonstrate(cfg: TrainConfig, scenario: Scenario) -> None:
+def check_can_demonstrate(cfg: RunConfig, scenario: Scenario) -> None:
     """A warm start needs `scenario.demonstrate`; say so before anything is written."""
     if cfg.sft_steps > 0 and scenario.demonstrate is None:
         raise ConfigError(
@@ -150,7 +150,7 @@ def steps_that_fit(
 
 
 async def warm_start(
-    cfg: TrainConfig,
+    cfg: RunConfig,
     scenario: Scenario,
     model: art.TrainableModel[Any, Any],
     train: list[Item],
@@ -206,7 +206,7 @@ async def warm_start(
 
 
 async def train_within(
-    cfg: TrainConfig,
+    cfg: RunConfig,
     model: art.TrainableModel[Any, Any],
     steps: list[list[art.Trajectory]],
     tokens: list[int],

@@ -18,7 +18,7 @@ from rlvr.agent.budget import MIN_BUDGET
 from rlvr.tasks.api import Task
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from scenarios.email.scenario import EmailScenario
 
 
@@ -52,7 +52,7 @@ class Options(BaseModel):
     )
 
 
-def make(options: Options, cfg: TrainConfig) -> EmailScenario:
+def make(options: Options, cfg: RunConfig) -> EmailScenario:
     from scenarios.email.scenario import make_scenario
 
     return make_scenario(options, cfg.seed)

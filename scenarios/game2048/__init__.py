@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rlvr.tasks.api import Task
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from scenarios.game2048.scenario import Game2048Scenario
 
 
@@ -50,7 +50,7 @@ class Options(BaseModel):
         return value
 
 
-def make(options: Options, cfg: TrainConfig) -> Game2048Scenario:
+def make(options: Options, cfg: RunConfig) -> Game2048Scenario:
     from scenarios.game2048.scenario import Game2048Scenario, Rules
 
     rules = Rules(**options.model_dump(exclude={"num_items"}))

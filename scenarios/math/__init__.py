@@ -16,7 +16,7 @@ from typing import Literal
 import art
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.config import ConfigError, TrainConfig
+from rlvr.config import ConfigError, RunConfig
 from rlvr.scoring.verifiers import contains_answer, numeric_match
 from rlvr.tasks.api import Task
 from rlvr.tasks.rollouts import single_turn
@@ -110,7 +110,7 @@ ONE_TURN_DEFAULTS: dict[str, float | int] = {
 }
 
 
-def make(options: Options, cfg: TrainConfig) -> MathScenario:
+def make(options: Options, cfg: RunConfig) -> MathScenario:
     return MathScenario(options.difficulty, options.num_items, cfg.seed)
 
 

@@ -25,7 +25,7 @@ from rlvr.tasks.api import Task
 from scenarios.multihop.scoring import RewardKind
 
 if TYPE_CHECKING:
-    from rlvr.config import TrainConfig
+    from rlvr.config import RunConfig
     from scenarios.multihop.scenario import MultihopScenario
 
 
@@ -66,7 +66,7 @@ class Options(BaseModel):
     )
 
 
-def make(options: Options, cfg: TrainConfig) -> MultihopScenario:
+def make(options: Options, cfg: RunConfig) -> MultihopScenario:
     from scenarios.multihop.scenario import make_scenario
 
     return make_scenario(options, cfg.seed)

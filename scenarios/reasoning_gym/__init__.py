@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.config import TrainConfig
+from rlvr.config import RunConfig
 from rlvr.tasks.api import Task
 from scenarios.math import ONE_TURN_DEFAULTS
 from scenarios.reasoning_gym.generators import catalog
@@ -48,7 +48,7 @@ class Options(BaseModel):
     )
 
 
-def make(options: Options, cfg: TrainConfig) -> ReasoningGymScenario:
+def make(options: Options, cfg: RunConfig) -> ReasoningGymScenario:
     from reasoning_gym.utils import SYSTEM_PROMPTS
 
     from scenarios.reasoning_gym.generators import create, generator_options, parse_choices

@@ -164,7 +164,7 @@ def _unknown_option(key: str, names: list[str]) -> ConfigError:
     own = "; ".join(f"{n}: {', '.join(fields(n)) or 'none'}" for n in names)
     return ConfigError(
         f"config: task reasoning_gym: unknown option '{key}'{hint}: not an option of the chosen "
-        f"generators ({own}) nor a TrainConfig key (see `rlvr tasks`)"
+        f"generators ({own}) nor a RunConfig key (see `rlvr tasks`)"
     )
 
 
