@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import rlvr.engine
+from tests.test_package import type_checking_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "rlvr" / "engine"
@@ -58,24 +59,8 @@ def test_the_boundary_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert {"rlvr.training", "judges.client"} <= set(imported_modules(probe))
 
 
-def type_checking_imports() -> dict[str, str]:
-    """name -> module of the imports under `if TYPE_CHECKING:` in rlvr/engine/__init__.py."""
-    tree = ast.parse((ENGINE / "__init__.py").read_text())
-    [block] = [
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
-    ]
-    return {
-        alias.name: node.module or ""
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
 def test_every_name_of_the_face_is_exported_and_resolves() -> None:
-    assert type_checking_imports() == rlvr.engine._EXPORTS
+    assert type_checking_imports(ENGINE / "__init__.py") == rlvr.engine._EXPORTS
     for name, module in rlvr.engine._EXPORTS.items():
         assert getattr(rlvr.engine, name) is getattr(importlib.import_module(module), name), name
 

@@ -18,9 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("art", "torch", "transformers", "litellm")
 
 
-def type_checking_imports() -> dict[str, str]:
-    """name -> module of the imports under `if TYPE_CHECKING:` in rlvr/__init__.py."""
-    tree = ast.parse((ROOT / "rlvr" / "__init__.py").read_text())
+def type_checking_imports(init: Path = ROOT / "rlvr" / "__init__.py") -> dict[str, str]:
+    """name -> module of the imports under `if TYPE_CHECKING:` in a package's `__init__.py`
+    (rlvr's own by default)."""
+    tree = ast.parse(init.read_text())
     [block] = [
         node
         for node in tree.body

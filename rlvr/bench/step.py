@@ -148,6 +148,12 @@ def numbers(rows: list[dict[str, object]], key: str) -> list[float]:
     return [float(value) for row in rows if isinstance(value := row.get(key), int | float)]
 
 
+def rounded(value: float) -> float:
+    """Three decimals, or three significant digits for a figure below 0.001 (a KL of 1e-8 is a
+    finding, not a 0)."""
+    return round(value, 3) if abs(value) >= 1e-3 else float(f"{value:.3g}")
+
+
 def ratio(top: object, bottom: object) -> float | None:
     """top ÷ bottom, rounded; None unless both are numbers and bottom is not 0."""
     if not isinstance(top, int | float) or not isinstance(bottom, int | float) or not bottom:
@@ -174,7 +180,7 @@ async def run_step_bench(
         "steps": steps,
         "warm_start_s": round(warm_s, 3),
         "eval_s_per_item": round(eval_s_per_item, 3),
-        **{k: round(v, 3) for k, v in medians.items()},
+        **{k: rounded(v) for k, v in medians.items()},
         "rollout_vs_bare": ratio(medians.get("rollout_s"), medians.get("bare_generate_s")),
         "update_vs_bare": ratio(medians.get("update_s"), medians.get("bare_update_s")),
         PEAK_RSS: round(peak_rss_gb(), 2),
