@@ -30,7 +30,7 @@ from rlvr import faults
 from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, store
-from rlvr.runs.records import parse_row
+from rlvr.runs.records import StepRow, parse_row
 from rlvr.training.backends import ART_DIR, rewind_policy
 from tests import warm
 
@@ -538,7 +538,7 @@ def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
 
 def train_steps(text: str) -> list[int]:
     rows, _ = store.parse_metrics(text)
-    return [r[M.STEP] for r in rows if M.REWARD_MEAN in r]
+    return [r.step for r in rows if isinstance(r, StepRow)]
 
 
 # What each kill leaves: (train steps recorded, torn last line?, policy checkpoint entries)

@@ -71,11 +71,19 @@ def test_a_fresh_run_refuses_a_directory_holding_a_run(tmp_path: Path, marker: s
         runlock.refuse_existing_run(tmp_path, ("metrics.jsonl", "checkpoints", ".art"))
 
 
+def finished_summary(run_dir: Path, task: str = "math") -> str:
+    """The summary.json of a finished run that trained nothing (every field a run writes)."""
+    summary = {"run_dir": str(run_dir), "task": task, "scorer": "verifier"}
+    summary |= {"stop_reason": "max_steps", "steps": 0, "best_step": 0, "wall_s": 1.0}
+    summary |= {"baseline_val": 0.0, "best_val": 0.0, "test_accuracy": None, "alarms": []}
+    return json.dumps(summary)
+
+
 def finished_run(run_dir: Path, task: str = "math") -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     cfg = RunConfig(task=task, judge="none", run_dir=run_dir)
     (run_dir / "config.json").write_text(json.dumps(cfg.public_dict()))
-    (run_dir / "summary.json").write_text(json.dumps({"best_step": 0}))
+    (run_dir / "summary.json").write_text(finished_summary(run_dir, task))
     (run_dir / "metrics.jsonl").write_text("")
     return run_dir
 

@@ -21,6 +21,7 @@ import pytest
 from rlvr import redact
 from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.engine.models import CACHE_ENV, cache_root
+from tests.test_runlock import finished_summary
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
 WANDB_KEY = "PLANTEDwandb" + "0" * 28  # W&B keys are 40 characters
@@ -427,7 +428,7 @@ def test_every_command_prints_a_task_error_without_the_key(
         run_dir.mkdir()
         cfg = RunConfig(task=reference, judge="none")
         (run_dir / "config.json").write_text(json.dumps(cfg.public_dict()))
-        (run_dir / "summary.json").write_text(json.dumps({"best_step": 0}))
+        (run_dir / "summary.json").write_text(finished_summary(run_dir, reference))
         (run_dir / "metrics.jsonl").write_text("")
         args = ["eval", str(run_dir)]
     done = warm.rlvr(*args, timeout_s=300)
