@@ -238,7 +238,7 @@ async def test_grpo_learns_the_longer_episodes_of_a_tool_task(backend) -> None:
         for calls in (1, 2)
     ]
     async for _ in model.backend()._train_sft(
-        model, demos * 3, art.TrainSFTConfig(learning_rate=1e-3, batch_size=8), {}
+        model, demos * 6, art.TrainSFTConfig(learning_rate=3e-4, batch_size=8), {}
     ):
         pass
     sampling = Sampling(temperature=1.0, max_tokens=24)
@@ -255,10 +255,11 @@ async def test_grpo_learns_the_longer_episodes_of_a_tool_task(backend) -> None:
         calls.append(sum(t.metrics["tool_calls"] for t in played) / len(played))
         await backend.train(model, groups, learning_rate=1e-4)
     print(f"reward by step {rewards}, tool calls by step {calls}")
-    # Measured: the warm start answered after one call (reward 0.0 to 0.03, 1.0 calls); three
-    # updates later 0.125 to 0.28 of the episodes made both calls (1.19 to 1.56 calls). With the
+    # Measured: this warm start (lr 3e-4, 12 steps) makes both calls in 0.09 to 0.14 of its
+    # episodes, so every step has groups with spread; three updates later 0.69 to 0.84 did.
+    # At lr 1e-3 and 6 steps the warm start made both calls in 1 of 64 episodes, and a step
+    # often had no group with spread (a clean-clone run: reward 0, 0 -> 0, 0.03). With the
     # warm start's optimizer moments carried into RL: reward 0 at every step, 1.03 -> 1.0 calls.
-    assert sum(rewards[2:]) / 2 > sum(rewards[:2]) / 2 + 0.05
+    assert sum(rewards[2:]) / 2 > sum(rewards[:2]) / 2 + 0.1
     # The episodes must not shorten: a fall of one episode in 32 a step (1/32 calls) is noise.
-    # One loaded clean-clone run: calls 1.09, 0.97 -> 1.0, 1.03 with reward 0.03, 0 -> 0.06, 0.09.
     assert sum(calls[2:]) / 2 >= sum(calls[:2]) / 2 - 1 / 32
