@@ -14,7 +14,12 @@ from typing import Any
 import torch
 
 from rlvr.engine.attention import use_grouped_sdpa
-from rlvr.engine.device import choose_autocast, choose_device, run_head_in_fp32
+from rlvr.engine.device import (
+    choose_autocast,
+    choose_device,
+    hold_mmap_threshold,
+    run_head_in_fp32,
+)
 from rlvr.engine.packed_weights import pack_head, packing_wanted, packs
 from rlvr.engine.prefix import budget_bytes
 from rlvr.engine.types import THREADS_ENV, Phase, Precision, tree_tokens, whole_number
@@ -43,7 +48,9 @@ class LoadedModel:
 
     @contextmanager
     def autocast(self, phase: Phase) -> Iterator[None]:
-        """The phase's precision (rlvr.engine.device.choose_autocast)."""
+        """The phase's precision (rlvr.engine.device.choose_autocast) and allocation threshold
+        (rlvr.engine.device.hold_mmap_threshold)."""
+        hold_mmap_threshold(phase)
         dtype = self.dtype_of(phase)
         if dtype is None:
             yield

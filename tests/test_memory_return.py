@@ -1,0 +1,52 @@
+"""Freed tensor blocks go back to the system: while sampling, the engine holds glibc's mmap
+threshold low, so finished rows' key/value blocks do not stay resident as heap holes
+(rlvr.engine.device)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+# In a fresh process: free one 16 MB block (which raises glibc's own threshold to 16 MB),
+# then keep every other one of 200 one-MB blocks. Only the kept 100 MB should stay resident.
+PROBE = """
+import json, torch
+from rlvr.engine.device import hold_mmap_threshold
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+hold_mmap_threshold("sample")
+big = torch.ones(4 * 2**20)
+del big
+before = rss_mb()
+blocks = [torch.ones(2**18) for _ in range(200)]
+kept = blocks[::2]
+del blocks
+print(json.dumps({"grew_mb": rss_mb() - before, "kept": len(kept)}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "most_mb", "least_mb"),
+    [
+        pytest.param(None, 140, 0, id="held-by-the-engine"),
+        # A person's own MALLOC_MMAP_THRESHOLD_ is kept: at 64 MB every block is heap, and the
+        # freed holes between kept blocks stay resident.
+        pytest.param(str(64 * 2**20), None, 180, id="the-persons-setting-kept"),
+    ],
+)
+def test_freed_blocks_leave_the_process(setting, most_mb, least_mb) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    if setting is not None:
+        env["MALLOC_MMAP_THRESHOLD_"] = setting
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True
+    )
+    grew = json.loads(done.stdout.strip().splitlines()[-1])["grew_mb"]
+    if most_mb is not None:
+        assert grew < most_mb, f"{grew:.0f} MB resident after freeing half of 200 MB"
+    assert grew >= least_mb, f"{grew:.0f} MB resident"
