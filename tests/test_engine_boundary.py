@@ -66,8 +66,8 @@ def test_every_name_of_the_face_is_exported_and_resolves() -> None:
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="has no attribute 'Sampelr'"):
-        _ = rlvr.engine.Sampelr  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="has no attribute 'Decodr'"):
+        _ = rlvr.engine.Decodr  # type: ignore[attr-defined]
 
 
 def test_the_frozen_decoder_imports_neither_art_nor_peft() -> None:
