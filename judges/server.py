@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlvr.engine import ChatRequest, Sampler
+    from rlvr.engine import ChatRequest, Decoder
 
 SERVER_KEY_ENV = "RLVR_JUDGE_SERVER_KEY"
 SERVED_NAME = "smollm2-135m-judge"  # the model name requests use (judges.client.LOCAL_MODEL_ID)
@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pin_ruler(request: ChatRequest, engine: Sampler) -> ChatRequest:
+def pin_ruler(request: ChatRequest, engine: Decoder) -> ChatRequest:
     """`request` with ART's RULER schema pinned to its trajectories (judges.ruler_schema), sized
     to its max_tokens; any other request as it is."""
     from judges.ruler_schema import RulerBudgetError, pinned_ruler_format

@@ -18,6 +18,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -135,8 +136,8 @@ class StoppingConfig(BaseModel):
     )
 
 
-class ItemSampling(BaseModel):
-    """Which training items a step draws (`sampling.KEY=value`, or `sampling=uniform`;
+class ItemDraw(BaseModel):
+    """Which training items a step draws (`draw.KEY=value`, or `draw=uniform`;
     rlvr.training.pool). Not the rollouts' temperature: that is `temperature`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -235,20 +236,30 @@ FLAT_STOPPING = (
     "divergence_val_drop",
     "judge_gap",
 )
+# Groups with a new name, so that "sampling" means only the rollouts' token sampling (rlvr.Sampling):
+# new input naming the old one is refused with the new key, and a saved run's config.json is read
+# with it renamed (`saved_values`), so that a run written before still resumes.
+RENAMED_GROUPS = {"sampling": "draw"}
+# The validation context a saved run's config.json is read with (rlvr.runs.store.read_config).
+SAVED_RUN = "saved_run"
 NESTED: dict[str, type[BaseModel]] = {
     "judge": JudgeConfig,
     "stopping": StoppingConfig,
-    "sampling": ItemSampling,
+    "draw": ItemDraw,
     "inference": InferenceConfig,
 }
-# A nested group set by one value: `judge=ID` is the judge's model, `sampling=uniform` the strategy.
-SHORTHAND = {"judge": "model", "sampling": "strategy", "inference": "engine"}
+# A nested group set by one value: `judge=ID` is the judge's model, `draw=uniform` the strategy.
+SHORTHAND = {"judge": "model", "draw": "strategy", "inference": "engine"}
 
 
 def dotted_name(key: str) -> str | None:
-    """The dotted key that replaced an old flat one (`patience` -> `stopping.patience`), or None."""
+    """The key that replaced an old one (`patience` -> `stopping.patience`, `sampling.max_refill`
+    -> `draw.max_refill`), or None."""
     if key in RunConfig.model_fields:
         return None
+    group, dot, leaf = key.partition(".")
+    if group in RENAMED_GROUPS:
+        return RENAMED_GROUPS[group] + dot + leaf
     if key in FLAT_STOPPING:
         return f"stopping.{key}"
     leaf = key.removeprefix(FLAT_JUDGE_PREFIX)
@@ -259,6 +270,16 @@ def dotted_name(key: str) -> str | None:
 
 def renamed_message(key: str, new: str) -> str:
     return f"config: '{key}' is no longer a key; use '{new}'"
+
+
+def saved_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A saved run's config.json values with each renamed group under its new name (a run written
+    before `draw` holds `sampling`); new input naming the old group is refused instead."""
+    out = dict(values)
+    for old, new in RENAMED_GROUPS.items():
+        if old in out and new not in out:
+            out[new] = out.pop(old)
+    return out
 
 
 def nested(values: Mapping[str, object]) -> dict[str, object]:
@@ -399,9 +420,9 @@ class RunConfig(BaseModel):
         default_factory=lambda: StoppingConfig(),
         description="plateau, divergence and judge-disagreement rules (stopping.patience=...)",
     )
-    sampling: ItemSampling = Field(
-        default_factory=lambda: ItemSampling(),
-        description="which training items a step draws (sampling=uniform, sampling.max_refill=...)",
+    draw: ItemDraw = Field(
+        default_factory=lambda: ItemDraw(),
+        description="which training items a step draws (draw=uniform, draw.max_refill=...)",
     )
     preflight: bool = Field(
         True,
@@ -417,10 +438,13 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _nest(cls, values: Any) -> Any:
-        """Dotted keys and shorthands into their nested settings (`nested`)."""
+    def _nest(cls, values: Any, info: ValidationInfo) -> Any:
+        """Dotted keys and shorthands into their nested settings (`nested`); a saved run's
+        renamed groups under their new names (`saved_values`)."""
         if not isinstance(values, dict):
             return values
+        if info.context and info.context.get(SAVED_RUN):
+            values = saved_values(values)
         return nested(values)
 
     @model_validator(mode="after")

@@ -2,8 +2,8 @@
 (rlvr.engine.server: `/v1/chat/completions`, `/v1/models`, tool calls, structured output).
 
 The checkpoint's LoRA is merged into the base weights once at start (PEFT's `merge_and_unload`)
-and served by the engine's batched sampler, as the local judge serves its model
-(rlvr.engine.frozen_sampler). The endpoint binds 127.0.0.1 unless `--host` says otherwise, and every
+and served by the engine's batched decoder, as the local judge serves its model
+(rlvr.engine.frozen_decoder). The endpoint binds 127.0.0.1 unless `--host` says otherwise, and every
 request needs `Authorization: Bearer KEY`: the key is RLVR_SERVE_KEY where it is set, else a new
 one printed once at start.
 """
@@ -90,17 +90,17 @@ def url_of(sock: socket.socket, host: str) -> str:
     return f"http://{shown}:{port}/v1"
 
 
-def merged_sampler(
+def merged_decoder(
     base_dir: Path,
     adapter_dir: Path,
     *,
     device: str | None = None,
     precision: Precision | None = None,
 ) -> Any:
-    """The engine's sampler over the base model with the adapter merged into its weights (on a
+    """The engine's decoder over the base model with the adapter merged into its weights (on a
     CPU its projections packed for the kernel once, since nothing trains them)."""
 
-    from rlvr.engine import BaseWeights, Sampler, load_model, pack_frozen
+    from rlvr.engine import BaseWeights, Decoder, load_model, pack_frozen
     from rlvr.export import ExportError, attach_adapter
 
     loaded = load_model(base_dir, device, precision)
@@ -111,7 +111,7 @@ def merged_sampler(
     loaded = loaded.wrapped(merged.eval())
     if loaded.packed:
         pack_frozen(loaded.model, loaded.products_dtype)
-    return Sampler(loaded, BaseWeights())
+    return Decoder(loaded, BaseWeights())
 
 
 def serve_run(
@@ -137,7 +137,7 @@ def serve_run(
     key, from_env = serve_key()
     sock = bind(host, port)
     try:
-        sampler = merged_sampler(base_dir, checkpoint)
+        decoder = merged_decoder(base_dir, checkpoint)
         name = run_dir.resolve().name
 
         def route(requested: str) -> Route:
@@ -145,7 +145,7 @@ def serve_run(
                 raise ApiError(
                     404, f"model: '{requested}': this server serves '{name}'", "not_found_error"
                 )
-            return Route(engine=sampler, step=None)
+            return Route(engine=decoder, step=None)
 
         app = create_app(route, lambda: [name], api_key=key)
         endpoint = Endpoint(base_url=url_of(sock, host), model=name, key_from_env=from_env)

@@ -41,7 +41,7 @@ TINY_RUN = {
     # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
     "stopping.on_divergence": "warn",
     # the tests that read it count groups: no refills (tests/test_pool.py covers them)
-    "sampling.max_refill": 0,
+    "draw.max_refill": 0,
     # its 4 groups of 4 at 16 tokens are sometimes all constant: the run's story, not its preflight,
     # is what the readers test (tests/test_no_signal.py covers the no-signal stop)
     "preflight": False,

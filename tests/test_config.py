@@ -1,3 +1,4 @@
+import json
 import math
 import re
 from pathlib import Path
@@ -125,6 +126,74 @@ def test_the_cli_refuses_an_old_flat_key_with_exit_2(tmp_path: Path, old: str, n
     assert result.exit_code == 2, result.output
     assert f"'{old}' is no longer a key; use '{new}'" in result.output.replace("\n", " ")
     assert not runs.exists()
+
+
+# `sampling`, the item draw's group before it was `draw`: (old key, a value, the key to use).
+OLD_DRAW_KEYS = [
+    ("sampling", "uniform", "draw"),
+    ("sampling.strategy", "signal", "draw.strategy"),
+    ("sampling.max_refill", "0", "draw.max_refill"),
+]
+
+
+def as_file(key: str, value: str) -> str:
+    """A JSON config naming `key` as a file spells it: a dotted key inside its group."""
+    group, dot, leaf = key.partition(".")
+    return json.dumps({"task": "math", group: {leaf: value} if dot else value})
+
+
+@pytest.mark.parametrize("route", ["overrides", "cli", "task_config", "python", "config file"])
+@pytest.mark.parametrize(("old", "value", "new"), OLD_DRAW_KEYS)
+def test_the_old_draw_group_is_refused_naming_draw(
+    tmp_path: Path, route: str, old: str, value: str, new: str
+) -> None:
+    expected = f"config: '{old}' is no longer a key; use '{new}'"
+    if route == "overrides":
+        with pytest.raises(ConfigError) as error:
+            parse_overrides([f"{old}={value}"])
+        assert str(error.value) == expected
+    elif route == "cli":
+        runs = tmp_path / "runs"
+        result = CliRunner().invoke(app, ["train", "math", f"{old}={value}", f"runs_root={runs}"])
+        assert result.exit_code == 2, result.output
+        assert expected.removeprefix("config: ") in result.output.replace("\n", " ")
+        assert not runs.exists()
+    elif route == "task_config":
+        from rlvr import task_config
+
+        with pytest.raises(ConfigError) as error:
+            task_config("math", **{old: value})
+        assert str(error.value) == expected
+    elif route == "python":
+        with pytest.raises(ValidationError, match=re.escape(expected)):
+            RunConfig(**{old: value})
+    else:  # the group as a JSON file holds it, whichever key was given
+        path = tmp_path / "run.json"
+        path.write_text(as_file(old, value))
+        refused = "config: 'sampling' is no longer a key; use 'draw'"
+        with pytest.raises(ValidationError, match=re.escape(refused)):
+            RunConfig.model_validate_json(path.read_text())
+
+
+def test_draw_is_set_by_its_shorthand_and_dotted_keys() -> None:
+    cfg = parse_overrides(["draw=uniform", "draw.max_refill=3"])
+    assert (cfg.draw.strategy, cfg.draw.max_refill) == ("uniform", 3)
+    public = cfg.public_dict()
+    assert "sampling" not in public and public["draw"] == cfg.draw.model_dump()
+
+
+def test_a_saved_config_with_the_old_group_reads_as_draw(tmp_path: Path) -> None:
+    """A run written before `draw` holds `sampling` in its config.json: reading the run renames
+    it; the same values given as new input are refused."""
+    from rlvr.runs import store
+
+    saved = {**RunConfig(task="math").public_dict(), "run_dir": None}
+    saved["sampling"] = {**saved.pop("draw"), "strategy": "uniform", "max_refill": 1}
+    (tmp_path / store.CONFIG).write_text(json.dumps(saved))
+    cfg = store.read_config(tmp_path)
+    assert (cfg.draw.strategy, cfg.draw.max_refill) == ("uniform", 1)
+    with pytest.raises(ValidationError, match="'sampling' is no longer a key; use 'draw'"):
+        RunConfig.model_validate(saved)
 
 
 @pytest.mark.parametrize(

@@ -177,9 +177,9 @@ async def test_rows_that_join_a_running_decode_sample_what_a_static_pass_samples
     # step are admitted together).
     assert endpoint.counters().minus(before).sampling_passes >= 2
     assert answers[0][1] > 0.4 * (len(bodies) - 1)
-    sampler = endpoint.backend.engine(endpoint.model).sampler
-    rows = [row for body in bodies for row in build_rows(sampler, ChatRequest(**body))[0]]
-    static = await asyncio.to_thread(sampler.sample, rows)
+    decoder = endpoint.backend.engine(endpoint.model).decoder
+    rows = [row for body in bodies for row in build_rows(decoder, ChatRequest(**body))[0]]
+    static = await asyncio.to_thread(decoder.sample, rows)
     for (choice, _), expected in zip(answers, static, strict=True):
         content = choice["logprobs"]["content"]
         assert [int(t["token"].removeprefix("token_id:")) for t in content] == expected.token_ids
@@ -191,9 +191,9 @@ async def test_a_fault_in_the_decoding_loop_answers_its_requests_and_the_next_on
 ) -> None:
     """A fault outside any one request (here the step that retires rows) fails every request in
     flight with a 500 instead of leaving them unanswered; the next request decodes as before."""
-    from rlvr.engine.sampler import Sampler
+    from rlvr.engine.decoding import Decoder
 
-    retire = Sampler.retire
+    retire = Decoder.retire
     faults = iter([RuntimeError("injected fault")])
 
     def failing(self, batch):
@@ -202,7 +202,7 @@ async def test_a_fault_in_the_decoding_loop_answers_its_requests_and_the_next_on
             raise fault
         return retire(self, batch)
 
-    monkeypatch.setattr(Sampler, "retire", failing)
+    monkeypatch.setattr(Decoder, "retire", failing)
     body = endpoint.body("Count to ten.", 16, temperature=0.0)
     answered = await asyncio.wait_for(
         asyncio.gather(endpoint.post(body), endpoint.post(body)), timeout=120

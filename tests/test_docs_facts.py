@@ -22,7 +22,9 @@ from rich.console import Console
 
 from rlvr.config import (
     LOSS_OPTIONS_UNSUPPORTED,
-    ItemSampling,
+    NESTED,
+    RENAMED_GROUPS,
+    ItemDraw,
     RunConfig,
     StoppingConfig,
     dotted_name,
@@ -126,7 +128,7 @@ def pool_weights(groups: tuple[str, ...]) -> None:
     from rlvr.training.pool import History, weight
 
     prefer, revisit, halved = number(groups[0]), number(groups[1]), groups[2]
-    settings = ItemSampling()
+    settings = ItemDraw()
     untried = weight(None, settings)
     assert weight(History(tries=1, signal=1), settings) / untried == prefer
     assert weight(History(tries=1, equal_streak=1), settings) == revisit
@@ -135,7 +137,7 @@ def pool_weights(groups: tuple[str, ...]) -> None:
 
 
 def max_refill_default(groups: tuple[str, ...]) -> None:
-    field = ItemSampling.model_fields["max_refill"]
+    field = ItemDraw.model_fields["max_refill"]
     assert field.default is None and f"default: {groups[0]}" in (field.description or "")
     assert groups[0] in RunConfig.model_fields
 
@@ -275,6 +277,10 @@ def old_flat_names(groups: tuple[str, ...]) -> None:
         assert not known_key(name) and dotted_name(name) is not None, name
 
 
+def renamed_group(groups: tuple[str, ...]) -> None:
+    assert RENAMED_GROUPS[groups[0]] == groups[1] and groups[1] in NESTED
+
+
 def rollout_concurrency(groups: tuple[str, ...]) -> None:
     assert number(groups[0]) == RunConfig.model_fields["rollout_concurrency"].default
 
@@ -293,11 +299,11 @@ FACTS = [
     (HOW, r'printed as e\.g\. "(RL gain: [^"]+)"', gain_line),
     (
         HOW,
-        r"`sampling\.prefer`, ([\d.]+)× an untried item.*?`sampling\.revisit` ([\d.]+), "
-        r"(\w+) — `sampling\.decay`",
+        r"`draw\.prefer`, ([\d.]+)× an untried item.*?`draw\.revisit` ([\d.]+), "
+        r"(\w+) — `draw\.decay`",
         pool_weights,
     ),
-    (HOW, r"up to `sampling\.max_refill` extra groups \(default `(\w+)`", max_refill_default),
+    (HOW, r"up to `draw\.max_refill` extra groups \(default `(\w+)`", max_refill_default),
     (HOW, r"when the first (\d+) steps found no group with signal", no_signal_steps),
     (HOW, r"another evaluation period plus the (\w+) test evaluations", checkpoints_tested),
     (HOW, r"`stopping\.trend_window` \((\d+)\)", trend_window),
@@ -328,8 +334,8 @@ FACTS = [
     (CONFIG, r"`stopping\.rule` \((\w+)/(\w+)\)", choices_of(StoppingConfig, "rule")),
     (
         CONFIG,
-        r"`sampling\.strategy` \(or simply `sampling=(\w+)\|(\w+)`\)",
-        choices_of(ItemSampling, "strategy"),
+        r"`draw\.strategy` \(or simply `draw=(\w+)\|(\w+)`\)",
+        choices_of(ItemDraw, "strategy"),
     ),
     (
         CONFIG,
@@ -337,6 +343,7 @@ FACTS = [
         refused_options,
     ),
     (CONFIG, r"A flat name from before the groups \(`(\w+)`, `(\w+)`", old_flat_names),
+    (CONFIG, r"`(\w+)=` and `\w+\.KEY=`, this group's name before, .*? `(\w+)`", renamed_group),
     (PERF, r"\(`rollout_concurrency`, (\d+)\)", rollout_concurrency),
     (WRITES, r"at least (half|a third|a quarter) its token (\d+)-grams repeat", loop_measure),
 ]

@@ -11,10 +11,10 @@ from collections import Counter
 import pytest
 import torch
 
+from rlvr.engine.decoding import SPECULATED_COLUMNS, Decoder
 from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 from rlvr.engine.prefix import PrefixCache
 from rlvr.engine.rows import RowRules, RowState, lookup_draft
-from rlvr.engine.sampler import SPECULATED_COLUMNS, Sampler
 from rlvr.engine.types import SampleRow
 from rlvr.engine.weights import BaseWeights
 from tests.test_slot_cache import continuous
@@ -59,13 +59,13 @@ def test_only_greedy_free_text_rows_of_a_small_batch_draft():
 
 
 @pytest.fixture(scope="module")
-def sampler() -> Sampler:
+def decoder() -> Decoder:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model(DEFAULT_MODEL)
     model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=torch.float32).eval()
     loaded = fp32_loaded(model, AutoTokenizer.from_pretrained(path), max_context=2048)
-    return Sampler(loaded, BaseWeights(), PrefixCache(max_bytes=0))
+    return Decoder(loaded, BaseWeights(), PrefixCache(max_bytes=0))
 
 
 QUESTIONS = [
@@ -78,10 +78,10 @@ QUESTIONS = [
 ]
 
 
-def chat_rows(sampler: Sampler, budgets: list[int]) -> list[SampleRow]:
+def chat_rows(decoder: Decoder, budgets: list[int]) -> list[SampleRow]:
     return [
         SampleRow(
-            prompt_ids=sampler.tokenizer.apply_chat_template(
+            prompt_ids=decoder.tokenizer.apply_chat_template(
                 [{"role": "user", "content": q}], add_generation_prompt=True, return_dict=True
             )["input_ids"],
             max_tokens=budget,
@@ -92,7 +92,7 @@ def chat_rows(sampler: Sampler, budgets: list[int]) -> list[SampleRow]:
 
 
 @pytest.mark.slow
-def test_drafted_decoding_is_greedy_decoding(sampler, monkeypatch):
+def test_drafted_decoding_is_greedy_decoding(decoder, monkeypatch):
     seen = Counter[str]()
     accept = RowRules.accept_drafts
 
@@ -103,14 +103,14 @@ def test_drafted_decoding_is_greedy_decoding(sampler, monkeypatch):
         return refused
 
     monkeypatch.setattr(RowRules, "accept_drafts", counted)
-    rows = chat_rows(sampler, [20, 20, 12, 16, 8, 12])
+    rows = chat_rows(decoder, [20, 20, 12, 16, 8, 12])
     arrivals = {0: rows[:1], 4: rows[1:3], 12: rows[3:6]}  # a small batch, joined and left
     decoded = {}
     for columns in (0, SPECULATED_COLUMNS):
-        monkeypatch.setattr(sampler, "speculated_columns", columns)
+        monkeypatch.setattr(decoder, "speculated_columns", columns)
         decoded[columns] = (
-            continuous(sampler, arrivals),
-            [(s.token_ids, s.logprobs) for s in sampler.sample(rows[:2])],
+            continuous(decoder, arrivals),
+            [(s.token_ids, s.logprobs) for s in decoder.sample(rows[:2])],
         )
     (plain_ids, plain_static), (ids, static) = decoded[0], decoded[SPECULATED_COLUMNS]
     assert ids == plain_ids
@@ -122,14 +122,14 @@ def test_drafted_decoding_is_greedy_decoding(sampler, monkeypatch):
 
 
 @pytest.mark.slow
-def test_a_row_with_turned_down_drafts_stores_its_real_tokens_for_the_next_turn(sampler):
+def test_a_row_with_turned_down_drafts_stores_its_real_tokens_for_the_next_turn(decoder):
     """The prefix cache keeps exactly the tokens a row fed (drafted columns it turned down are
     masked out, not stored), so its next turn starts from the cache and decodes the same."""
-    cached = Sampler(sampler.loaded, BaseWeights(), PrefixCache())
-    row = chat_rows(sampler, [40] * len(QUESTIONS))[0]
+    cached = Decoder(decoder.loaded, BaseWeights(), PrefixCache())
+    row = chat_rows(decoder, [40] * len(QUESTIONS))[0]
     first = cached.sample([row])[0]
     fed = row.prompt_ids + first.token_ids
     tag = cached.weights.view(None).tag
     assert cached.cached_tokens(tag, [*fed, 11]) == len(fed)
     follow = SampleRow(prompt_ids=[*fed, 11, 12], max_tokens=16, temperature=0.0)
-    assert cached.sample([follow])[0].token_ids == sampler.sample([follow])[0].token_ids
+    assert cached.sample([follow])[0].token_ids == decoder.sample([follow])[0].token_ids

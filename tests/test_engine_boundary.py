@@ -39,7 +39,7 @@ def engine_files() -> list[Path]:
 
 def test_the_engine_has_its_modules() -> None:
     names = {path.name for path in engine_files()}
-    assert {"backend.py", "server.py", "sampler.py", "trainer.py", "process.py"} <= names
+    assert {"backend.py", "server.py", "decoding.py", "trainer.py", "process.py"} <= names
 
 
 @pytest.mark.parametrize("forbidden", FORBIDDEN)
@@ -66,13 +66,13 @@ def test_every_name_of_the_face_is_exported_and_resolves() -> None:
 
 
 def test_an_unknown_name_is_an_attribute_error() -> None:
-    with pytest.raises(AttributeError, match="has no attribute 'Sampelr'"):
-        _ = rlvr.engine.Sampelr  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="has no attribute 'Decodr'"):
+        _ = rlvr.engine.Decodr  # type: ignore[attr-defined]
 
 
-def test_the_frozen_sampler_imports_neither_art_nor_peft() -> None:
+def test_the_frozen_decoder_imports_neither_art_nor_peft() -> None:
     probe = (
-        "import sys; import rlvr.engine.frozen_sampler; "
+        "import sys; import rlvr.engine.frozen_decoder; "
         "print(sorted(m for m in ('art', 'peft') if m in sys.modules))"
     )
     out = subprocess.run(

@@ -132,31 +132,31 @@ def obeys(data: object) -> bool:
 
 
 @pytest.fixture(scope="module")
-def sampler(tmp_path_factory: pytest.TempPathFactory):
+def decoder(tmp_path_factory: pytest.TempPathFactory):
     from rlvr.engine.lora_engine import Engine
     from rlvr.engine.models import resolve_model
 
-    return Engine(resolve_model("smollm2-135m"), Path(tmp_path_factory.mktemp("grammar"))).sampler
+    return Engine(resolve_model("smollm2-135m"), Path(tmp_path_factory.mktemp("grammar"))).decoder
 
 
-def prompt(sampler) -> list[int]:
+def prompt(decoder) -> list[int]:
     messages = [
         {
             "role": "user",
             "content": "Grade 'Paris is the capital of France' against 3 criteria. Reply in JSON.",
         }
     ]
-    return sampler.tokenizer.apply_chat_template(
+    return decoder.tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False
     )
 
 
 @pytest.mark.slow
-def test_constrained_rows_obey_the_schema_beside_free_rows(sampler) -> None:
+def test_constrained_rows_obey_the_schema_beside_free_rows(decoder) -> None:
     from rlvr.engine.types import SampleRow
 
-    grammar = sampler.compile_grammar(VERDICTS)
-    ids = prompt(sampler)
+    grammar = decoder.compile_grammar(VERDICTS)
+    ids = prompt(decoder)
     rows = [
         SampleRow(prompt_ids=ids, max_tokens=300, temperature=0.0, grammar=grammar),
         *[
@@ -165,29 +165,29 @@ def test_constrained_rows_obey_the_schema_beside_free_rows(sampler) -> None:
         ],
         SampleRow(prompt_ids=ids, max_tokens=24, temperature=1.0, seed=7),  # free text
     ]
-    *constrained, free = sampler.sample(rows)
+    *constrained, free = decoder.sample(rows)
     for sampled in constrained:
         assert sampled.finish_reason == "stop", sampled.text
         assert obeys(json.loads(sampled.text)), sampled.text
         assert (
-            sampled.token_ids[-1] in sampler.loaded.stop_ids
+            sampled.token_ids[-1] in decoder.loaded.stop_ids
         )  # ended by the model, as the grammar allowed
     assert len({s.text for s in constrained[1:]}) > 1  # sampling still samples
     assert free.text and len(free.token_ids) <= 24
 
 
 @pytest.mark.slow
-def test_constrained_logprobs_are_the_models_own(sampler) -> None:
+def test_constrained_logprobs_are_the_models_own(decoder) -> None:
     """The recorded logprob of each constrained token is the model's unmasked one: the same
     tokens forced through the model without a grammar score the same (what training reads)."""
     from rlvr.engine.types import SampleRow
 
-    ids = prompt(sampler)
-    grammar = sampler.compile_grammar(OBJECT)
-    (constrained,) = sampler.sample(
+    ids = prompt(decoder)
+    grammar = decoder.compile_grammar(OBJECT)
+    (constrained,) = decoder.sample(
         [SampleRow(prompt_ids=ids, max_tokens=20, temperature=0.0, grammar=grammar)]
     )
-    (forced,) = sampler.sample(
+    (forced,) = decoder.sample(
         [
             SampleRow(
                 prompt_ids=ids,
@@ -201,7 +201,7 @@ def test_constrained_logprobs_are_the_models_own(sampler) -> None:
     # Prefill and step-by-step decoding agree to fp32 rounding; where either runs in bf16 (a
     # CPU with bf16 units prefills, and multiplies its projections, in bf16), to bf16's three
     # significant digits: the gap grows with a token's improbability.
-    loaded = sampler.loaded
+    loaded = decoder.loaded
     fp32 = loaded.products_dtype == torch.float32 and loaded.prefill_dtype is None
     tolerance = {"abs": 1e-4} if fp32 else {"abs": 0.1, "rel": 0.02}
     assert forced.logprobs[:n] == pytest.approx(constrained.logprobs, **tolerance)
@@ -210,6 +210,6 @@ def test_constrained_logprobs_are_the_models_own(sampler) -> None:
 
 
 @pytest.mark.slow
-def test_a_schema_without_a_grammar_is_refused(sampler) -> None:
+def test_a_schema_without_a_grammar_is_refused(decoder) -> None:
     with pytest.raises(GrammarError, match="response_format schema"):
-        sampler.compile_grammar({"type": "object", "properties": {"a": {"type": "nonsense"}}})
+        decoder.compile_grammar({"type": "object", "properties": {"a": {"type": "nonsense"}}})

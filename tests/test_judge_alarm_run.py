@@ -37,7 +37,7 @@ def test_a_users_reward_that_pays_for_wrong_answers_raises_the_alarm(tmp_path: P
         max_tokens=2,  # cut replies: the truth fails nearly all of them, the reward pays them
         preflight=False,  # all-1 groups are expected here
         run_dir=tmp_path / "run",
-        **{"sampling.max_refill": 0},
+        **{"draw.max_refill": 0},
     )
     result = asyncio.run(run_training(cfg))
     assert [a.name for a in result.alarms] == ["judge_disagrees"]

@@ -70,7 +70,7 @@ def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> RunC
         "groups_per_batch": 1,
         # the tests count one scored group a step: a group of two identical 8-token replies
         # (equal scores, no signal) would otherwise be refilled with another item
-        "sampling.max_refill": 0,
+        "draw.max_refill": 0,
         "max_steps": 3,
         "max_tokens": 8,
         "eval_every": 3,

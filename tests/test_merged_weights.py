@@ -2,7 +2,7 @@
 
 The fast tests build a tiny Llama (random weights, no download) with a real PEFT LoRA adapter; the
 slow ones sample the real SmolLM2-135M through the engine, merged and unmerged, and check that
-the trainer still recomputes what the sampler reported.
+the trainer still recomputes what the decoder reported.
 """
 
 from __future__ import annotations
@@ -171,20 +171,20 @@ def test_unmerged_views_sample_the_adapter_through_peft(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_merged_and_unmerged_sampling_give_the_same_greedy_tokens(tmp_path: Path) -> None:
-    """The real SmolLM2-135M with a non-trivial adapter (fp32): the sampler (merged) and a sampler
+    """The real SmolLM2-135M with a non-trivial adapter (fp32): the decoder (merged) and a decoder
     over the same model through PEFT's LoRA layers pick the same greedy tokens with the same
     log-probabilities, and both differ from the base weights'."""
+    from rlvr.engine.decoding import Decoder
     from rlvr.engine.lora_engine import Engine
     from rlvr.engine.models import DEFAULT_MODEL, resolve_model
-    from rlvr.engine.sampler import Sampler
     from rlvr.engine.types import SampleRow
     from rlvr.engine.weights import BaseWeights
 
     engine = Engine(resolve_model(DEFAULT_MODEL), tmp_path / "model", precision="fp32")
     perturb(engine.loaded, scale=0.02)
     engine.adapters.changed()
-    unmerged = Sampler(engine.loaded, store(engine.loaded, tmp_path / "model", merge=False))
-    base = Sampler(engine.loaded.wrapped(engine.loaded.model.get_base_model()), BaseWeights())
+    unmerged = Decoder(engine.loaded, store(engine.loaded, tmp_path / "model", merge=False))
+    base = Decoder(engine.loaded.wrapped(engine.loaded.model.get_base_model()), BaseWeights())
     prompts = ["Name three rivers.", "What is 12 times 3?", "Write a haiku about snow."]
     rows = [
         SampleRow(
@@ -199,7 +199,7 @@ def test_merged_and_unmerged_sampling_give_the_same_greedy_tokens(tmp_path: Path
         )
         for p in prompts
     ]
-    merged_out = engine.sampler.sample(rows)
+    merged_out = engine.decoder.sample(rows)
     unmerged_out = unmerged.sample(rows)
     with engine.loaded.model.disable_adapter():
         base_out = base.sample(rows)

@@ -126,13 +126,13 @@ async def test_sampled_tokens_map_back_to_exact_ids_in_art(backend, policy) -> N
 
 
 async def test_concurrent_requests_share_one_decoding_pass(backend, policy) -> None:
-    sampler = backend.engine(policy).sampler
-    before = sampler.counters()
+    decoder = backend.engine(policy).decoder
+    before = decoder.counters()
     responses = await asyncio.gather(
         *(ask(policy, f"Count to {i}.", max_tokens=4, temperature=1.0, seed=i) for i in range(6))
     )
     assert all(len(r.choices) == 1 and r.choices[0].logprobs.content for r in responses)
-    done = sampler.counters().minus(before)
+    done = decoder.counters().minus(before)
     assert done.sampling_passes <= 2  # one window; stragglers at most join a second pass
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import art
 import pytest
 
-from rlvr.config import ItemSampling, RunConfig
+from rlvr.config import ItemDraw, RunConfig
 from rlvr.integrations import open_tracker
 from rlvr.metrics import M
 from rlvr.runs.records import Outcome
@@ -26,7 +26,7 @@ from rlvr.training.split import split_items
 from rlvr.training.state import restore_state
 from rlvr.training.step import gather_batch, step_row
 
-SETTINGS = ItemSampling()
+SETTINGS = ItemDraw()
 
 
 def history(*signals: bool) -> pool.History:
@@ -151,7 +151,7 @@ def test_refills_replace_groups_without_signal_within_the_cap(tmp_path, max_refi
     async def main() -> None:
         async with AsyncExitStack() as stack:
             run = await open_fixed_session(
-                stack, tmp_path / "run", **{"sampling.max_refill": max_refill}
+                stack, tmp_path / "run", **{"draw.max_refill": max_refill}
             )
             batch = await gather_batch(run, 0)
             held_out = {i.id for i in run.split.val + run.split.test}
@@ -192,8 +192,8 @@ def test_a_resumed_run_draws_the_same_items(tmp_path):
             assert resumed == run.state.pool
             ids = [i.id for i in run.split.train]
             rng = pool.step_rng(run.cfg.seed, 3, 0)
-            here = pool.draw(run.state.pool, ids, 4, run.cfg.sampling, rng)
-            again = pool.draw(resumed, ids, 4, run.cfg.sampling, pool.step_rng(run.cfg.seed, 3, 0))
+            here = pool.draw(run.state.pool, ids, 4, run.cfg.draw, rng)
+            again = pool.draw(resumed, ids, 4, run.cfg.draw, pool.step_rng(run.cfg.seed, 3, 0))
             assert here == again
             # Flat items were seen without signal and are drawn rarely from then on.
             assert sum(i.startswith(MIXED) for i in here) >= 2
@@ -210,7 +210,7 @@ def _no_update():
 def test_uniform_strategy_never_refills(tmp_path):
     async def main() -> None:
         async with AsyncExitStack() as stack:
-            run = await open_fixed_session(stack, tmp_path / "run", sampling="uniform")
+            run = await open_fixed_session(stack, tmp_path / "run", draw="uniform")
             batch = await gather_batch(run, 0)
             assert len(batch.rounds) == 1
             ids = [i.id for i in run.split.train]

@@ -24,9 +24,9 @@ import pytest_asyncio
 import torch
 
 from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.decoding import as_decoded
 from rlvr.engine.device import _cpu_has_native_bf16, choose_autocast, native_bf16, run_head_in_fp32
 from rlvr.engine.models import DEFAULT_MODEL
-from rlvr.engine.sampler import as_decoded
 from rlvr.engine.trainer import (
     _trimmed,
     sequences_of,

@@ -159,13 +159,13 @@ def greedy(engine, prompts: list[list[int]], cached: bool):
     budget = engine.prefixes.max_bytes
     if not cached:
         engine.prefixes.max_bytes = 0
-    before = engine.sampler.counters()
+    before = engine.decoder.counters()
     rows = [SampleRow(prompt_ids=p, max_tokens=12, temperature=0.0) for p in prompts]
     try:
-        out = engine.sampler.sample(rows)
+        out = engine.decoder.sample(rows)
     finally:
         engine.prefixes.max_bytes = budget
-    return out, engine.sampler.counters().minus(before).cached_prompt_tokens
+    return out, engine.decoder.counters().minus(before).cached_prompt_tokens
 
 
 @pytest.mark.slow
@@ -232,13 +232,13 @@ def test_rows_sharing_a_system_prompt_prefill_it_once(engine) -> None:
     budget = engine.prefixes.max_bytes
     engine.prefixes.clear()
     engine.prefixes.max_bytes = 0  # off: every row prefilled in full
-    before = engine.sampler.counters()
-    alone = engine.sampler.sample(rows)
-    off = engine.sampler.counters().minus(before)
+    before = engine.decoder.counters()
+    alone = engine.decoder.sample(rows)
+    off = engine.decoder.counters().minus(before)
     engine.prefixes.max_bytes = budget
-    before = engine.sampler.counters()
-    together = engine.sampler.sample(rows)
-    on = engine.sampler.counters().minus(before)
+    before = engine.decoder.counters()
+    together = engine.decoder.sample(rows)
+    on = engine.decoder.counters().minus(before)
     engine.prefixes.clear()
     total = sum(len(p) for p in prompts)
     assert off.prefilled_tokens == total and off.cached_prompt_tokens == 0

@@ -304,7 +304,7 @@ def test_a_bad_tree_budget_is_one_line_naming_it(monkeypatch, value):
 def test_an_update_computes_without_merged_sets_or_cached_prefixes_held(
     tmp_path, monkeypatch
 ) -> None:
-    """The sampler's merged weights and prefix cache go stale at an update's first optimizer
+    """The decoder's merged weights and prefix cache go stale at an update's first optimizer
     step; they are dropped before its passes, so their memory is not held beside the
     activations."""
     from rlvr.engine.adapters import AdapterStore

@@ -129,6 +129,17 @@ def test_the_old_run_reads_as_records_with_its_keys_unchanged() -> None:
     assert last is not None and last.gain == summary.test.gain_last
 
 
+def test_the_old_run_s_config_reads_its_sampling_group_as_draw() -> None:
+    from rlvr.runs.results import command_of
+
+    saved = json.loads((OLD_RUN / store.CONFIG).read_text())
+    assert "sampling" in saved and "draw" not in saved  # written before the group was `draw`
+    cfg = store.read_config(OLD_RUN)
+    assert cfg.draw.model_dump() == saved["sampling"]
+    command, _ = command_of(saved)
+    assert "draw.max_refill=0" in command.split() and "sampling" not in command
+
+
 @pytest.fixture
 def old_run(tmp_path: Path) -> Path:
     """A copy of the old run directory, under its own name (its policy is named after it)."""

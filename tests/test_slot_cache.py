@@ -12,9 +12,9 @@ import torch
 
 from rlvr.engine import batch as batch_module
 from rlvr.engine.batch import RIGHT_ROOM, SlotLayer
+from rlvr.engine.decoding import Decoder
 from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 from rlvr.engine.prefix import PrefixCache
-from rlvr.engine.sampler import Sampler
 from rlvr.engine.types import PASS_COLUMNS, SampleRow, width_groups
 from rlvr.engine.weights import BaseWeights
 from tests.tiny_llama import fp32_loaded, tiny_llama
@@ -23,7 +23,7 @@ VOCAB = 49152  # the real tokenizer's
 
 
 @pytest.fixture(scope="module")
-def sampler() -> Sampler:
+def decoder() -> Decoder:
     from transformers import AutoTokenizer
 
     from rlvr.engine.attention import use_grouped_sdpa
@@ -32,7 +32,7 @@ def sampler() -> Sampler:
     use_grouped_sdpa(model)
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
     loaded = fp32_loaded(model, tokenizer, max_context=1024)
-    return Sampler(loaded, BaseWeights(), PrefixCache(max_bytes=0))
+    return Decoder(loaded, BaseWeights(), PrefixCache(max_bytes=0))
 
 
 def rows(count: int, seed: int) -> list[SampleRow]:
@@ -49,10 +49,10 @@ def rows(count: int, seed: int) -> list[SampleRow]:
     ]
 
 
-def continuous(sampler: Sampler, arrivals: dict[int, list[SampleRow]]) -> list[list[int]]:
+def continuous(decoder: Decoder, arrivals: dict[int, list[SampleRow]]) -> list[list[int]]:
     """Decode rows arriving at the given steps, joined into one live batch as the scheduler
     joins them; each row's tokens, in arrival order."""
-    view = sampler.weights.view(None)
+    view = decoder.weights.view(None)
     order = [row for step in sorted(arrivals) for row in arrivals[step]]
     done: dict[int, list[int]] = {}
     with torch.inference_mode(), view.applied():
@@ -61,21 +61,21 @@ def continuous(sampler: Sampler, arrivals: dict[int, list[SampleRow]]) -> list[l
         step = 0
         while step <= max(arrivals) or live is not None:
             if step in arrivals:
-                newcomers = [sampler.new_state(row) for row in arrivals[step]]
+                newcomers = [decoder.new_state(row) for row in arrivals[step]]
                 states += newcomers
-                live = sampler.join(live, sampler.admit(newcomers, view))
+                live = decoder.join(live, decoder.admit(newcomers, view))
             if live is not None:
-                live, left = sampler.retire(live)
+                live, left = decoder.retire(live)
                 for state in left:
                     done[states.index(state)] = state.ids
             if live is not None:
-                sampler.advance(live)
+                decoder.advance(live)
             step += 1
     return [done[i] for i in range(len(order))]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_rows_joining_and_leaving_decode_what_each_decodes_alone(sampler, seed, monkeypatch):
+def test_rows_joining_and_leaving_decode_what_each_decodes_alone(decoder, seed, monkeypatch):
     calls: Counter[str] = Counter()
     for name in ("_relayout", "move", "append"):
         original = getattr(SlotLayer, name)
@@ -89,23 +89,23 @@ def test_rows_joining_and_leaving_decode_what_each_decodes_alone(sampler, seed, 
     # Two rows first, then newcomers every few steps: some wider than the batch, and more at
     # once than free slots.
     arrivals = {0: batch[:2], 3: batch[2:3], 7: batch[3:9], 12: batch[9:10], 40: batch[10:14]}
-    joined = continuous(sampler, arrivals)
+    joined = continuous(decoder, arrivals)
     alone = [
-        sampler.sample([row])[0].token_ids for step in sorted(arrivals) for row in arrivals[step]
+        decoder.sample([row])[0].token_ids for step in sorted(arrivals) for row in arrivals[step]
     ]
     assert joined == alone
     # Rows left from above the last (moved up), joined, and the buffers ran out of room.
     assert calls["_relayout"] > 0 and calls["move"] > 0 and calls["append"] > 0
 
 
-def test_a_row_that_leaves_is_replaced_by_the_last_and_every_row_keeps_its_cache(sampler):
-    view = sampler.weights.view(None)
+def test_a_row_that_leaves_is_replaced_by_the_last_and_every_row_keeps_its_cache(decoder):
+    view = decoder.weights.view(None)
     with torch.inference_mode(), view.applied():
-        states = [sampler.new_state(row) for row in rows(6, 5)]
-        live = sampler.seat(sampler.admit(states, view))
+        states = [decoder.new_state(row) for row in rows(6, 5)]
+        live = decoder.seat(decoder.admit(states, view))
         admitted = [states.index(s) for s in live.states]  # rows of very other lengths: grouped
         for _ in range(3):
-            sampler.advance(live)
+            decoder.advance(live)
         before = {
             id(state): (live.cache.layers[0].keys[b].clone(), live.mask[b].clone())
             for b, state in enumerate(live.states)
@@ -146,7 +146,7 @@ def test_width_groups_cover_every_row_once_and_never_cost_more_than_one_pass(see
     assert cost <= PASS_COLUMNS + len(new) * max(new)
 
 
-def test_an_admission_of_rows_of_other_lengths_decodes_what_each_decodes_alone(sampler):
+def test_an_admission_of_rows_of_other_lengths_decodes_what_each_decodes_alone(decoder):
     """Rows prefilled in passes of their own (a long prompt beside short ones) and joined into
     one batch sample what each samples alone."""
     generator = torch.Generator().manual_seed(7)
@@ -159,6 +159,6 @@ def test_an_admission_of_rows_of_other_lengths_decodes_what_each_decodes_alone(s
         for length in (300, 6, 9, 280, 4)
     ]
     assert len(width_groups([len(r.prompt_ids) for r in batch])) > 1
-    together = [s.token_ids for s in sampler.sample(batch)]
-    alone = [sampler.sample([row])[0].token_ids for row in batch]
+    together = [s.token_ids for s in decoder.sample(batch)]
+    alone = [decoder.sample([row])[0].token_ids for row in batch]
     assert together == alone

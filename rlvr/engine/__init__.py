@@ -3,11 +3,11 @@ benches, behind the interfaces ART and OpenAI clients speak (an `art.Backend` an
 OpenAI-compatible endpoint). It imports nothing of the RL side (tests/test_engine_boundary.py).
 
 The names below are what the rest of rlvr uses. They resolve on first use (PEP 562), so that
-importing one light part (the frozen sampler a judge process serves) does not pay for ART and PEFT.
+importing one light part (the frozen decoder a judge process serves) does not pay for ART and PEFT.
 
 - serve: `create_app`, `serve`, `serve_frozen`, `ServerThread`, `Route`, `ApiError`, and
   `EngineProcess` for an engine in a child process;
-- sample: `Sampler`, `frozen_sampler`, `load_model`, `BaseWeights`, `pack_frozen`;
+- decode: `Decoder`, `frozen_decoder`, `load_model`, `BaseWeights`, `pack_frozen`;
 - train a step: `TorchBackend` (an `art.Backend`), `Engine`, `pack_groups`;
 - merge: `pack_frozen` over a merged model, `check_adapter` for a checkpoint's adapter;
 - models: `resolve_model`, `ModelError`, `ALIASES`;
@@ -25,6 +25,7 @@ _EXPORTS = {
     "ApiError": "rlvr.engine.server",
     "BaseWeights": "rlvr.engine.weights",
     "ChatRequest": "rlvr.engine.server",
+    "Decoder": "rlvr.engine.decoding",
     "Engine": "rlvr.engine.lora_engine",
     "GrammarError": "rlvr.engine.grammar",
     "EngineCounters": "rlvr.engine.types",
@@ -33,14 +34,13 @@ _EXPORTS = {
     "ModelError": "rlvr.engine.models",
     "Precision": "rlvr.engine.types",
     "Route": "rlvr.engine.server",
-    "Sampler": "rlvr.engine.sampler",
     "ServerThread": "rlvr.engine.server",
     "THREADS_ENV": "rlvr.engine.types",
     "TorchBackend": "rlvr.engine.backend",
     "check_adapter": "rlvr.engine.adapters",
     "check_environment": "rlvr.engine.loaded_model",
     "create_app": "rlvr.engine.server",
-    "frozen_sampler": "rlvr.engine.frozen_sampler",
+    "frozen_decoder": "rlvr.engine.frozen_decoder",
     "load_model": "rlvr.engine.loaded_model",
     "pack_frozen": "rlvr.engine.merged_weights",
     "pack_groups": "rlvr.engine.backend",
@@ -78,8 +78,9 @@ if TYPE_CHECKING:
     from rlvr.engine.bench import run_serve_bench as run_serve_bench
     from rlvr.engine.bench import run_train_bench as run_train_bench
     from rlvr.engine.bench import run_turns_bench as run_turns_bench
+    from rlvr.engine.decoding import Decoder as Decoder
     from rlvr.engine.device import release_memory as release_memory
-    from rlvr.engine.frozen_sampler import frozen_sampler as frozen_sampler
+    from rlvr.engine.frozen_decoder import frozen_decoder as frozen_decoder
     from rlvr.engine.grammar import GrammarError as GrammarError
     from rlvr.engine.grammar import schema_of as schema_of
     from rlvr.engine.loaded_model import check_environment as check_environment
@@ -91,7 +92,6 @@ if TYPE_CHECKING:
     from rlvr.engine.models import resolve_model as resolve_model
     from rlvr.engine.process import EngineError as EngineError
     from rlvr.engine.process import EngineProcess as EngineProcess
-    from rlvr.engine.sampler import Sampler as Sampler
     from rlvr.engine.server import ApiError as ApiError
     from rlvr.engine.server import ChatRequest as ChatRequest
     from rlvr.engine.server import Route as Route

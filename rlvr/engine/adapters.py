@@ -1,7 +1,7 @@
 """The engine's LoRA adapters: the live one (trained in place), its checkpoints (atomic, with the
 optimizer), the live weights' version, and the merged weights each adapter is sampled with.
 
-`AdapterStore` is the sampler's source of weights (rlvr.engine.sampler.WeightsSource) and the
+`AdapterStore` is the decoder's source of weights (rlvr.engine.decoding.WeightsSource) and the
 trainer's store of checkpoints."""
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> A
 
 class AdapterStore:
     """The live adapter of `loaded.model` (a PeftModel), its checkpoints under `output_dir` (ART's
-    model directory), and the merged weights the sampler computes with (rlvr.engine.merged_weights).
+    model directory), and the merged weights the decoder computes with (rlvr.engine.merged_weights).
 
     `version` counts changes of the live weights; `changed()` (every optimizer step) bumps it,
     drops the live adapter's merged set and calls `on_change`, so nothing computed from the old

@@ -292,7 +292,7 @@ class TorchBackend:
                 f"model: '{name}': step {step} has no checkpoint (latest is {engine.adapters.live_step})",
                 "not_found_error",
             )
-        return Route(engine=engine.sampler, step=step)
+        return Route(engine=engine.decoder, step=step)
 
     def _model_names(self) -> list[str]:
         names = []

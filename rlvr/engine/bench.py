@@ -37,9 +37,9 @@ from pydantic import BaseModel, ConfigDict
 
 from rlvr.engine.adapters import AdapterStore
 from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.decoding import Decoder
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.lora_engine import Engine
-from rlvr.engine.sampler import Sampler
 from rlvr.engine.server import Route, ServerThread, create_app
 from rlvr.engine.types import SampleRow
 from rlvr.engine.weights import WeightsView
@@ -173,26 +173,26 @@ def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[st
     """A second endpoint beside the policy's: the base weights as the judge engine serves them
     (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
     layers instead of merged (`unmerged`)."""
-    from rlvr.engine.frozen_sampler import frozen_sampler
+    from rlvr.engine.frozen_decoder import frozen_decoder
     from rlvr.engine.models import resolve_model
 
     adapters = engine.adapters
     unmerged = AdapterStore(
         engine.loaded, adapters.output_dir, adapters.live_step, lambda: None, merge=False
     )
-    samplers = {
-        "base": frozen_sampler(resolve_model(model_name)),
-        "unmerged": Sampler(engine.loaded, unmerged),
+    decoders = {
+        "base": frozen_decoder(resolve_model(model_name)),
+        "unmerged": Decoder(engine.loaded, unmerged),
     }
 
     def route(name: str) -> Route:
-        return Route(engine=samplers[name], step=None)
+        return Route(engine=decoders[name], step=None)
 
     key = secrets.token_urlsafe(16)
-    server = ServerThread(create_app(route, lambda: list(samplers), api_key=key))
+    server = ServerThread(create_app(route, lambda: list(decoders), api_key=key))
     server.start()
     client = openai.AsyncOpenAI(base_url=server.base_url, api_key=key)
-    return server, {name: Target(client=client, name=name) for name in samplers}
+    return server, {name: Target(client=client, name=name) for name in decoders}
 
 
 async def run_serve_bench(
@@ -258,11 +258,11 @@ async def _serve_repeats(
         tokens, seconds = await asyncio.to_thread(bare_generate_policy, engine, prompts, max_tokens)
         rates["bare"].append(tokens / seconds)
         for name, target in targets.items():
-            before = engine.sampler.counters()
+            before = engine.decoder.counters()
             tokens, seconds = await _endpoint(target, prompts, max_tokens, True, 100 * r)
             rates[name].append(tokens / seconds)
             if name == "lora":
-                passes.append(engine.sampler.counters().minus(before).sampling_passes)
+                passes.append(engine.decoder.counters().minus(before).sampling_passes)
         log(f"serve repeat {r}: " + ", ".join(f"{n} {v[-1]:.1f} tok/s" for n, v in rates.items()))
     return rates, passes
 
@@ -411,7 +411,7 @@ def _observation(turn: int) -> str:
     )
 
 
-def play_turns(sampler: Sampler, conversations: int, turns: int, max_tokens: int) -> float:
+def play_turns(decoder: Decoder, conversations: int, turns: int, max_tokens: int) -> float:
     """Seconds to play `conversations` chats for `turns` turns, each turn one batched greedy
     `sample` call of every chat (greedy, so both modes do the same decoding work)."""
     chats = [
@@ -422,7 +422,7 @@ def play_turns(sampler: Sampler, conversations: int, turns: int, max_tokens: int
     for turn in range(turns):
         rows = [
             SampleRow(
-                prompt_ids=sampler.tokenizer.apply_chat_template(
+                prompt_ids=decoder.tokenizer.apply_chat_template(
                     chat, add_generation_prompt=True, tokenize=True, return_dict=False
                 ),
                 max_tokens=max_tokens,
@@ -430,7 +430,7 @@ def play_turns(sampler: Sampler, conversations: int, turns: int, max_tokens: int
             )
             for chat in chats
         ]
-        for chat, sampled in zip(chats, sampler.sample(rows), strict=True):
+        for chat, sampled in zip(chats, decoder.sample(rows), strict=True):
             chat += [
                 {"role": "assistant", "content": sampled.text},
                 {"role": "user", "content": _observation(turn)},
@@ -453,20 +453,20 @@ def run_turns_bench(
         torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         engine = Engine(resolve_model(model_name), Path(path))
-        sampler = engine.sampler
-        cache = sampler.prefixes
+        decoder = engine.decoder
+        cache = decoder.prefixes
         budget = cache.max_bytes
-        play_turns(sampler, 1, 1, 4)  # warm-up
+        play_turns(decoder, 1, 1, 4)  # warm-up
         bare_times, ours_times, shares = [], [], []
         for r in range(repeats):
             cache.clear()
             cache.max_bytes = 0
-            bare_times.append(play_turns(sampler, conversations, turns, max_tokens))
+            bare_times.append(play_turns(decoder, conversations, turns, max_tokens))
             cache.max_bytes = budget
             cache.clear()
-            before = sampler.counters()
-            ours_times.append(play_turns(sampler, conversations, turns, max_tokens))
-            done = sampler.counters().minus(before)
+            before = decoder.counters()
+            ours_times.append(play_turns(decoder, conversations, turns, max_tokens))
+            done = decoder.counters().minus(before)
             shares.append(done.cached_prompt_tokens / max(done.prompt_tokens, 1))
             log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)

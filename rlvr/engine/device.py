@@ -105,9 +105,9 @@ def choose_autocast(
 
 
 def run_head_in_fp32(model: PreTrainedModel) -> None:
-    """Make the LM head compute fp32 logits even under bf16 autocast, for the sampler and the
+    """Make the LM head compute fp32 logits even under bf16 autocast, for the decoder and the
     trainer alike. bf16 logits keep ~3 significant digits (a step of 0.125 near a logit of 20),
-    and two forwards of different shapes round differently, so the sampler's and the trainer's
+    and two forwards of different shapes round differently, so the decoder's and the trainer's
     log-probs of the same tokens would differ: an off-policy error in the PPO ratio. With the
     head in fp32 the bf16 body alone leaves the gap (docs/results/performance.md)."""
     head: torch.nn.Module = model.get_output_embeddings()

@@ -2,7 +2,7 @@
 
 A request's `response_format` becomes an llguidance grammar (`grammar_for`); each row sampled
 under it gets a matcher (`Matcher`) that says, before every token, which tokens keep the reply a
-valid prefix of a document of that schema. The sampler draws only from those tokens; the
+valid prefix of a document of that schema. The decoder draws only from those tokens; the
 log-probabilities it records stay the model's own (as vLLM reports them by default), so a policy
 sampled this way is trained on what the model itself assigns, not on the mask.
 

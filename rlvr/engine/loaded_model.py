@@ -1,6 +1,6 @@
 """One causal LM loaded on one device: the module, its tokenizer, the precision of each phase, the
 lock that keeps sampling and training apart, and what every part of the engine reads from it (end
-tokens, context length). The sampler, the adapter store and the trainer are each given one."""
+tokens, context length). The decoder, the adapter store and the trainer are each given one."""
 
 from __future__ import annotations
 

@@ -5,13 +5,13 @@ take what they use:
   keeps sampling and training apart;
 - `AdapterStore` (rlvr.engine.adapters): the live adapter, its checkpoints, older steps served
   beside it, and the live weights' version;
-- `Sampler` (rlvr.engine.sampler): batched, KV-cached decoding of many rows at once, returning the
+- `Decoder` (rlvr.engine.decoding): batched, KV-cached decoding of many rows at once, returning the
   sampled token ids and their log-probabilities, so ART can train on exactly what was sampled;
 - `Trainer` (rlvr.engine.trainer): GRPO updates with ART's own `loss_fn`, and supervised steps.
 
 Callers run both off the event loop (`asyncio.to_thread`). Checkpoints are PEFT adapter directories
-(plus `optimizer.pt`). A model served as it is (the local judge) is a sampler alone
-(rlvr.engine.frozen_sampler).
+(plus `optimizer.pt`). A model served as it is (the local judge) is a decoder alone
+(rlvr.engine.frozen_decoder).
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from rlvr.engine.adapters import (
     resume_dir,
 )
 from rlvr.engine.autocast_copies import lower_frozen
+from rlvr.engine.decoding import Decoder
 from rlvr.engine.loaded_model import LoadedModel, load_model
 from rlvr.engine.prefix import PrefixCache
-from rlvr.engine.sampler import Sampler
 from rlvr.engine.trainer import Trainer
 from rlvr.engine.types import (
     OPTIMIZER_FILE,
@@ -41,7 +41,7 @@ from rlvr.engine.types import (
 
 
 class Engine:
-    """A causal LM plus its live LoRA adapter: `loaded`, `adapters`, `sampler` and `trainer`,
+    """A causal LM plus its live LoRA adapter: `loaded`, `adapters`, `decoder` and `trainer`,
     wired together here and nowhere else."""
 
     def __init__(
@@ -69,7 +69,7 @@ class Engine:
         self.adapters = AdapterStore(
             self.loaded, output_dir, live_step, on_change=self.prefixes.clear
         )
-        self.sampler = Sampler(self.loaded, self.adapters, self.prefixes)
+        self.decoder = Decoder(self.loaded, self.adapters, self.prefixes)
         state = None
         if adapter_dir is not None and (adapter_dir / OPTIMIZER_FILE).is_file():
             state = load_optimizer_state(adapter_dir, self.loaded.device)
@@ -79,4 +79,4 @@ class Engine:
 
     def counters(self) -> EngineCounters:
         """Running totals of this engine's sampling and training (rlvr.engine.types)."""
-        return self.sampler.counters().plus(self.trainer.counters())
+        return self.decoder.counters().plus(self.trainer.counters())

@@ -2,7 +2,7 @@
 
 A LoRA layer computes `W x + s * B (A x)`: two extra small products per layer and token, which cost
 a CPU decode step most of the base model's time again. A policy's weights change once per
-optimizer step and every rollout of that step samples the same ones, so the sampler folds them
+optimizer step and every rollout of that step samples the same ones, so the decoder folds them
 once per weights version into `W + s * B @ A` and computes with that.
 
 A `MergedSet` holds, for every targeted layer of one adapter, a plain linear layer with the merged

@@ -1,7 +1,7 @@
 """One sampled row's decoding: its state (tokens, log-probabilities, why it ended) and the rules that
 pick its next token and end it (temperature, top_p, seed, grammar, stop strings, end tokens).
 
-The sampler (rlvr.engine.sampler) runs the model over many rows at once; everything here is per
+The decoder (rlvr.engine.decoding) runs the model over many rows at once; everything here is per
 row, on the logits the model gave it."""
 
 from __future__ import annotations

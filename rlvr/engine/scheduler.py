@@ -1,7 +1,7 @@
 """Continuous batching for the endpoint: requests join the running decode between two steps, rows
 leave as they end, and a row whose client has gone is dropped at the next step.
 
-One `Scheduler` drives one sampler from one thread at a time (`run`, until nothing is waiting or
+One `Scheduler` drives one decoder from one thread at a time (`run`, until nothing is waiting or
 live); `submit` may be called from any thread. Each iteration takes the engine's lock for one step
 (admit the waiting requests, retire the rows that ended, advance one batch by a token), so a
 training step waits at most one decode step. Rows on different weights (adapters, steps) cannot
@@ -20,9 +20,9 @@ from collections.abc import Callable
 import torch
 
 from rlvr.engine.batch import LiveBatch
+from rlvr.engine.decoding import Decoder
 from rlvr.engine.device import release_memory
 from rlvr.engine.rows import RowState
-from rlvr.engine.sampler import Sampler
 from rlvr.engine.types import EngineCounters, Sampled, SampleRow
 from rlvr.engine.weights import WeightsView
 
@@ -62,10 +62,10 @@ class Submission:
 
 
 class Scheduler:
-    """Requests for one sampler, decoded continuously (see the module's docstring)."""
+    """Requests for one decoder, decoded continuously (see the module's docstring)."""
 
-    def __init__(self, sampler: Sampler, max_rows: int = MAX_BATCH_ROWS) -> None:
-        self.sampler = sampler
+    def __init__(self, decoder: Decoder, max_rows: int = MAX_BATCH_ROWS) -> None:
+        self.decoder = decoder
         self.max_rows = max_rows
         self._inbox: queue.SimpleQueue[Submission] = queue.SimpleQueue()
         # Touched by the decoding thread only:
@@ -105,7 +105,7 @@ class Scheduler:
         """One step under the lock: admit what waits, retire what ended, advance one batch."""
         while not self._inbox.empty():
             self._waiting.append(self._inbox.get_nowait())
-        loaded = self.sampler.loaded
+        loaded = self.decoder.loaded
         with loaded.lock, torch.inference_mode(), loaded.autocast("sample"):
             started = time.perf_counter()
             self._admit()
@@ -115,11 +115,11 @@ class Scheduler:
                 self._turn += 1
                 try:
                     with batch.view.applied():
-                        self.sampler.advance(batch)
+                        self.decoder.advance(batch)
                 except Exception as error:  # answered per request; the scheduler keeps running
                     self._fail(batch.states, error)
                     self._batches.remove(batch)
-            self.sampler.count(EngineCounters(sampling_s=time.perf_counter() - started))
+            self.decoder.count(EngineCounters(sampling_s=time.perf_counter() - started))
         return bool(self._waiting or self._batches)
 
     def _admit(self) -> None:
@@ -128,7 +128,7 @@ class Scheduler:
         its tag."""
         for request in [r for r in self._waiting if r.gone()]:
             self._waiting.remove(request)
-            self.sampler.count(EngineCounters(cancelled_rows=len(request.rows)))
+            self.decoder.count(EngineCounters(cancelled_rows=len(request.rows)))
             request.done(ClientGone("the client went away before its rows were admitted"))
         room = self.max_rows - sum(len(b.states) for b in self._batches)
         budget = ADMIT_TOKENS
@@ -138,12 +138,12 @@ class Scheduler:
                 break  # the rest is admitted at the next steps
             request = self._waiting.pop(0)
             try:
-                view = self.sampler.weights.view(request.step)
-                request.states = [self.sampler.new_state(r, request.gone) for r in request.rows]
+                view = self.decoder.weights.view(request.step)
+                request.states = [self.decoder.new_state(r, request.gone) for r in request.rows]
             except Exception as error:  # an unknown step, a grammar: this request's error
                 request.done(error)
                 continue
-            budget -= prompt_cost(request, functools.partial(self.sampler.cached_tokens, view.tag))
+            budget -= prompt_cost(request, functools.partial(self.decoder.cached_tokens, view.tag))
             room -= len(request.rows)
             groups.setdefault(view.tag, (view, []))[1].append(request)
         self._admitting = [request for _, requests in groups.values() for request in requests]
@@ -151,7 +151,7 @@ class Scheduler:
             states = [state for request in requests for state in request.states]
             try:
                 with view.applied():
-                    newcomers = self.sampler.admit(states, view)
+                    newcomers = self.decoder.admit(states, view)
             except Exception as error:
                 for request in requests:
                     request.done(error)
@@ -163,17 +163,17 @@ class Scheduler:
     def _place(self, newcomers: LiveBatch) -> None:
         for b, live in enumerate(self._batches):
             if live.view.tag == newcomers.view.tag:
-                merged = self.sampler.join(live, newcomers)
+                merged = self.decoder.join(live, newcomers)
                 if merged is not None:
                     self._batches[b] = merged
                     return
-        self._batches.append(self.sampler.seat(newcomers))
+        self._batches.append(self.decoder.seat(newcomers))
 
     def _retire(self) -> None:
         """Drop the rows that ended or whose client went; answer the requests now complete."""
         kept = []
         for batch in self._batches:
-            rest, left = self.sampler.retire(batch)
+            rest, left = self.decoder.retire(batch)
             if rest is not None:
                 kept.append(rest)
             for state in left:
@@ -187,7 +187,7 @@ class Scheduler:
         if any(state.cancelled for state in request.states):
             request.done(ClientGone("the client went away; its rows were dropped"))
         else:
-            request.done([state.result(self.sampler.rules.decode) for state in request.states])
+            request.done([state.result(self.decoder.rules.decode) for state in request.states])
 
     def _fail(self, states: list[RowState], error: Exception) -> None:
         requests = {id(r): r for s in states if (r := self._owners.pop(id(s), None)) is not None}

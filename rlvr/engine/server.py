@@ -45,8 +45,8 @@ from openai.types.completion_usage import CompletionUsage
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Receive, Scope, Send
 
+from rlvr.engine.decoding import Decoder  # a trained engine's or a frozen one
 from rlvr.engine.grammar import GrammarError, schema_of
-from rlvr.engine.sampler import Sampler  # a trained engine's or a frozen one
 from rlvr.engine.scheduler import MAX_BATCH_ROWS, ClientGone, Scheduler, Submission
 from rlvr.engine.toolcalls import call_prefix, new_call_id, parse_tool_calls
 from rlvr.engine.types import Sampled, SampleRow, UnknownStep
@@ -120,14 +120,14 @@ class Route(BaseModel):
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
-    engine: Sampler
+    engine: Decoder
     step: int | None
 
 
 Router = Callable[[str], Route]  # raises ApiError(404) for unknown names or steps
 # What a server makes of a request before sampling it (the judge pins ART's RULER schema);
 # raises ApiError(400) for a request it cannot serve.
-Prepare = Callable[[ChatRequest, Sampler], ChatRequest]
+Prepare = Callable[[ChatRequest, Decoder], ChatRequest]
 
 
 class ClientWatch:
@@ -170,11 +170,11 @@ def _settle(future: asyncio.Future[list[Sampled]], result: list[Sampled] | BaseE
 
 
 class _Batcher:
-    """Feeds one sampler's requests to its scheduler (rlvr.engine.scheduler), which decodes them
+    """Feeds one decoder's requests to its scheduler (rlvr.engine.scheduler), which decodes them
     in a worker thread while any are waiting or live."""
 
-    def __init__(self, sampler: Sampler) -> None:
-        self.scheduler = Scheduler(sampler)
+    def __init__(self, decoder: Decoder) -> None:
+        self.scheduler = Scheduler(decoder)
         self.running: asyncio.Task[None] | None = None
 
     async def submit(
@@ -259,7 +259,7 @@ def _forced_prefix(request: ChatRequest) -> str:
     return call_prefix(choice.function.name if isinstance(choice, NamedToolChoice) else None)
 
 
-def _grammar(engine: Sampler, request: ChatRequest) -> str | None:
+def _grammar(engine: Decoder, request: ChatRequest) -> str | None:
     """The grammar of the request's `response_format` (structured output), None for free text."""
     try:
         schema = schema_of(request.response_format)
@@ -270,7 +270,7 @@ def _grammar(engine: Sampler, request: ChatRequest) -> str | None:
         raise ApiError(400, str(error)) from None
 
 
-def build_rows(engine: Sampler, request: ChatRequest) -> tuple[list[SampleRow], int]:
+def build_rows(engine: Decoder, request: ChatRequest) -> tuple[list[SampleRow], int]:
     """The request's prompt, tokenised by the model's chat template, as `n` rows to sample."""
     tokenizer = engine.tokenizer
     template_has_tools = "tools" in str(tokenizer.chat_template or "")
@@ -314,7 +314,7 @@ def build_rows(engine: Sampler, request: ChatRequest) -> tuple[list[SampleRow], 
     return rows, len(prompt_ids)
 
 
-def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatRequest) -> Choice:
+def to_choice(index: int, sampled: Sampled, engine: Decoder, request: ChatRequest) -> Choice:
     content: str | None = sampled.text
     finish: Literal["stop", "length", "tool_calls"] = sampled.finish_reason
     tool_calls: list[ChatCompletionMessageToolCallUnion] | None = None
@@ -357,7 +357,7 @@ def to_choice(index: int, sampled: Sampled, engine: Sampler, request: ChatReques
 
 
 def completion_body(
-    request: ChatRequest, engine: Sampler, sampled: list[Sampled], prompt_tokens: int
+    request: ChatRequest, engine: Decoder, sampled: list[Sampled], prompt_tokens: int
 ) -> JsonObject:
     """OpenAI's chat-completion body for the request's sampled choices."""
     completion_tokens = sum(len(s.token_ids) for s in sampled)
@@ -516,10 +516,10 @@ def serve_frozen(
     (rlvr.engine.process)."""
     import uvicorn
 
-    from rlvr.engine.frozen_sampler import frozen_sampler
+    from rlvr.engine.frozen_decoder import frozen_decoder
     from rlvr.engine.models import resolve_model
 
-    engine = frozen_sampler(resolve_model(model))
+    engine = frozen_decoder(resolve_model(model))
 
     def route(name: str) -> Route:
         if name != served_name:

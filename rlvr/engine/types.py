@@ -176,7 +176,7 @@ class EngineCounters(BaseModel):
     decode_steps: int = 0  # forwards of a live batch, a token (or a draft) a row
     sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)
     cancelled_rows: int = 0  # rows dropped unfinished or unadmitted (their client had gone)
-    sampling_s: float = 0.0  # seconds the sampler held the model
+    sampling_s: float = 0.0  # seconds the decoder held the model
     trained_tokens: int = 0  # positions trained on (the loss's tokens)
     sequence_tokens: int = 0  # tokens of the trained sequences, each counted in full
     forwarded_tokens: int = 0  # of those, tokens computed (and back-propagated): their trees

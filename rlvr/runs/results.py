@@ -192,8 +192,9 @@ def command_of(config: dict[str, JsonValue]) -> tuple[str, bool]:
     """`rlvr train TASK key=value ...` that reproduces a run's config.json: each key whose value
     differs from the task's defaults. False as the second value where a key differs; where the
     task no longer resolves (a file moved), every key that differs from RunConfig's own."""
-    from rlvr.config import RunConfig
+    from rlvr.config import RunConfig, saved_values
 
+    config = saved_values(config)
     task = str(config.get("task", ""))
     try:
         from rlvr.tasks.plugins import task_config

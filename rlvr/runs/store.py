@@ -28,7 +28,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import JsonValue, ValidationError
 
 from rlvr import faults
-from rlvr.config import RunConfig
+from rlvr.config import SAVED_RUN, RunConfig
 from rlvr.redact import redact_data, redact_rows
 from rlvr.runs import atomic, layout, runlock
 from rlvr.runs.damage import RunDamaged, space_guard
@@ -73,7 +73,8 @@ def read_config(run_dir: Path) -> RunConfig:
     from pydantic import ValidationError
 
     try:
-        return RunConfig.model_validate_json(path.read_text(errors="replace"))
+        text = path.read_text(errors="replace")
+        return RunConfig.model_validate_json(text, context={SAVED_RUN: True})
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the file"

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.config import ItemSampling
+from rlvr.config import ItemDraw
 from rlvr.runs.records import Outcome
 
 
@@ -66,7 +66,7 @@ def record(pool: dict[str, History], outcomes: Iterable[Outcome]) -> dict[str, H
     return updated
 
 
-def weight(history: History | None, settings: ItemSampling) -> float:
+def weight(history: History | None, settings: ItemDraw) -> float:
     """How likely an item is drawn, relative to an untried one."""
     if history is None or history.tries == 0:
         return 1.0
@@ -79,7 +79,7 @@ def draw(
     pool: dict[str, History],
     candidates: list[str],
     n: int,
-    settings: ItemSampling,
+    settings: ItemDraw,
     rng: random.Random,
 ) -> list[str]:
     """`n` distinct candidates (fewer if there are not that many), weighted by their history:

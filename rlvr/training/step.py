@@ -144,7 +144,7 @@ class Refills:
         taken = set(self.drawn)
         rng = pool.step_rng(cfg.seed, self.step, len(self.tasks) + 1)
         candidates = [i.id for i in train if i.id not in taken]
-        picked = pool.draw(self.run.state.pool, candidates, 1, cfg.sampling, rng)
+        picked = pool.draw(self.run.state.pool, candidates, 1, cfg.draw, rng)
         if not picked:
             return
         self.drawn += picked
@@ -167,12 +167,12 @@ async def gather_batch(run: Session, step: int) -> Batch:
     cfg, started = run.cfg, time.monotonic()
     train_ids = [i.id for i in run.split.train]
     by_id = {i.id: i for i in run.split.train}
-    if cfg.sampling.strategy == "uniform":
+    if cfg.draw.strategy == "uniform":
         drawn = pool.uniform_draw(train_ids, cfg.groups_per_batch, cfg.seed, step)
     else:
         rng = pool.step_rng(cfg.seed, step, 0)
-        drawn = pool.draw(run.state.pool, train_ids, cfg.groups_per_batch, cfg.sampling, rng)
-    cap = 0 if cfg.sampling.strategy == "uniform" else cfg.sampling.max_refill
+        drawn = pool.draw(run.state.pool, train_ids, cfg.groups_per_batch, cfg.draw, rng)
+    cap = 0 if cfg.draw.strategy == "uniform" else cfg.draw.max_refill
     with Progress(f"step {step + 1} rollouts", len(drawn), "group") as progress:
         refills = Refills(run, step, drawn, cfg.groups_per_batch if cap is None else cap, progress)
         items = [by_id[i] for i in drawn]

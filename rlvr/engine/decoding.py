@@ -1,4 +1,4 @@
-"""Batched sampling: prefill (prompt prefixes shared by several rows, the prefix cache), KV-cached
+"""Batched decoding: prefill (prompt prefixes shared by several rows, the prefix cache), KV-cached
 decode with per-row temperature, top_p, max_tokens, stop strings, seed and grammar (structured
 output), and the sampled tokens' logprobs.
 
@@ -58,8 +58,8 @@ class Prefilled(NamedTuple):
     reused: list[int]
 
 
-class Sampler:
-    """Batched, KV-cached sampling for many rows at once from `loaded`'s model, with the weights
+class Decoder:
+    """Batched, KV-cached decoding of many rows at once from `loaded`'s model, with the weights
     `weights` serves for the step asked (the live adapter, an older checkpoint, or the base)."""
 
     def __init__(
