@@ -19,7 +19,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _EXPORTS = {
     "BudgetExhausted": "rlvr.types",
     "Call": "rlvr.agent",
-    "Compared": "rlvr.paired",
+    "Compared": "rlvr.paired_gains",
     "ConfigError": "rlvr.config",
     "Item": "rlvr.types",
     "PluginError": "rlvr.tasks.api",
@@ -30,7 +30,7 @@ _EXPORTS = {
     "Scorer": "rlvr.types",
     "StopReason": "rlvr.training",
     "Task": "rlvr.tasks.api",
-    "TestBlock": "rlvr.paired",
+    "TestBlock": "rlvr.paired_gains",
     "RunConfig": "rlvr.config",
     "build_config": "rlvr.config",
     "chat_turn": "rlvr.tasks.rollouts",
@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds 
     from rlvr.agent import Call, final_reply, tool_episode  # noqa: F401
     from rlvr.agent.mcp import mcp_tools  # noqa: F401
     from rlvr.config import ConfigError, RunConfig, build_config, parse_overrides  # noqa: F401
-    from rlvr.paired import Compared, TestBlock  # noqa: F401
+    from rlvr.paired_gains import Compared, TestBlock  # noqa: F401
     from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
     from rlvr.tasks.api import PluginError, Task, scenario  # noqa: F401
     from rlvr.tasks.plugins import resolve_task, task_config  # noqa: F401

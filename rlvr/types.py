@@ -66,18 +66,18 @@ class Sampling(BaseModel):
         split: Literal["train", "val", "test"],
         step: int | None = None,
         *,
-        draw: int = 0,
+        train_step: int = 0,
     ) -> Sampling:
         """The run's sampling for a split: training samples at `temperature`; validation and
-        test at `val_temperature` (0 = greedy). Seeded by the run's seed, the split and `draw`
-        (a training step: an item drawn again at a later step samples afresh)."""
+        test at `val_temperature` (0 = greedy). Seeded by the run's seed, the split and
+        `train_step` (an item drawn again at a later step samples afresh)."""
         temperature = cfg.temperature if split == "train" else cfg.val_temperature
         return cls(
             temperature=temperature,
             top_p=cfg.top_p,
             max_tokens=cfg.max_tokens,
             step=step,
-            seed=derived_seed(cfg.seed, split, draw),
+            seed=derived_seed(cfg.seed, split, train_step),
         )
 
     def for_rollout(self, item_id: str, sample: int) -> Sampling:

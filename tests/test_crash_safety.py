@@ -580,7 +580,7 @@ def test_the_resumed_run_has_a_continuous_history(chain: Chain) -> None:
         parquets
     )
     # The start was tested by the first process, beside its baseline validation; the resumed
-    # ones read that result back (rlvr.training.session.read_early_tests).
+    # ones read that result back (rlvr.training.state.read_early_tests).
     first = chain.kills[str(FAULTS[0][0])]
     assert "test (start)" in first.stdout
     assert not any("test (start)" in k.stdout for k in [*list(chain.kills.values())[1:], final])

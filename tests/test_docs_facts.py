@@ -110,18 +110,19 @@ def game2048_test_boards(groups: tuple[str, ...]) -> None:
 
 
 def sign_patterns(groups: tuple[str, ...]) -> None:
-    from rlvr.paired import FLIPS
+    from rlvr.paired_gains import FLIPS
 
     assert number(groups[0]) == FLIPS
 
 
 def gain_line(groups: tuple[str, ...]) -> None:
-    from rlvr.paired import describe_block, test_block
+    from rlvr.paired_gains import test_block
+    from rlvr.runs.report import gains
 
     start = {str(i): 0.0 for i in range(20)}
     final = {i: float(int(i) < 3) for i in start}  # 3 of 20 gained: a p-value of 0.25
     block = test_block(start, start, final)
-    assert shape(groups[0]) in {shape(line.split("; ")[-1]) for line in describe_block(block)}
+    assert shape(groups[0]) in {shape(gain.words(block.items)) for gain in gains(block)}
 
 
 def pool_weights(groups: tuple[str, ...]) -> None:
@@ -416,7 +417,7 @@ def test_every_file_a_run_writes_is_named_by_the_layout() -> None:
 
 
 def test_every_summary_key_the_docs_name_is_written() -> None:
-    from rlvr.paired import test_block
+    from rlvr.paired_gains import test_block
     from rlvr.runs.records import RunResult
     from rlvr.training import loop
 

@@ -15,8 +15,7 @@ from rlvr.metrics import M, WarmMetric
 from rlvr.runs import layout, store
 from rlvr.runs.records import Row, StopReason, parse_row
 from rlvr.training import state as st
-from rlvr.training.session import read_early_tests
-from rlvr.training.state import early_tested, restore_state
+from rlvr.training.state import early_tested, read_early_tests, restore_state
 from rlvr.training.stop_rules import stop_after_eval
 
 WARM_POLICY_STEP = 3

@@ -1,6 +1,6 @@
 """A user's own reward function is held against the ground truth like any judge: a real run whose
 reward pays for wrong answers raises alarm/judge_disagrees (the documented promise; only the task's
-own reward is exempt, rlvr.tasks.scorer_spec.compared_with_truth)."""
+own reward is exempt, rlvr.tasks.plugins.compared_with_truth)."""
 
 from __future__ import annotations
 

@@ -12,14 +12,15 @@ import pytest
 # In a fresh process: free one 16 MB block (which raises glibc's own threshold to 16 MB),
 # then keep every other one of 200 one-MB blocks. Only the kept 100 MB should stay resident.
 PROBE = """
-import json, torch
+import json, sys, torch
 from rlvr.engine.device import hold_mmap_threshold
 
 def rss_mb():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20
 
-hold_mmap_threshold("sample")
+for phase in sys.argv[1:]:
+    hold_mmap_threshold(phase)
 big = torch.ones(4 * 2**20)
 del big
 before = rss_mb()
@@ -31,20 +32,25 @@ print(json.dumps({"grew_mb": rss_mb() - before, "kept": len(kept)}))
 
 
 @pytest.mark.parametrize(
-    ("setting", "most_mb", "least_mb"),
+    ("phases", "setting", "most_mb", "least_mb"),
     [
-        pytest.param(None, 140, 0, id="held-by-the-engine"),
+        pytest.param(("sample",), None, 140, 0, id="held-by-the-engine"),
+        pytest.param(("sample", "sample"), None, 140, 0, id="held-again"),
+        # The threshold follows the phase: back from training, sampling's holds again; in
+        # training's (4 MB) the 1 MB blocks are heap, and the holes between kept ones stay.
+        pytest.param(("sample", "train", "sample"), None, 140, 0, id="back-from-training"),
+        pytest.param(("sample", "train"), None, None, 180, id="training-keeps-the-heap"),
         # A person's own MALLOC_MMAP_THRESHOLD_ is kept: at 64 MB every block is heap, and the
         # freed holes between kept blocks stay resident.
-        pytest.param(str(64 * 2**20), None, 180, id="the-persons-setting-kept"),
+        pytest.param(("sample",), str(64 * 2**20), None, 180, id="the-persons-setting-kept"),
     ],
 )
-def test_freed_blocks_leave_the_process(setting, most_mb, least_mb) -> None:
+def test_freed_blocks_leave_the_process(phases, setting, most_mb, least_mb) -> None:
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
     if setting is not None:
         env["MALLOC_MMAP_THRESHOLD_"] = setting
     done = subprocess.run(
-        [sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", PROBE, *phases], env=env, capture_output=True, text=True, check=True
     )
     grew = json.loads(done.stdout.strip().splitlines()[-1])["grew_mb"]
     if most_mb is not None:

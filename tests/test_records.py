@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from rlvr import inspection as ri
 from rlvr.cli import app
 from rlvr.metrics import M, WarmMetric
-from rlvr.paired import Compared
+from rlvr.paired_gains import Compared
 from rlvr.runs import store
 from rlvr.runs.records import (
     KIND_KEY,
@@ -64,7 +64,7 @@ def test_no_code_tells_records_apart_by_their_keys() -> None:
 
 
 def test_dict_str_any_is_rare_in_the_typed_packages() -> None:
-    folders = [*TYPED, "rlvr/paired.py", "rlvr/metrics.py", "rlvr/passk.py"]
+    folders = [*TYPED, "rlvr/paired_gains.py", "rlvr/metrics.py", "rlvr/passk.py"]
     paths = [p for f in folders for p in ((ROOT / f).rglob("*.py") if "." not in f else [ROOT / f])]
     count = sum(p.read_text().count("dict[str, Any]") for p in paths)
     assert count <= 12, count
@@ -136,7 +136,7 @@ def test_the_old_run_s_config_reads_its_sampling_group_as_draw() -> None:
     assert "sampling" in saved and "draw" not in saved  # written before the group was `draw`
     cfg = store.read_config(OLD_RUN)
     assert cfg.draw.model_dump() == saved["sampling"]
-    command, _ = command_of(saved)
+    command, _ = command_of(cfg)
     assert "draw.max_refill=0" in command.split() and "sampling" not in command
 
 

@@ -62,8 +62,9 @@ async def test_a_seed_the_rollout_sets_itself_is_sent_as_set() -> None:
     ],
 )
 def test_a_splits_sampling_is_seeded_by_the_run_seed_the_split_and_the_step(a, b, same) -> None:
-    def sampling(seed: int, split: Any, draw: int) -> Sampling:
-        return Sampling.from_config(RunConfig(task="math", seed=seed), split, draw=draw)
+    def sampling(seed: int, split: Any, train_step: int) -> Sampling:
+        cfg = RunConfig(task="math", seed=seed)
+        return Sampling.from_config(cfg, split, train_step=train_step)
 
     assert (sampling(*a).seed == sampling(*b).seed) is same
     assert sampling(*a).seed == derived_seed(a[0], a[1], a[2])

@@ -153,7 +153,7 @@ def test_each_tested_checkpoint_stands_at_its_step(
 def test_the_gains_with_intervals_that_are_there(
     summary: dict[str, Any], labels: list[str]
 ) -> None:
-    found = gains(run_of(summary)[1])
+    found = gains(run_of(summary)[1].test)
     assert [g.label for g in found] == labels
     assert all(g.low <= g.gain <= g.high for g in found)
 

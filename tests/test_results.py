@@ -1,6 +1,6 @@
 """`rlvr results`: run records from run directories, and the Markdown tables made from records
 and `rlvr bench` lines. The run directories here are written the way a run writes them: the
-config through the run store, the test block by rlvr.paired from per-item scores, metrics rows
+config through the run store, the test block by rlvr.paired_gains from per-item scores, metrics rows
 with the memory peak; a slow test records the shared real run (tests/conftest.py `tiny_run`)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rlvr import paired
+from rlvr import paired_gains
 from rlvr.cli import app
 from rlvr.config import RunConfig, pairs_to_dict
 from rlvr.runs import layout, store
@@ -60,7 +60,9 @@ def write_run(
         store.append_metrics(
             run_dir, parse_row({"step": step, "train/reward_mean": 0.5, "sys/peak_rss_gb": peak})
         )
-    block = paired.test_block(scores(2), scores(6) if warm else None, scores(final), scores(last))
+    block = paired_gains.test_block(
+        scores(2), scores(6) if warm else None, scores(final), scores(last)
+    )
     summary = RunResult.model_validate(
         {
             "run_dir": str(run_dir),
@@ -144,10 +146,11 @@ def test_a_run_directory_becomes_its_record(
 def test_the_command_is_rebuilt_from_config_json(
     overrides: dict[str, Any], command: str, defaults: bool
 ) -> None:
-    config = task_config("math", **overrides).model_dump(mode="json")
-    config["run_dir"] = "/somewhere/else"  # where a run was written is not how it trained
-    assert command_of(config) == (command, defaults)
-    assert rerun(command) == {**config, "run_dir": None}
+    cfg = task_config("math", **overrides)
+    # Where a run was written is not how it trained.
+    cfg = cfg.model_copy(update={"run_dir": Path("/somewhere/else")})
+    assert command_of(cfg) == (command, defaults)
+    assert rerun(command) == {**cfg.model_dump(mode="json"), "run_dir": None}
 
 
 def rerun(command: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from rlvr.config import RunConfig
 from rlvr.metrics import HINT_KEY, M, has_signal
 from rlvr.runs.records import StepRow
 from rlvr.scoring.scorers import CLIP_FIX, reward_scorer, verifier_scorer
-from rlvr.tasks.scorer_spec import make_scorer
+from rlvr.tasks.plugins import make_scorer
 from rlvr.training.hints import decision_hints
 from rlvr.types import Item
 

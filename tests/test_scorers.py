@@ -7,7 +7,7 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M, agreement, group_stats, has_signal, is_looping, repeat_share
 from rlvr.scoring.scorers import GatedScorer, LengthScorer, VerifierScorer, WeightedScorer
 from rlvr.scoring.verifiers import contains_answer
-from rlvr.tasks.scorer_spec import make_scorer
+from rlvr.tasks.plugins import make_scorer
 from rlvr.types import Item, completion_text
 from scenarios.math import MathScenario
 

@@ -3,7 +3,7 @@ import pytest
 from rlvr.config import RunConfig
 from rlvr.runs.records import Alarm, AlarmName
 from rlvr.tasks.api import scenario
-from rlvr.tasks.scorer_spec import compared_with_truth
+from rlvr.tasks.plugins import compared_with_truth
 from rlvr.training.alarms import StepPoint, Thresholds, divergence, is_new, judge_disagrees
 from rlvr.training.stop_rules import out_of_time, plateau
 from rlvr.training.trends import EvalPoint, best_eval, gain_threshold, trend, val_trend

@@ -18,8 +18,8 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M, trajectory_metric_means
 from rlvr.tasks import plugins
 from rlvr.tasks.api import PluginError, Task, as_items
+from rlvr.tasks.plugins import make_scorer
 from rlvr.tasks.scaffold import ScaffoldError, write_task
-from rlvr.tasks.scorer_spec import make_scorer
 
 TASK_FILE = """
 import rlvr

@@ -42,11 +42,20 @@ MMAP_THRESHOLD_BYTES: dict[Phase, int] = {
 MMAP_THRESHOLD_ENV = "MALLOC_MMAP_THRESHOLD_"  # glibc's own knob: a person's setting is kept
 
 
+# The threshold last held: the engine enters a phase at every decode step, and only a change of
+# phase calls into glibc.
+_held: list[int] = []
+
+
 def hold_mmap_threshold(phase: Phase) -> None:
     """Fix glibc's mmap threshold for `phase` (MMAP_THRESHOLD_BYTES), unless the environment
-    sets MALLOC_MMAP_THRESHOLD_."""
-    if _LIBC is not None and not os.environ.get(MMAP_THRESHOLD_ENV):
-        _LIBC.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES[phase])
+    sets MALLOC_MMAP_THRESHOLD_; a no-op while the phase's threshold is held already."""
+    size = MMAP_THRESHOLD_BYTES[phase]
+    if _LIBC is None or _held == [size]:
+        return
+    if not os.environ.get(MMAP_THRESHOLD_ENV):
+        _LIBC.mallopt(M_MMAP_THRESHOLD, size)
+    _held[:] = [size]
 
 
 def release_memory() -> None:

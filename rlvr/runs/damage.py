@@ -148,7 +148,8 @@ def space_guard(path: Path) -> Iterator[None]:
     """A write to `path` that fails for lack of space raises DiskFull naming `path` (checked
     before the caller removes what it half wrote, while the filesystem is still full)."""
     try:
-        faults.maybe_fill(write_site(path), path)
+        site = write_site(path)
+        faults.maybe_fill(site, path)
         yield
     except DiskFull:
         raise

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.paired import Compared
+from rlvr.paired_gains import Compared, TestBlock
 from rlvr.runs import atomic
 from rlvr.runs.records import EvalRow, Row, RunResult, StepRow, WarmStartRow
 
@@ -95,10 +95,9 @@ GAINS = (
 RL_GAINS = (Compared.RL_GAIN, Compared.RL_GAIN_LAST)
 
 
-def gains(summary: RunResult) -> list[Gain]:
-    """The paired gains of the `test` block that are there (an RL gain only after a warm start,
+def gains(block: TestBlock | None) -> list[Gain]:
+    """The paired gains of a run's test block that are there (an RL gain only after a warm start,
     the last checkpoint's only where it is not the best)."""
-    block = summary.test
     if block is None:
         return []
     warmed = block.after_warm_start is not None
@@ -150,7 +149,7 @@ def story_lines(rows: list[Row], summary: RunResult | None) -> list[str]:
             for p in points
         ]
         lines.append(f"test ({block.items} paired items): " + " -> ".join(shown))
-        lines += [gain.words(block.items) for gain in gains(summary)]
+        lines += [gain.words(block.items) for gain in gains(block)]
         # a block written with the last checkpoint's keys empty: the last one was the best
         if block.last is None and "gain_last" in block.model_fields_set:
             lines.append("the last checkpoint is the best one")
@@ -300,7 +299,7 @@ def draw_marks(ax: Axes, rows: list[Row], summary: RunResult) -> None:
 
 def draw_gains(ax: Axes, summary: RunResult) -> None:
     """The paired test gains, each a point with its 95% interval, against zero."""
-    found = gains(summary)
+    found = gains(summary.test)
     items = summary.test.items if summary.test else 0
     ax.set_title(
         f"paired test gains, 95% intervals ({items} items)" if found else "no paired test gain",

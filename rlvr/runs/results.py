@@ -24,8 +24,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from rlvr.config import RunConfig
 from rlvr.metrics import M
-from rlvr.paired import Compared, TestBlock
+from rlvr.paired_gains import Compared, TestBlock
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.damage import RunDamaged
 from rlvr.runs.records import Row
@@ -45,7 +46,7 @@ class ResultsError(ValueError):
 
 
 class Gain(BaseModel):
-    """A paired test gain with its sign-flip p-value and the 95% interval of that test (rlvr.paired)."""
+    """A paired test gain with its sign-flip p-value and the 95% interval of that test (rlvr.paired_gains)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -188,14 +189,13 @@ def _value_text(value: Any) -> str:
     return f'"{text}"' if " " in text else text
 
 
-def command_of(config: dict[str, JsonValue]) -> tuple[str, bool]:
-    """`rlvr train TASK key=value ...` that reproduces a run's config.json: each key whose value
-    differs from the task's defaults. False as the second value where a key differs; where the
-    task no longer resolves (a file moved), every key that differs from RunConfig's own."""
-    from rlvr.config import RunConfig, saved_values
-
-    config = saved_values(config)
-    task = str(config.get("task", ""))
+def command_of(cfg: RunConfig) -> tuple[str, bool]:
+    """`rlvr train TASK key=value ...` that reproduces a run's config (as `store.read_config`
+    reads config.json): each key whose value differs from the task's defaults. False as the second
+    value where a key differs; where the task no longer resolves (a file moved), every key that
+    differs from RunConfig's own."""
+    config = cfg.model_dump(mode="json")
+    task = cfg.task
     try:
         from rlvr.tasks.plugins import task_config
 
@@ -269,18 +269,17 @@ def record_from_run(
             f"{run_dir}: no {layout.SUMMARY} (the run has not finished, or this is not a run "
             "directory)"
         )
+    if not (run_dir / layout.CONFIG).is_file():
+        raise ResultsError(f"{run_dir}: no {layout.CONFIG}; expected a run directory")
     try:
         summary = store.read_summary(run_dir)
         rows = store.read_metrics(run_dir)
+        cfg = store.read_config(run_dir)
     except RunDamaged as error:
         raise ResultsError(str(error)) from None
-    config_path = run_dir / layout.CONFIG
-    if not config_path.is_file():
-        raise ResultsError(f"{run_dir}: no {layout.CONFIG}; expected a run directory")
-    config = _json_object(config_path, config_path.read_text(), "expected a run's config")
     test = summary.test
-    rebuilt, defaults = command_of(config)
-    task = summary.task or str(config.get("task") or "")
+    rebuilt, defaults = command_of(cfg)
+    task = summary.task or cfg.task
     warmed = test.after_warm_start if test else None
     try:
         return RunRecord(

@@ -145,33 +145,37 @@ def _parsed_row(raw: dict[str, JsonValue], where: str) -> Row:
 
 def read_metrics(run_dir: Path) -> list[Row]:
     """Rows of metrics.jsonl; a torn last line is dropped with a warning naming it."""
+    return _read_rows(run_dir)[0]
+
+
+def _read_rows(run_dir: Path) -> tuple[list[Row], str, int]:
+    """(rows, text, torn line number or 0) of metrics.jsonl, warning once of a torn line."""
     path = run_dir / METRICS
     if not path.is_file():
-        return []
-    rows, torn = parse_metrics(path.read_text(errors="replace"), path)
+        return [], "", 0
+    text = path.read_text(errors="replace")
+    rows, torn = parse_metrics(text, path)
     if torn:
         log.warning(
             "%s:%d: dropped an incomplete last line (the run was killed while writing it)",
             path,
             torn,
         )
-    return rows
+    return rows, text, torn
 
 
 def recover(run_dir: Path) -> list[Row]:
     """Make a killed run's directory consistent before it resumes, and return its metrics rows:
     temporaries of interrupted writes are removed, a torn last metrics line is cut off (the
     next append would otherwise glue onto it), and training trajectories of steps with no
-    metrics row are removed (the resumed run redoes those steps)."""
+    metrics row are removed (the resumed run redoes those steps). A fresh directory has none of
+    these, and no rows."""
     for folder in (run_dir, run_dir / TRAJECTORIES, run_dir / CHECKPOINTS):
         atomic.remove_leftovers(folder)
-    rows = read_metrics(run_dir)
-    path = run_dir / METRICS
-    if path.is_file():
-        text = path.read_text(errors="replace")
-        _, torn = parse_metrics(text, path)
-        if torn:
-            atomic.write_text(path, "".join(f"{line}\n" for line in text.split("\n")[: torn - 1]))
+    rows, text, torn = _read_rows(run_dir)
+    if torn:
+        kept = text.split("\n")[: torn - 1]
+        atomic.write_text(run_dir / METRICS, "".join(f"{line}\n" for line in kept))
     done = max((r.step for r in rows if isinstance(r, StepRow)), default=0)
     for parquet in (run_dir / TRAJECTORIES).glob(f"*{layout.TABLE_SUFFIX}"):
         step = layout.table_step(parquet)

@@ -1,4 +1,6 @@
-"""Resolution of task, scorer and judge names: the one place where a name becomes an object.
+"""Resolution of task, scorer and judge names: the one place where a name becomes an object, and
+where a run's parts (`resolve_run`: its task built, its scorer, its judge) are made from what the
+caller gave, before a run directory is written.
 
 A name is one of
 - an entry point of an installed package: group `rlvr.scenarios` (tasks), `rlvr.scorers`
@@ -9,6 +11,14 @@ A name is one of
 - a module reference `package.module:attr`.
 Every failure (missing file or module, missing attribute, import error, wrong kind of object) is a
 PluginError whose message is one line naming the reference.
+
+A scorer spec composes names:
+
+    verifier | length | ruler | rubric      one installed scorer (entry-point group rlvr.scorers)
+    path/to/file.py:fn, pkg.module:fn        a scorer of your own (`as_scorer`)
+    verifier+ruler, verifier*0.3+ruler*0.7  weighted sum (weights default to 1)
+    verifier>ruler                           gated: ruler counts only where verifier passes
+    default                                  the task's own default
 """
 
 from __future__ import annotations
@@ -16,13 +26,16 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
-from rlvr.config import RunConfig
+from pydantic import BaseModel, ConfigDict, Field, SkipValidation
+
+from rlvr.config import ConfigError, RunConfig
+from rlvr.scoring.scorers import GatedScorer, WeightedScorer, group_scorer, reward_scorer
 from rlvr.tasks.api import PluginError, Task, call_factory, config_for
 from rlvr.tasks.imports import VF_PREFIX, import_target
 from rlvr.types import Judge, Scenario, Scorer
@@ -134,8 +147,6 @@ def as_scorer(obj: Any, ref: str, **available: Any) -> Scorer:
     - a function over a group, `fn(group, item) -> list[float] | TrajectoryGroup | None`;
     - a per-trajectory reward, `fn(completion, ground_truth) -> float`;
     - a factory (class or function) taking any of cfg, judge, scenario by name."""
-    from rlvr.scoring.scorers import group_scorer, reward_scorer
-
     if isinstance(obj, Scorer) and not inspect.isclass(obj):
         return obj
     if inspect.isfunction(obj) or inspect.ismethod(obj):
@@ -192,3 +203,105 @@ def open_judge(cfg: RunConfig) -> AbstractAsyncContextManager[Judge | None]:
     opener: Callable[[RunConfig], AbstractAsyncContextManager[Judge | None]]
     opener = _load_entry_point(JUDGE_GROUP, JUDGE_OPENER)
     return opener(cfg)
+
+
+# --- scorer specs -------------------------------------------------------------------------------
+
+# The task's own training reward (its `reward` hook, or the reward its rollout set): its partial
+# credit differs from its check by design, so alarm/judge_disagrees does not compare it. Every
+# other scorer — a judge, a composite, a reward function of the user's — is compared.
+OWN_REWARD = frozenset({"verifier", "rollout"})
+
+
+def scorer_spec(cfg: RunConfig, scenario: Scenario) -> str:
+    return scenario.default_scorer if cfg.scorer == "default" else cfg.scorer
+
+
+def compared_with_truth(cfg: RunConfig, scenario: Scenario) -> bool:
+    """Whether the run's configured scorer is checked against the ground truth of the same
+    rollouts (alarm/judge_disagrees): every scorer but the task's own reward."""
+    return scorer_spec(cfg, scenario).replace(" ", "") not in OWN_REWARD
+
+
+def _weighted_part(part: str) -> tuple[str, float]:
+    name, _, weight = part.partition("*")
+    try:
+        return name.strip(), float(weight) if weight else 1.0
+    except ValueError:
+        raise ConfigError(
+            f"config: scorer: weight '{weight}' of '{name}' is not a number"
+        ) from None
+
+
+def make_scorer(cfg: RunConfig, scenario: Scenario, judge: Judge | None = None) -> Scorer:
+    """The run's scorer from `cfg.scorer` (or the scenario's default)."""
+    return parse_scorer(scorer_spec(cfg, scenario).replace(" ", ""), cfg, scenario, judge)
+
+
+def parse_scorer(spec: str, cfg: RunConfig, scenario: Scenario, judge: Judge | None) -> Scorer:
+    def one(name: str) -> Scorer:
+        return resolve_scorer(name, cfg=cfg, judge=judge, scenario=scenario)
+
+    if ">" in spec:
+        gate, _, rest = spec.partition(">")
+        gated, counted = one(gate), parse_scorer(rest, cfg, scenario, judge)
+        return GatedScorer(gated, counted)
+    parts = [_weighted_part(p) for p in spec.split("+")]
+    if len(parts) == 1 and parts[0][1] == 1.0:
+        return one(parts[0][0])
+    return WeightedScorer([(one(name), w) for name, w in parts])
+
+
+# --- a run's parts ------------------------------------------------------------------------------
+
+
+class RunParts(BaseModel):
+    """What a run trains with, resolved from what the caller gave: the config (naming the objects
+    that did not come from it), the built scenario, the scorer, the judge, the task's own defaults
+    (for the settings line) and whether the scorer is compared with the truth."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    cfg: RunConfig
+    scenario: SkipValidation[Scenario]
+    scorer: SkipValidation[Scorer]
+    judge: SkipValidation[Judge | None]
+    defaults: dict[str, Any] = Field(default_factory=dict)
+    # A scorer object of the caller's is compared with the truth; a spec unless it names the
+    # task's own reward (`compared_with_truth`).
+    compared_with_truth: bool
+
+
+async def resolve_run(
+    cfg: RunConfig,
+    stack: AsyncExitStack,
+    scenario: Scenario | Task | None,
+    scorer: Scorer | str | None,
+    resuming: bool,
+) -> RunParts:
+    """A run's parts; the judge is opened on `stack` first, since the task and the scorer may
+    both need it. Everything that can reject the task, scorer or judge is raised here."""
+    task = scenario if isinstance(scenario, Task) else None
+    if scenario is None:
+        task = resolve_task(cfg.task)
+    elif not resuming:
+        cfg = cfg.model_copy(update={"task": scenario.name})
+    judge = await stack.enter_async_context(open_judge(cfg))
+    built = task.build(cfg, judge) if task is not None else scenario
+    assert isinstance(built, Scenario)
+    if isinstance(scorer, str):
+        cfg = cfg.model_copy(update={"scorer": scorer})
+    given = scorer is not None and not isinstance(scorer, str)
+    compared = given or compared_with_truth(cfg, built)
+    if scorer is None or isinstance(scorer, str):
+        scorer = make_scorer(cfg, built, judge)
+    elif not resuming:
+        cfg = cfg.model_copy(update={"scorer": scorer.name})
+    return RunParts(
+        cfg=cfg,
+        scenario=built,
+        scorer=scorer,
+        judge=judge,
+        defaults=task.defaults if task is not None else {},
+        compared_with_truth=compared,
+    )

@@ -134,10 +134,15 @@ def train_kwargs(cfg: RunConfig) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def open_policy(cfg: RunConfig, run_dir: Path) -> AsyncIterator[Policy]:
+async def open_policy(
+    cfg: RunConfig, run_dir: Path, rewind_to: int | None = None
+) -> AsyncIterator[Policy]:
     """Register the run's trainable model (named once, when the run was created:
-    `layout.policy_name`); the backend is closed on exit, errors and Ctrl-C included, so no
-    server outlives the run."""
+    `layout.policy_name`), rewound first to policy step `rewind_to` for a resumed run
+    (`rewind_policy`); the backend is closed on exit, errors and Ctrl-C included, so no server
+    outlives the run."""
+    if rewind_to is not None:
+        rewind_policy(cfg, run_dir, rewind_to)
     art_path = run_dir / ART_DIR
     backend, base_model = _make_backend(cfg, art_path)
     # LoRA rank travels the way ART's own backends read it (peft_args of the internal config).

@@ -21,7 +21,7 @@ from typing import Literal
 import art
 
 from rlvr.config import ConfigError, RunConfig
-from rlvr.paired import TestBlock, test_block
+from rlvr.paired_gains import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store

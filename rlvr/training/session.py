@@ -4,12 +4,11 @@
 `open_finished` opens a finished run the same way, read only, to evaluate it again (`rlvr eval`),
 and `open_scratch` the run a config describes in a temporary directory (preflight, benchmarks).
 
-`resolve` turns what the caller gave (a task name or object, a scorer spec or object) into the
-built Scenario and Scorer, with the judge opened first because both may need it; everything that
-can reject the config happens there, before a run directory is written. `open_session` then claims
-the run directory (one writer: rlvr.runs.runlock), recovers a killed run, splits the items, opens the
-tracker and the policy, and yields a `Session`, whose methods are the run's only writers of
-metrics, trajectory tables and validations.
+`open_session` resolves what the caller gave into the run's parts (`rlvr.tasks.plugins.resolve_run`:
+the built Scenario, the Scorer, the judge), runs the checks that can still reject the config and
+splits the items, all before a run directory is written; it then claims the run directory (one
+writer: rlvr.runs.runlock), recovers a killed run, opens the tracker and the policy, and yields a
+`Session`, whose methods are the run's only writers of metrics, trajectory tables and validations.
 """
 
 from __future__ import annotations
@@ -23,23 +22,19 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
-import polars as pl
-
 from rlvr.config import VLLM_JUDGE, RunConfig
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
 from rlvr.runs import layout, runlock, store
 from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
 from rlvr.tasks.api import Task
-from rlvr.tasks.plugins import open_judge, resolve_task
-from rlvr.tasks.scorer_spec import compared_with_truth, make_scorer
+from rlvr.tasks.plugins import RunParts, resolve_run
 from rlvr.training.alarms import Thresholds, validation_alarms
 from rlvr.training.backends import (
     ART_DIR,
     Policy,
     check_engine_environment,
     open_policy,
-    rewind_policy,
 )
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import Evaluated, Validated, evaluate
@@ -51,52 +46,13 @@ from rlvr.training.state import (
     RunState,
     Tested,
     TestResult,
-    early_tested,
+    read_early_tests,
     restore_state,
-    tested,
     window_reward,
 )
 from rlvr.training.trends import EvalPoint, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.types import Item, Judge, Sampling, Scenario, Scorer, ServedJudge
-
-
-async def build_scenario(
-    cfg: RunConfig, stack: AsyncExitStack, scenario: Scenario | Task | None, resuming: bool
-) -> tuple[RunConfig, Scenario, Judge | None]:
-    """(config, scenario, judge): the judge is opened on `stack` first (a task may need it);
-    config.json names a scenario object that did not come from it."""
-    task = scenario if isinstance(scenario, Task) else None
-    if scenario is None:
-        task = resolve_task(cfg.task)
-    elif not resuming:
-        cfg = cfg.model_copy(update={"task": scenario.name})
-    judge = await stack.enter_async_context(open_judge(cfg))
-    built = task.build(cfg, judge) if task is not None else scenario
-    assert isinstance(built, Scenario)
-    if not resuming:  # a fresh run says where its settings came from
-        defaults = task.defaults if task is not None else {}
-        console.print(settings_line(cfg, defaults), highlight=False, markup=False)
-    return cfg, built, judge
-
-
-async def resolve(
-    cfg: RunConfig,
-    stack: AsyncExitStack,
-    scenario: Scenario | Task | None,
-    scorer: Scorer | str | None,
-    resuming: bool,
-) -> tuple[RunConfig, Scenario, Scorer, Judge | None]:
-    """(config, scenario, scorer, judge) of a run; config.json names the objects that were used
-    when they did not come from it."""
-    cfg, built, judge = await build_scenario(cfg, stack, scenario, resuming)
-    if isinstance(scorer, str):
-        cfg = cfg.model_copy(update={"scorer": scorer})
-    if scorer is None or isinstance(scorer, str):
-        scorer = make_scorer(cfg, built, judge)
-    elif not resuming:
-        cfg = cfg.model_copy(update={"scorer": scorer.name})
-    return cfg, built, scorer, judge
 
 
 class Session:
@@ -249,26 +205,6 @@ def as_test_result(policy_step: int, evaluated: Evaluated, step: int) -> TestRes
     )
 
 
-def read_early_tests(run_dir: Path, rows: list[Row]) -> dict[Tested, TestResult]:
-    """The test results a (killed) run's validation passes kept, read back from their tables: a
-    resumed run evaluates them no more."""
-    steps = tested(rows, -1, -2)
-    found: dict[Tested, TestResult] = {}
-    for name in early_tested(rows):
-        path = layout.table(run_dir, layout.test_name(name))
-        if name not in steps or not path.is_file():
-            continue  # evaluated again at the end
-        table = pl.read_parquet(path).to_dicts()
-        scores = {str(r["item_id"]): float(r["reward"]) for r in table}
-        found[name] = TestResult(
-            policy_step=steps[name],
-            accuracy=sum(scores.values()) / len(scores) if scores else 0.0,
-            scores=scores,
-            rows=table,
-        )
-    return found
-
-
 @asynccontextmanager
 async def open_session(
     cfg: RunConfig,
@@ -280,44 +216,49 @@ async def open_session(
     exit, errors and Ctrl-C included."""
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())  # what the task opens closes with the run
-        cfg, built, scorer_, judge = await resolve(cfg, stack, scenario, scorer, resume is not None)
-        # A scorer object of the caller's is compared with the truth; a spec unless it names the
-        # task's own reward (rlvr.tasks.scorer_spec.compared_with_truth).
-        given = scorer is not None and not isinstance(scorer, str)
-        compared = given or compared_with_truth(cfg, built)
+        parts = await resolve_run(cfg, stack, scenario, scorer, resume is not None)
+        cfg, built, judge = parts.cfg, parts.scenario, parts.judge
+        if resume is None:  # a fresh run says where its settings came from
+            console.print(settings_line(cfg, parts.defaults), highlight=False, markup=False)
         check_can_demonstrate(cfg, built)
         check_engine_environment(cfg)
-        items = built.load()
+        split = split_items(
+            built.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        )
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
         # One writer per run directory, held until summary.json is written; then a fresh run
         # refuses a directory that holds a run (the backend would silently resume its weights).
         stack.enter_context(runlock.hold(run_dir))
         if resume is None:
             runlock.refuse_existing_run(run_dir, (store.METRICS, store.CHECKPOINTS, ART_DIR))
-        # A killed run is made consistent first: torn metrics line and temporaries removed, the
-        # policy rewound to the checkpoint its last metrics row records (rlvr.training.backends).
-        rows = store.recover(run_dir) if resume is not None else store.read_metrics(run_dir)
-        if resume is not None:
-            rewind_policy(cfg, run_dir, last_policy_step(rows))
-            if judge is not None:  # the spend cap spans the killed run and this one
-                judge.spent_usd = sum(
-                    r.judge_cost_usd or 0.0 for r in rows if isinstance(r, StepRow)
-                )
-        split = split_items(
-            items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
-        )
+        # A killed run is made consistent first: torn metrics line and temporaries removed (a
+        # fresh directory has neither); its policy is rewound when opened (rlvr.training.backends).
+        rows = store.recover(run_dir)
         if resume is None:
             store.write_config(run_dir, cfg)
+        elif judge is not None:  # the spend cap spans the killed run and this one
+            judge.spent_usd = sum(r.judge_cost_usd or 0.0 for r in rows if isinstance(r, StepRow))
         # Optional W&B / Weave (imported only when switched on; failures only warn).
         tracker = stack.enter_context(open_tracker(cfg, run_dir))
         console.print(
             f"[bold]{cfg.task}[/]: {len(split.train)} train / {len(split.val)} val / "
-            f"{len(split.test)} test items; scorer {scorer_.name}; run dir {run_dir}",
+            f"{len(split.test)} test items; scorer {parts.scorer.name}; run dir {run_dir}",
             highlight=False,
         )
-        policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+        rewind_to = last_policy_step(rows) if resume is not None else None
+        policy = await stack.enter_async_context(open_policy(cfg, run_dir, rewind_to))
         await serve_judge(cfg, judge, policy)
-        yield Session(cfg, built, scorer_, run_dir, rows, split, tracker, policy, compared)
+        yield Session(
+            cfg,
+            built,
+            parts.scorer,
+            run_dir,
+            rows,
+            split,
+            tracker,
+            policy,
+            parts.compared_with_truth,
+        )
 
 
 async def serve_judge(cfg: RunConfig, judge: Judge | None, policy: Policy) -> None:
@@ -332,22 +273,18 @@ async def serve_judge(cfg: RunConfig, judge: Judge | None, policy: Policy) -> No
 
 
 async def quiet_session(
-    stack: AsyncExitStack,
-    cfg: RunConfig,
-    scenario: Scenario,
-    scorer: Scorer,
-    run_dir: Path,
-    rows: list[Row],
+    stack: AsyncExitStack, parts: RunParts, run_dir: Path, rows: list[Row]
 ) -> Session:
     """A session on `run_dir` that writes nothing a run keeps: no tracker, the policy opened in
     place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""
+    cfg = parts.cfg
     split = split_items(
-        scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        parts.scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
     )
     quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
     tracker = stack.enter_context(open_tracker(quiet, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
-    return Session(cfg, scenario, scorer, run_dir, rows, split, tracker, policy, False)
+    return Session(cfg, parts.scenario, parts.scorer, run_dir, rows, split, tracker, policy, False)
 
 
 @asynccontextmanager
@@ -358,10 +295,9 @@ async def open_finished(run_dir: Path, scenario: Scenario | Task | None) -> Asyn
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())
         stack.enter_context(runlock.hold(run_dir))
-        stored = store.read_config(run_dir)
-        cfg, built, scorer, _ = await resolve(stored, stack, scenario, None, resuming=True)
+        parts = await resolve_run(store.read_config(run_dir), stack, scenario, None, resuming=True)
         rows = store.read_metrics(run_dir)
-        yield await quiet_session(stack, cfg, built, scorer, run_dir, rows)
+        yield await quiet_session(stack, parts, run_dir, rows)
 
 
 @asynccontextmanager
@@ -370,7 +306,7 @@ async def open_scratch(cfg: RunConfig) -> AsyncIterator[Session]:
     scorer, split and a fresh policy, for a look before training (preflight, benchmarks)."""
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())
-        cfg, built, scorer, _ = await resolve(cfg, stack, None, None, resuming=True)
-        check_can_demonstrate(cfg, built)
+        parts = await resolve_run(cfg, stack, None, None, resuming=True)
+        check_can_demonstrate(parts.cfg, parts.scenario)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlvr-scratch-")))
-        yield await quiet_session(stack, cfg, built, scorer, tmp / "run", [])
+        yield await quiet_session(stack, parts, tmp / "run", [])

@@ -1,13 +1,17 @@
 """Where a run stands, as pure functions of its metrics rows (rlvr.runs.records), so a resumed
-run re-derives where the killed run stood; its stop rules: rlvr.training.stop_rules."""
+run re-derives where the killed run stood (and the early test results its tables kept); its stop
+rules: rlvr.training.stop_rules."""
 
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 
+import polars as pl
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.config import RunConfig
+from rlvr.runs import layout
 from rlvr.runs.records import (
     Alarm,
     AlarmName,
@@ -125,3 +129,23 @@ def tested(rows: list[Row], final: int, last: int) -> dict[Tested, int]:
         **({Tested.AFTER_WARM_START: warm} if warm is not None else {}),
         **({Tested.LAST: last} if last != final else {}),
     }
+
+
+def read_early_tests(run_dir: Path, rows: list[Row]) -> dict[Tested, TestResult]:
+    """The test results a (killed) run's validation passes kept, read back from their tables: a
+    resumed run evaluates them no more."""
+    steps = tested(rows, -1, -2)
+    found: dict[Tested, TestResult] = {}
+    for name in early_tested(rows):
+        path = layout.table(run_dir, layout.test_name(name))
+        if name not in steps or not path.is_file():
+            continue  # evaluated again at the end
+        table = pl.read_parquet(path).to_dicts()
+        scores = {str(r["item_id"]): float(r["reward"]) for r in table}
+        found[name] = TestResult(
+            policy_step=steps[name],
+            accuracy=sum(scores.values()) / len(scores) if scores else 0.0,
+            scores=scores,
+            rows=table,
+        )
+    return found

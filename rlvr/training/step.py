@@ -198,7 +198,7 @@ async def play_round(
         run.policy,
         items,
         run.cfg.group_size,
-        Sampling.from_config(run.cfg, "train", draw=step),
+        Sampling.from_config(run.cfg, "train", train_step=step),
         run.limit,
         progress,
         after_each=functools.partial(score_group, run, {i.id: i for i in items}, spans, after),

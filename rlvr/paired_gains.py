@@ -318,35 +318,3 @@ def test_block(
             "rl_gain_last_p": rl_last.p_value,
         }
     )
-
-
-def describe_block(block: TestBlock) -> list[str]:
-    """The block in words a user reads at a glance, one line per comparison."""
-    if not block.items:
-        return ["test: no item completed in every evaluation"]
-
-    def line(which: Compared, label: str) -> str:
-        found = block.compared(which)
-        if found is None:
-            return f"{label}: not measured"
-        low, high = found.ci95
-        return (
-            f"{label}: {found.gain:+.3f} [{signed(low)}, {signed(high)}] on {block.items} test "
-            f"items (p={found.p:.3g})"
-        )
-
-    lines = [
-        f"test accuracy {block.start or 0.0:.3f} -> {block.final or 0.0:.3f} (best checkpoint); "
-        + line(Compared.GAIN, "gain")
-    ]
-    warmed = block.after_warm_start is not None
-    if warmed:
-        lines.append(
-            f"after the warm start {block.after_warm_start:.3f}; "
-            + line(Compared.RL_GAIN, "RL gain")
-        )
-    if block.last is not None:
-        which = Compared.RL_GAIN_LAST if warmed else Compared.GAIN_LAST
-        label = "RL gain" if warmed else "gain"
-        lines.append(f"last checkpoint {block.last:.3f}; " + line(which, f"{label} (last)"))
-    return lines

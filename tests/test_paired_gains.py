@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlvr import paired
-from rlvr.paired import describe_block, paired_gain, sign_flip_p
+from rlvr import paired_gains
+from rlvr.paired_gains import paired_gain, sign_flip_p
+from rlvr.runs.report import gains
 
 
 @pytest.mark.parametrize(
@@ -197,7 +198,7 @@ def test_the_test_block_reports_the_best_and_the_last_checkpoint(warm, with_last
     after_warm = {i: float(n < 5) for n, i in enumerate(ids)} if warm else None
     final = {i: float(n < 8) for n, i in enumerate(ids)}
     last = {i: float(n < 10) for n, i in enumerate(ids)} if with_last else None
-    block = paired.test_block(start, after_warm, final, last)
+    block = paired_gains.test_block(start, after_warm, final, last)
     base = 0.25 if warm else 0.0
     assert block.items == 20
     assert (block.final, block.gain, block.rl_gain) == pytest.approx((0.4, 0.4, 0.4 - base))
@@ -206,13 +207,17 @@ def test_the_test_block_reports_the_best_and_the_last_checkpoint(warm, with_last
         assert (block.last, block.gain_last, block.rl_gain_last) == pytest.approx(
             (0.5, 0.5, 0.5 - base)
         )
-        rl_last = block.compared(paired.Compared.RL_GAIN_LAST)
+        rl_last = block.compared(paired_gains.Compared.RL_GAIN_LAST)
         assert rl_last is not None and rl_last.ci95[0] <= rl_last.gain <= rl_last.ci95[1]
-        assert any("last checkpoint 0.500" in line for line in describe_block(block))
+        shown = [g.label for g in gains(block)]  # what a person reads at the run's end
+        assert shown[-1] == (
+            "RL gain, last - after the warm start" if warm else "gain, last - start"
+        )
+        assert len(shown) == (4 if warm else 2)
     else:
         # summary.json has no key for a comparison that was not made
         assert "last" not in on_disk and "rl_gain_last" not in on_disk
-        assert block.compared(paired.Compared.RL_GAIN_LAST) is None
+        assert block.compared(paired_gains.Compared.RL_GAIN_LAST) is None
 
 
 @pytest.mark.parametrize(
@@ -226,5 +231,5 @@ def test_the_test_block_reports_the_best_and_the_last_checkpoint(warm, with_last
     ],
 )
 def test_an_interval_end_a_tie_below_zero_reads_as_zero(value: float, shown: str) -> None:
-    assert paired.signed(value) == shown
+    assert paired_gains.signed(value) == shown
     assert "[+0.000, +0.235]" in paired_gain([0] * 40, [1] * 5 + [0] * 35).describe()
