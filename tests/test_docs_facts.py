@@ -297,7 +297,7 @@ FACTS = [
     (HOW, r"`ifeval` tests on half its level, (\d+) prompts", ifeval_test_items),
     (HOW, r"`2048` on (\d+) boards", game2048_test_boards),
     (HOW, r"both come from the same ([\d,]+) seeded sign patterns", sign_patterns),
-    (HOW, r'printed as e\.g\. "(RL gain: [^"]+)"', gain_line),
+    (HOW, r'printed as e\.g\. "(RL gain, [^"]+)"', gain_line),
     (
         HOW,
         r"`draw\.prefer`, ([\d.]+)× an untried item.*?`draw\.revisit` ([\d.]+), "
