@@ -25,8 +25,8 @@ _EXPORTS = {
     "PluginError": "rlvr.tasks.api",
     "RunResult": "rlvr.training",
     "Sampling": "rlvr.types",
-    "Scenario": "rlvr.types",
-    "ScenarioBase": "rlvr.types",
+    "Environment": "rlvr.types",
+    "EnvironmentBase": "rlvr.types",
     "Scorer": "rlvr.types",
     "StopReason": "rlvr.training",
     "Task": "rlvr.tasks.api",
@@ -42,7 +42,7 @@ _EXPORTS = {
     "resolve_task": "rlvr.tasks.plugins",
     "reward_scorer": "rlvr.scoring.scorers",
     "run_training": "rlvr.training",
-    "scenario": "rlvr.tasks.api",
+    "environment": "rlvr.tasks.api",
     "single_turn": "rlvr.tasks.rollouts",
     "task_config": "rlvr.tasks.plugins",
     "tool_episode": "rlvr.agent",
@@ -74,16 +74,16 @@ if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds 
     from rlvr.config import ConfigError, RunConfig, build_config, parse_overrides  # noqa: F401
     from rlvr.paired import Compared, TestBlock  # noqa: F401
     from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
-    from rlvr.tasks.api import PluginError, Task, scenario  # noqa: F401
+    from rlvr.tasks.api import PluginError, Task, environment  # noqa: F401
     from rlvr.tasks.plugins import resolve_task, task_config  # noqa: F401
     from rlvr.tasks.rollouts import chat_turn, single_turn  # noqa: F401
     from rlvr.training import RunResult, StopReason, run_training  # noqa: F401
     from rlvr.types import (  # noqa: F401
         BudgetExhausted,
+        Environment,
+        EnvironmentBase,
         Item,
         Sampling,
-        Scenario,
-        ScenarioBase,
         Scorer,
         completion_text,
     )

@@ -1,7 +1,7 @@
 """Resolution of task, scorer and judge names: the one place where a name becomes an object.
 
 A name is one of
-- an entry point of an installed package: group `rlvr.scenarios` (tasks), `rlvr.scorers`
+- an entry point of an installed package: group `rlvr.tasks` (tasks), `rlvr.scorers`
   (scorers) or `rlvr.judges` (the judge client's opener) — rlvr's own are registered this way,
   with no privileged path (so `rlvr` never imports `judges`);
 - a file reference `path/to/file.py:attr` (the file's folder goes on sys.path, so it may import
@@ -25,9 +25,9 @@ from typing import Any
 from rlvr.config import RunConfig
 from rlvr.tasks.api import PluginError, Task, call_factory, config_for
 from rlvr.tasks.imports import VF_PREFIX, import_target
-from rlvr.types import Judge, Scenario, Scorer
+from rlvr.types import Environment, Judge, Scorer
 
-SCENARIO_GROUP = "rlvr.scenarios"
+TASK_GROUP = "rlvr.tasks"
 SCORER_GROUP = "rlvr.scorers"
 # Judges plug in like tasks and scorers: an entry point `open` in this group is
 # `open(cfg) -> async context manager yielding the judge client` (rlvr's own: judges:open_judge).
@@ -69,29 +69,29 @@ def _load_entry_point(group: str, name: str) -> Any:
 
 
 def as_task(obj: Any, ref: str) -> Task:
-    """A Task from what a reference names: a Task, a Scenario, or a factory returning one."""
+    """A Task from what a reference names: a Task, an Environment, or a factory returning one."""
     if isinstance(obj, Task):
         return obj
-    if isinstance(obj, Scenario) and not inspect.isclass(obj):
+    if isinstance(obj, Environment) and not inspect.isclass(obj):
         return Task(name=obj.name, make=lambda: obj)
     if callable(obj):
         name = Path(ref.rpartition(":")[0]).stem.rpartition(".")[2] or ref
         return Task(name=name, make=obj)
     raise PluginError(
-        f"{ref}: {type(obj).__name__} is not an rlvr.Task, a Scenario or a factory returning one"
+        f"{ref}: {type(obj).__name__} is not an rlvr.Task, an Environment or a factory returning one"
     )
 
 
 def task_names() -> list[str]:
-    """The installed tasks (entry-point group rlvr.scenarios)."""
-    return sorted(_entry_points(SCENARIO_GROUP))
+    """The installed tasks (entry-point group rlvr.tasks)."""
+    return sorted(_entry_points(TASK_GROUP))
 
 
 def resolve_task(name: str) -> Task:
     """The Task for an installed task name, a file/module reference, or a verifiers
     environment (`vf:MODULE_OR_FILE`, rlvr.tasks.verifiers_env)."""
-    if name in _entry_points(SCENARIO_GROUP):
-        return as_task(_load_entry_point(SCENARIO_GROUP, name), name)
+    if name in _entry_points(TASK_GROUP):
+        return as_task(_load_entry_point(TASK_GROUP, name), name)
     if name.startswith(VF_PREFIX):
         from rlvr.tasks.verifiers_env import vf_task
 
@@ -133,7 +133,7 @@ def as_scorer(obj: Any, ref: str, **available: Any) -> Scorer:
     - a Scorer object (`score`, `pop_metrics`, `name`);
     - a function over a group, `fn(group, item) -> list[float] | TrajectoryGroup | None`;
     - a per-trajectory reward, `fn(completion, ground_truth) -> float`;
-    - a factory (class or function) taking any of cfg, judge, scenario by name."""
+    - a factory (class or function) taking any of cfg, judge, environment by name."""
     from rlvr.scoring.scorers import group_scorer, reward_scorer
 
     if isinstance(obj, Scorer) and not inspect.isclass(obj):
@@ -167,7 +167,7 @@ def _required_params(fn: Any) -> list[str]:
 
 
 def resolve_scorer(name: str, **available: Any) -> Scorer:
-    """One scorer by installed name or reference; `available` holds cfg, judge and scenario."""
+    """One scorer by installed name or reference; `available` holds cfg, judge and environment."""
     if name in _entry_points(SCORER_GROUP):
         return as_scorer(_load_entry_point(SCORER_GROUP, name), name, **available)
     if is_reference(name):

@@ -5,7 +5,7 @@
 and `open_scratch` the run a config describes in a temporary directory (preflight, benchmarks).
 
 `resolve` turns what the caller gave (a task name or object, a scorer spec or object) into the
-built Scenario and Scorer, with the judge opened first because both may need it; everything that
+built Environment and Scorer, with the judge opened first because both may need it; everything that
 can reject the config happens there, before a run directory is written. `open_session` then claims
 the run directory (one writer: rlvr.runs.runlock), recovers a killed run, splits the items, opens the
 tracker and the policy, and yields a `Session`, whose methods are the run's only writers of
@@ -58,22 +58,22 @@ from rlvr.training.state import (
 )
 from rlvr.training.trends import EvalPoint, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
-from rlvr.types import Item, Judge, Sampling, Scenario, Scorer, ServedJudge
+from rlvr.types import Environment, Item, Judge, Sampling, Scorer, ServedJudge
 
 
-async def build_scenario(
-    cfg: RunConfig, stack: AsyncExitStack, scenario: Scenario | Task | None, resuming: bool
-) -> tuple[RunConfig, Scenario, Judge | None]:
-    """(config, scenario, judge): the judge is opened on `stack` first (a task may need it);
-    config.json names a scenario object that did not come from it."""
-    task = scenario if isinstance(scenario, Task) else None
-    if scenario is None:
+async def build_environment(
+    cfg: RunConfig, stack: AsyncExitStack, environment: Environment | Task | None, resuming: bool
+) -> tuple[RunConfig, Environment, Judge | None]:
+    """(config, environment, judge): the judge is opened on `stack` first (a task may need it);
+    config.json names an environment object that did not come from it."""
+    task = environment if isinstance(environment, Task) else None
+    if environment is None:
         task = resolve_task(cfg.task)
     elif not resuming:
-        cfg = cfg.model_copy(update={"task": scenario.name})
+        cfg = cfg.model_copy(update={"task": environment.name})
     judge = await stack.enter_async_context(open_judge(cfg))
-    built = task.build(cfg, judge) if task is not None else scenario
-    assert isinstance(built, Scenario)
+    built = task.build(cfg, judge) if task is not None else environment
+    assert isinstance(built, Environment)
     if not resuming:  # a fresh run says where its settings came from
         defaults = task.defaults if task is not None else {}
         console.print(settings_line(cfg, defaults), highlight=False, markup=False)
@@ -83,13 +83,13 @@ async def build_scenario(
 async def resolve(
     cfg: RunConfig,
     stack: AsyncExitStack,
-    scenario: Scenario | Task | None,
+    environment: Environment | Task | None,
     scorer: Scorer | str | None,
     resuming: bool,
-) -> tuple[RunConfig, Scenario, Scorer, Judge | None]:
-    """(config, scenario, scorer, judge) of a run; config.json names the objects that were used
+) -> tuple[RunConfig, Environment, Scorer, Judge | None]:
+    """(config, environment, scorer, judge) of a run; config.json names the objects that were used
     when they did not come from it."""
-    cfg, built, judge = await build_scenario(cfg, stack, scenario, resuming)
+    cfg, built, judge = await build_environment(cfg, stack, environment, resuming)
     if isinstance(scorer, str):
         cfg = cfg.model_copy(update={"scorer": scorer})
     if scorer is None or isinstance(scorer, str):
@@ -106,7 +106,7 @@ class Session:
     def __init__(
         self,
         cfg: RunConfig,
-        scenario: Scenario,
+        environment: Environment,
         scorer: Scorer,
         run_dir: Path,
         rows: list[Row],
@@ -115,7 +115,7 @@ class Session:
         policy: Policy,
         compared_with_truth: bool,
     ) -> None:
-        self.cfg, self.scenario, self.scorer, self.run_dir = cfg, scenario, scorer, run_dir
+        self.cfg, self.environment, self.scorer, self.run_dir = cfg, environment, scorer, run_dir
         self.compared_with_truth = compared_with_truth  # alarm/judge_disagrees applies
         self.rows, self.split, self.tracker, self.policy = rows, split, tracker, policy
         self.state: RunState = restore_state(rows)
@@ -125,7 +125,7 @@ class Session:
         self.val_items: list[Item] = (
             split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         )
-        self.rollout = tracker.traced(scenario.rollout, name="rollout")
+        self.rollout = tracker.traced(environment.rollout, name="rollout")
         self.score = tracker.traced(scorer.score, name="score")
         self.limit = asyncio.Semaphore(cfg.rollout_concurrency)
         self.failure_log = FailureLog(console)  # each distinct rollout exception printed once
@@ -156,10 +156,10 @@ class Session:
         self, items: list[Item], split: Literal["val", "test"], desc: str, step: int | None = None
     ) -> Evaluated:
         """One greedy rollout per item under the split's sampling (checkpoint `step`, else the
-        live one), scored by the scenario's ground truth (rlvr.training.evaluation.evaluate)."""
+        live one), scored by the environment's ground truth (rlvr.training.evaluation.evaluate)."""
         return await evaluate(
             self.rollout,
-            self.scenario.check,
+            self.environment.check,
             self.policy,
             items,
             Sampling.from_config(self.cfg, split, step=step),
@@ -272,7 +272,7 @@ def read_early_tests(run_dir: Path, rows: list[Row]) -> dict[Tested, TestResult]
 @asynccontextmanager
 async def open_session(
     cfg: RunConfig,
-    scenario: Scenario | Task | None,
+    environment: Environment | Task | None,
     scorer: Scorer | str | None,
     resume: Path | None,
 ) -> AsyncIterator[Session]:
@@ -280,7 +280,9 @@ async def open_session(
     exit, errors and Ctrl-C included."""
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())  # what the task opens closes with the run
-        cfg, built, scorer_, judge = await resolve(cfg, stack, scenario, scorer, resume is not None)
+        cfg, built, scorer_, judge = await resolve(
+            cfg, stack, environment, scorer, resume is not None
+        )
         # A scorer object of the caller's is compared with the truth; a spec unless it names the
         # task's own reward (rlvr.tasks.scorer_spec.compared_with_truth).
         given = scorer is not None and not isinstance(scorer, str)
@@ -334,7 +336,7 @@ async def serve_judge(cfg: RunConfig, judge: Judge | None, policy: Policy) -> No
 async def quiet_session(
     stack: AsyncExitStack,
     cfg: RunConfig,
-    scenario: Scenario,
+    environment: Environment,
     scorer: Scorer,
     run_dir: Path,
     rows: list[Row],
@@ -342,24 +344,26 @@ async def quiet_session(
     """A session on `run_dir` that writes nothing a run keeps: no tracker, the policy opened in
     place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""
     split = split_items(
-        scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        environment.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
     )
     quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
     tracker = stack.enter_context(open_tracker(quiet, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
-    return Session(cfg, scenario, scorer, run_dir, rows, split, tracker, policy, False)
+    return Session(cfg, environment, scorer, run_dir, rows, split, tracker, policy, False)
 
 
 @asynccontextmanager
-async def open_finished(run_dir: Path, scenario: Scenario | Task | None) -> AsyncIterator[Session]:
+async def open_finished(
+    run_dir: Path, environment: Environment | Task | None
+) -> AsyncIterator[Session]:
     """A finished run opened read only (its lock held, nothing recovered or rewound, no tracker):
-    its config, task, split, history and policy, to evaluate a checkpoint again. `scenario`: the
+    its config, task, split, history and policy, to evaluate a checkpoint again. `environment`: the
     object it was trained with, where config.json names no installed task."""
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())
         stack.enter_context(runlock.hold(run_dir))
         stored = store.read_config(run_dir)
-        cfg, built, scorer, _ = await resolve(stored, stack, scenario, None, resuming=True)
+        cfg, built, scorer, _ = await resolve(stored, stack, environment, None, resuming=True)
         rows = store.read_metrics(run_dir)
         yield await quiet_session(stack, cfg, built, scorer, run_dir, rows)
 
