@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr.config import RunConfig
+from rlvr.deprecations import OLD_TASK_GROUP, warn_renamed
 from rlvr.tasks.api import PluginError, Task, call_factory, config_for
 from rlvr.tasks.imports import VF_PREFIX, import_target
 from rlvr.types import Environment, Judge, Scorer
@@ -83,15 +84,18 @@ def as_task(obj: Any, ref: str) -> Task:
 
 
 def task_names() -> list[str]:
-    """The installed tasks (entry-point group rlvr.tasks)."""
-    return sorted(_entry_points(TASK_GROUP))
+    """The installed tasks (entry-point group rlvr.tasks, and for one release its old name)."""
+    return sorted({*_entry_points(TASK_GROUP), *_entry_points(OLD_TASK_GROUP)})
 
 
 def resolve_task(name: str) -> Task:
     """The Task for an installed task name, a file/module reference, or a verifiers
     environment (`vf:MODULE_OR_FILE`, rlvr.tasks.verifiers_env)."""
-    if name in _entry_points(TASK_GROUP):
+    if name in _entry_points(TASK_GROUP):  # a name in both groups: the new group's
         return as_task(_load_entry_point(TASK_GROUP, name), name)
+    if name in _entry_points(OLD_TASK_GROUP):
+        warn_renamed(f"task {name}: entry-point group {OLD_TASK_GROUP}", TASK_GROUP)
+        return as_task(_load_entry_point(OLD_TASK_GROUP, name), name)
     if name.startswith(VF_PREFIX):
         from rlvr.tasks.verifiers_env import vf_task
 

@@ -21,6 +21,7 @@ from typing import Literal
 import art
 
 from rlvr.config import ConfigError, RunConfig
+from rlvr.deprecations import task_keyword
 from rlvr.paired import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
@@ -58,13 +59,15 @@ async def run_training(
     task: Environment | Task | None = None,
     scorer: Scorer | str | None = None,
     resume: Path | None = None,
+    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> RunResult:
     """Train until validation plateaus (or max_steps, a divergence alarm, the judge budget), then
     evaluate the best checkpoint on the test split once, beside the starting model.
 
-    `task`: your own Environment (e.g. from `rlvr.environment(...)`) or Task; default: the task
+    `task`: a Task, or your own Environment (e.g. from `rlvr.environment(...)`); default: the task
     `cfg.task` names. `scorer`: your own Scorer or a scorer spec; default: `cfg.scorer`.
     `resume` continues a run directory from its last completed step (its config.json wins)."""
+    task = task_keyword("run_training", task, scenario)  # deprecated alias
     install_log_redaction()  # no credential reaches a log line, whoever logs it
     if resume is not None:
         cfg = store.read_config(resume)
@@ -252,9 +255,12 @@ async def evaluate_run(
     run_dir: Path,
     split_name: Literal["val", "test"] = "test",
     task: Environment | Task | None = None,
+    *,
+    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> float:
     """Evaluate a finished run's best checkpoint on its validation or test split again
     (`task`: the object it was trained with, where config.json names no installed task)."""
+    task = task_keyword("evaluate_run", task, scenario)  # deprecated alias
     best_step = store.read_summary(run_dir).best_step
     async with open_finished(run_dir, task) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
@@ -278,10 +284,13 @@ async def evaluate_samples(
     temperature: float,
     split_name: Literal["val", "test"] = "test",
     task: Environment | Task | None = None,
+    *,
+    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> SampledEval:
     """`samples` answers per item of a finished run's split from its best checkpoint, sampled at
     `temperature` and scored by the task's ground truth: pass@k, pass^k and avg@k
     (rlvr.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
+    task = task_keyword("evaluate_samples", task, scenario)  # deprecated alias
     if samples < 1:
         raise ConfigError(f"--samples {samples}: expected at least 1")
     best_step = store.read_summary(run_dir).best_step
