@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from judges.client import JudgeClient
     from rlvr.config import RunConfig
-    from rlvr.types import Scenario, Scorer
+    from rlvr.types import Environment, Scorer
 
 # Submodules are imported inside the functions: `import judges.engine` (for `rlvr judge serve`)
 # must not pay for litellm and ART.
@@ -53,19 +53,19 @@ async def open_judge(cfg: RunConfig) -> AsyncIterator[JudgeClient]:
             engine.stop()
 
 
-def ruler_scorer(judge: JudgeClient, scenario: Scenario) -> Scorer:
+def ruler_scorer(judge: JudgeClient, environment: Environment) -> Scorer:
     """`scorer=ruler`: ART's RULER ranks each group in one judge call."""
     from judges.ruler import RulerScorer
 
-    return RulerScorer(judge, scenario)
+    return RulerScorer(judge, environment)
 
 
-def ruler_ref_scorer(judge: JudgeClient, scenario: Scenario) -> Scorer:
+def ruler_ref_scorer(judge: JudgeClient, environment: Environment) -> Scorer:
     """`scorer=ruler_ref`: RULER told each training item's reference answer (reference-guided
     judging, for judges too small to solve the task themselves)."""
     from judges.ruler import RulerScorer
 
-    return RulerScorer(judge, scenario, reference=True)
+    return RulerScorer(judge, environment, reference=True)
 
 
 def rubric_scorer(judge: JudgeClient) -> Scorer:

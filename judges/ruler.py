@@ -45,7 +45,7 @@ from judges.client import (
 from judges.ruler_schema import pin_schema, trajectory_ids
 from rlvr.error_lines import first_error
 from rlvr.metrics import INDEPENDENT_REWARD, JudgeMetric, RulerMetric, judge_fault_metric
-from rlvr.types import Item, Scenario
+from rlvr.types import Environment, Item
 
 log = logging.getLogger("rlvr.judges")
 
@@ -175,20 +175,20 @@ def route(judge: JudgeClient) -> str:
 
 class RulerScorer:
     """scorer=ruler: ART's RULER ranks each group in one judge call. The rubric is ART's default,
-    or the scenario's `ruler_rubric(item)` where it has one; tools on the trajectories are shown."""
+    or the environment's `ruler_rubric(item)` where it has one; tools on the trajectories are shown."""
 
     def __init__(
-        self, judge: JudgeClient, scenario: Scenario | None = None, reference: bool = False
+        self, judge: JudgeClient, environment: Environment | None = None, reference: bool = False
     ) -> None:
         self.judge = judge
         self.model = route(judge)
-        self._scenario = scenario
+        self._environment = environment
         self.reference = reference
         self.name = "ruler_ref" if reference else "ruler"
         self._counts: Counter[str] = Counter()
 
     def rubric_for(self, item: Item) -> str:
-        custom = self._scenario.ruler_rubric if self._scenario is not None else None
+        custom = self._environment.ruler_rubric if self._environment is not None else None
         text = custom(item) if callable(custom) else custom
         rubric = text or DEFAULT_RUBRIC
         # Reference-guided: a small judge cannot solve the task, but it can compare with the

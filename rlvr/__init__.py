@@ -11,6 +11,9 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
+from rlvr.deprecations import RENAMED_EXPORTS as _RENAMED
+from rlvr.deprecations import warn_renamed as _warn_renamed
+
 # litellm (imported by ART) fetches a price map from the network at import unless told not to;
 # this machine class is offline, and the bundled map is what we want anyway.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -21,12 +24,12 @@ _EXPORTS = {
     "Call": "rlvr.agent",
     "Compared": "rlvr.paired_gains",
     "ConfigError": "rlvr.config",
+    "Environment": "rlvr.types",
+    "EnvironmentBase": "rlvr.types",
     "Item": "rlvr.types",
     "PluginError": "rlvr.tasks.api",
     "RunResult": "rlvr.training",
     "Sampling": "rlvr.types",
-    "Scenario": "rlvr.types",
-    "ScenarioBase": "rlvr.types",
     "Scorer": "rlvr.types",
     "StopReason": "rlvr.training",
     "Task": "rlvr.tasks.api",
@@ -35,6 +38,7 @@ _EXPORTS = {
     "build_config": "rlvr.config",
     "chat_turn": "rlvr.tasks.rollouts",
     "completion_text": "rlvr.types",
+    "environment": "rlvr.tasks.api",
     "final_reply": "rlvr.agent",
     "group_scorer": "rlvr.scoring.scorers",
     "mcp_tools": "rlvr.agent.mcp",
@@ -42,20 +46,20 @@ _EXPORTS = {
     "resolve_task": "rlvr.tasks.plugins",
     "reward_scorer": "rlvr.scoring.scorers",
     "run_training": "rlvr.training",
-    "scenario": "rlvr.tasks.api",
     "single_turn": "rlvr.tasks.rollouts",
     "task_config": "rlvr.tasks.plugins",
     "tool_episode": "rlvr.agent",
 }
 __all__ = sorted(_EXPORTS)
-# Old public names, resolved by their module with a DeprecationWarning (never cached here, so
-# every use warns), and left out of __all__.
-_DEPRECATED = {"TrainConfig": "rlvr.config"}
 
 
 def __getattr__(name: str) -> object:
-    if name in _DEPRECATED:
-        return getattr(importlib.import_module(_DEPRECATED[name]), name)
+    # An old public name (rlvr.deprecations) warns on every use (never cached here) and
+    # resolves to the new object; old names stay out of __all__.
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        _warn_renamed(f"rlvr.{name}", f"rlvr.{new}")
+        return __getattr__(new)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rlvr' has no attribute {name!r}")
@@ -74,16 +78,16 @@ if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds 
     from rlvr.config import ConfigError, RunConfig, build_config, parse_overrides  # noqa: F401
     from rlvr.paired_gains import Compared, TestBlock  # noqa: F401
     from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
-    from rlvr.tasks.api import PluginError, Task, scenario  # noqa: F401
+    from rlvr.tasks.api import PluginError, Task, environment  # noqa: F401
     from rlvr.tasks.plugins import resolve_task, task_config  # noqa: F401
     from rlvr.tasks.rollouts import chat_turn, single_turn  # noqa: F401
     from rlvr.training import RunResult, StopReason, run_training  # noqa: F401
     from rlvr.types import (  # noqa: F401
         BudgetExhausted,
+        Environment,
+        EnvironmentBase,
         Item,
         Sampling,
-        Scenario,
-        ScenarioBase,
         Scorer,
         completion_text,
     )

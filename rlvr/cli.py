@@ -299,7 +299,7 @@ TaskNames = Annotated[
 
 @app.command()
 def tasks(names: TaskNames = None) -> None:
-    """List the installed tasks (entry-point group rlvr.scenarios), or the tasks named, with their
+    """List the installed tasks (entry-point group rlvr.tasks), or the tasks named, with their
     options and the RunConfig defaults each starts from. A task that cannot be imported or whose
     options reject their own defaults is one line naming its file and line (exit 2)."""
     from rlvr.tasks.plugins import task_names

@@ -385,8 +385,8 @@ class RunConfig(BaseModel):
     )
     scale_rewards: bool = Field(True, description="divide advantages by the group's std")
 
-    # Warm start: supervised fine-tuning on the scenario's demonstrations of training items
-    # (`scenario.demonstrate(item)`) before RL; validation is measured before and after it, so
+    # Warm start: supervised fine-tuning on the environment's demonstrations of training items
+    # (`environment.demonstrate(item)`) before RL; validation is measured before and after it, so
     # the RL gain is reported from the warmed-up baseline.
     sft_steps: int = Field(0, ge=0, description="warm-start optimizer steps (0 = no warm start)")
     sft_batch_size: int = Field(16, ge=1, description="demonstrations per warm-start step")

@@ -13,7 +13,7 @@ W&B without credentials logs offline instead (nothing is lost).
 The loop's wiring:
 
     tracker = stack.enter_context(open_tracker(cfg, run_dir))
-    session.rollout = tracker.traced(scenario.rollout, name="rollout")
+    session.rollout = tracker.traced(environment.rollout, name="rollout")
     tracker.log_step(row)                       # each metrics row, where it is appended
     tracker.log_trajectories(step, rows)        # each store.trajectory_rows(...) written
 """

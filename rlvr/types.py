@@ -1,8 +1,8 @@
-"""The nouns rlvr adds to ART's four: Item, Sampling, Scenario, Scorer (and the Judge a scorer may
+"""The nouns rlvr adds to ART's four: Item, Sampling, Environment, Scorer (and the Judge a scorer may
 call).
 
 Data that flows (Item, Sampling) are small frozen pydantic models. The protocols users implement
-(Scenario, Scorer) are separate from them. Trajectories and groups are ART's own types.
+(Environment, Scorer) are separate from them. Trajectories and groups are ART's own types.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class Sampling(BaseModel):
 
 
 @runtime_checkable
-class Scenario(Protocol):
+class Environment(Protocol):
     """A task: items, how to play one episode, and the ground-truth check.
 
     `check` is the truth used for validation, test and `independent_reward` (0..1); it is async
@@ -112,7 +112,7 @@ class Scenario(Protocol):
     raise.
 
     The optional hooks are declared here too, so the loop and the judges read them as attributes,
-    never probe for them; `ScenarioBase` gives their defaults:
+    never probe for them; `EnvironmentBase` gives their defaults:
     - `demonstrate`: None, or `async (item) -> art.Trajectory` playing the episode with a scripted
       policy (plain dict assistant turns) for the supervised warm start (`sft_steps=`);
     - `judged_check`: True when `check` calls a judge (the loop then does not run it on every
@@ -137,8 +137,8 @@ class Scenario(Protocol):
     def reward(self, item: Item, trajectory: art.Trajectory) -> float | Awaitable[float]: ...
 
 
-class ScenarioBase:
-    """Defaults of the Scenario protocol's optional hooks; subclass it and override what your task
+class EnvironmentBase:
+    """Defaults of the Environment protocol's optional hooks; subclass it and override what your task
     has (a method named `demonstrate` replaces the None)."""
 
     default_scorer: str = "verifier"
@@ -147,8 +147,8 @@ class ScenarioBase:
     ruler_rubric: str | Callable[[Item], str] | None = None
 
 
-SCENARIO_MEMBERS = ("name", "default_scorer", "load", "rollout", "check", "reward")
-SCENARIO_HOOKS = ("demonstrate", "judged_check", "ruler_rubric")
+ENVIRONMENT_MEMBERS = ("name", "default_scorer", "load", "rollout", "check", "reward")
+ENVIRONMENT_HOOKS = ("demonstrate", "judged_check", "ruler_rubric")
 
 
 @runtime_checkable
@@ -203,3 +203,12 @@ def completion_text(trajectory: art.Trajectory) -> str:
                 return "".join(part.get("text", "") for part in content if isinstance(part, dict))
             return ""
     return ""
+
+
+if not TYPE_CHECKING:  # unseen by type checkers, so a misspelt import still fails there
+
+    def __getattr__(name: str) -> object:
+        """The old names of the Environment protocol, for one release (rlvr.deprecations)."""
+        from rlvr.deprecations import RENAMED_IN_TYPES, renamed_attribute
+
+        return renamed_attribute(__name__, name, RENAMED_IN_TYPES, globals())

@@ -1,4 +1,4 @@
-"""One real rollout of a scenario with the real SmolLM2-135M policy on a fresh TorchBackend (for
+"""One real rollout of an environment with the real SmolLM2-135M policy on a fresh TorchBackend (for
 the slow tier's "a real episode is well-formed" tests), and a sequence's log-probabilities computed
 alone, the reference the trainer's shared passes are held to."""
 
@@ -12,11 +12,11 @@ import torch
 
 from rlvr.engine.backend import TorchBackend
 from rlvr.engine.models import resolve_model
-from rlvr.types import Item, Sampling, Scenario
+from rlvr.types import Environment, Item, Sampling
 
 
 async def real_rollout(
-    scenario: Scenario, item: Item, sampling: Sampling, tmp_path: Path, name: str
+    environment: Environment, item: Item, sampling: Sampling, tmp_path: Path, name: str
 ) -> art.Trajectory:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     model = art.TrainableModel(
@@ -28,7 +28,7 @@ async def real_rollout(
     backend = TorchBackend(path=str(tmp_path))
     try:
         await model.register(backend)
-        return await scenario.rollout(model, item, sampling)
+        return await environment.rollout(model, item, sampling)
     finally:
         await backend.close()
 

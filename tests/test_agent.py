@@ -465,15 +465,15 @@ def test_the_loop_reports_the_budget_metrics_per_rollout() -> None:
 
 
 def _email_tools() -> list[Any]:
-    from scenarios.email.store import InboxStore
-    from scenarios.email.tools import inbox_tools
+    from rlvr_tasks.email.store import InboxStore
+    from rlvr_tasks.email.tools import inbox_tools
 
     return inbox_tools(InboxStore([]), "inbox-000")
 
 
 def _multihop_tools() -> list[Any]:
-    from scenarios.multihop.index import PassageIndex
-    from scenarios.multihop.tools import corpus_tools
+    from rlvr_tasks.multihop.index import PassageIndex
+    from rlvr_tasks.multihop.tools import corpus_tools
 
     return corpus_tools(PassageIndex([]), 3)
 
@@ -565,11 +565,11 @@ def without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-# --- the Scenario protocol's hooks ----------------------------------------------------------------
+# --- the Environment protocol's hooks ----------------------------------------------------------------
 
 
 class Bare:
-    """A scenario written before the hooks were declared."""
+    """An environment written before the hooks were declared."""
 
     name = "bare"
     default_scorer = "verifier"
@@ -587,18 +587,18 @@ class Bare:
         return 0.0
 
 
-class Based(rlvr.ScenarioBase, Bare):
+class Based(rlvr.EnvironmentBase, Bare):
     pass
 
 
 def test_the_hooks_are_declared_with_defaults() -> None:
     cfg = rlvr.build_config({"task": "x"})
     with pytest.raises(
-        PluginError, match=r"missing demonstrate, judged_check, ruler_rubric.*ScenarioBase"
+        PluginError, match=r"missing demonstrate, judged_check, ruler_rubric.*EnvironmentBase"
     ):
         Task(name="bare", make=Bare).build(cfg)
     built = Task(name="based", make=Based).build(cfg)
-    assert isinstance(built, rlvr.Scenario)
+    assert isinstance(built, rlvr.Environment)
     assert (built.demonstrate, built.judged_check, built.ruler_rubric) == (None, False, None)
 
 
@@ -656,7 +656,7 @@ def check(item, trajectory):
 
 
 def make():
-    return rlvr.scenario(name="capitals", load=load, rollout=rollout, check=check,
+    return rlvr.environment(name="capitals", load=load, rollout=rollout, check=check,
                          demonstrate=demonstrate)
 '''
 

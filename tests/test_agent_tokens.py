@@ -13,7 +13,7 @@ import pytest
 
 from rlvr.agent import text_instructions
 from rlvr.agent.tokens import episode_tokens, rendered, shared_prefix
-from tests.token_profile import scenario_for, tool_set
+from tests.token_profile import environment_for, tool_set
 
 
 @pytest.mark.parametrize(
@@ -40,11 +40,11 @@ def tokenizer() -> Any:
 
 
 async def profiled(task: str, level: str, protocol: str, budget: Any = "default") -> list[Any]:
-    scenario = scenario_for(task, level, protocol, 40, budget)
+    environment = environment_for(task, level, protocol, 40, budget)
     profiles = []
-    for item in scenario.load()[:24]:
-        demo = await scenario.demonstrate(item)
-        tools = tool_set(task, scenario, item)
+    for item in environment.load()[:24]:
+        demo = await environment.demonstrate(item)
+        tools = tool_set(task, environment, item)
         protocol_text = text_instructions(tools) if protocol != "tools" else ""
         profiles.append((demo, episode_tokens(demo, tokenizer(), protocol_text, list(tools))))
     return profiles

@@ -135,7 +135,7 @@ async def test_a_two_argument_rollout_gets_its_own_objects() -> None:
             messages_and_choices=[{"role": "user", "content": "x"}, reply.choices[0]], reward=-1.0
         )
 
-    task = rlvr.scenario(
+    task = rlvr.environment(
         name="games",
         load=lambda: [Game(id=1, opponent="a"), Game(id=2, opponent="b")],
         rollout=rollout,
@@ -226,7 +226,7 @@ async def rollout(model, scenario):
 
 
 def make():
-    return rlvr.scenario(name="art-style", load=load, rollout=rollout)
+    return rlvr.environment(name="art-style", load=load, rollout=rollout)
 '''
 
 

@@ -205,15 +205,15 @@ async def test_the_estimate_is_above_the_real_count(task: str) -> None:
     from transformers import AutoTokenizer
 
     from rlvr.engine.models import DEFAULT_MODEL, resolve_model
-    from tests.token_profile import scenario_for
+    from tests.token_profile import environment_for
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
     texts = []
     for level in ("easy", "medium", "hard"):
         for budget in (None, 48):
-            scenario = scenario_for(task, level, "text", 60, budget)
-            for item in scenario.load()[:60]:
-                demo = await scenario.demonstrate(item)
+            environment = environment_for(task, level, "text", 60, budget)
+            for item in environment.load()[:60]:
+                demo = await environment.demonstrate(item)
                 texts += [m["content"] for m in demo.messages() if m["role"] != "assistant"]
     pairs = [
         (approx_tokens(t), len(tokenizer(t, add_special_tokens=False).input_ids)) for t in texts

@@ -1,7 +1,7 @@
 """A user's own task, written outside the repository (its own items, rollout and check, nothing
-from `scenarios/`), trained on the CPU policy two ways: a file reference on the CLI (2 real
+from `rlvr_tasks/`), trained on the CPU policy two ways: a file reference on the CLI (2 real
 steps: the second asks, by `get_inference_name(sampling.step)`, for the first update's weights)
-and an installed entry point (1 step). `run_training(cfg, scenario=..., scorer=...)` with objects
+and an installed entry point (1 step). `run_training(cfg, task=..., scorer=...)` with objects
 is the custom-task notebook's run (tests/test_notebooks.py). Its own scorer is used alone and
 inside a composite. Also the `rlvr new` scaffold and the no-code dataset task (1 step each).
 """
@@ -19,7 +19,7 @@ import pytest
 
 from rlvr.metrics import M
 from rlvr.runs import store
-from scenarios.dataset import EXAMPLE
+from rlvr_tasks.dataset import EXAMPLE
 from tests import warm
 
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def check(item, trajectory):
 
 
 def make():
-    return rlvr.scenario(name="user-sums", load=load, rollout=rollout, check=check)
+    return rlvr.environment(name="user-sums", load=load, rollout=rollout, check=check)
 
 
 def brevity(group, item):
@@ -165,7 +165,7 @@ def test_an_installed_entry_point_trains_with_a_composite(user_dir: Path, tmp_pa
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: user-sums\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
-        "[rlvr.scenarios]\nuser_sums = user_sums:make\n\n[rlvr.scorers]\nbrevity = user_sums:brevity\n"
+        "[rlvr.tasks]\nuser_sums = user_sums:make\n\n[rlvr.scorers]\nbrevity = user_sums:brevity\n"
     )
     assert "\nuser_sums\t" in cli("tasks", path=[site]).stdout
     runs = tmp_path / "runs"

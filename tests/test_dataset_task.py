@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 import rlvr
 from rlvr.cli import app
 from rlvr.config import ConfigError
-from scenarios.dataset import EXAMPLE, Options
-from scenarios.dataset.scenario import DatasetScenario, make_scenario
+from rlvr_tasks.dataset import EXAMPLE, Options
+from rlvr_tasks.dataset.environment import DatasetEnvironment, make_environment
 
 GOOD = [
     {"prompt": "What is 2 + 2?", "answer": "4"},
@@ -30,10 +30,10 @@ def write_jsonl(tmp_path: Path, rows: list, name: str = "data.jsonl") -> Path:
     return path
 
 
-def build(path: Path, **options) -> DatasetScenario:
-    scenario = make_scenario(Options(data_path=path, **options))
-    assert isinstance(scenario, DatasetScenario)
-    return scenario
+def build(path: Path, **options) -> DatasetEnvironment:
+    environment = make_environment(Options(data_path=path, **options))
+    assert isinstance(environment, DatasetEnvironment)
+    return environment
 
 
 def answered(text: str) -> art.Trajectory:
@@ -91,8 +91,8 @@ def test_a_bad_row_names_file_row_and_field(tmp_path: Path, row: object, message
 
 def test_skip_bad_rows_skips_and_counts(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path, [GOOD[0], {"prompt": "Q?"}, GOOD[1], {"answer": 1}, GOOD[2]])
-    scenario = build(path, skip_bad_rows=True)
-    assert len(scenario.load()) == 3 and scenario.skipped == 2
+    environment = build(path, skip_bad_rows=True)
+    assert len(environment.load()) == 3 and environment.skipped == 2
 
 
 @pytest.mark.parametrize(
@@ -126,10 +126,10 @@ def test_unusable_files_are_one_line_errors(tmp_path: Path, path: str, message: 
 async def test_the_verifier_checks_and_partial_credit_rewards(
     tmp_path: Path, verifier: str, partial: bool, text: str, truth: float, reward: float
 ) -> None:
-    scenario = build(write_jsonl(tmp_path, GOOD), verifier=verifier, partial_credit=partial)
-    item = scenario.load()[0]
-    assert await scenario.check(item, answered(text)) == truth
-    assert scenario.reward(item, answered(text)) == reward
+    environment = build(write_jsonl(tmp_path, GOOD), verifier=verifier, partial_credit=partial)
+    item = environment.load()[0]
+    assert await environment.check(item, answered(text)) == truth
+    assert environment.reward(item, answered(text)) == reward
 
 
 def test_a_rubric_file_trains_with_the_rubric_judge(tmp_path: Path) -> None:
@@ -138,10 +138,10 @@ def test_a_rubric_file_trains_with_the_rubric_judge(tmp_path: Path) -> None:
         for i in range(12)
     ]
     path = write_jsonl(tmp_path, rows)
-    scenario = make_scenario(Options(data_path=path), judge=object())
-    assert scenario.default_scorer == "rubric" and len(scenario.load()) == 12
+    environment = make_environment(Options(data_path=path), judge=object())
+    assert environment.default_scorer == "rubric" and len(environment.load()) == 12
     with pytest.raises(ConfigError, match="a rubric file needs a judge"):
-        make_scenario(Options(data_path=path), judge=None)
+        make_environment(Options(data_path=path), judge=None)
 
 
 def test_the_shipped_example_is_arithmetic_with_numbers() -> None:
@@ -171,7 +171,7 @@ def _edge_case(tmp_path: Path, case: str) -> Path:
     """A data_path that cannot be trained on, made for real."""
     import os
 
-    from scenarios.dataset.scenario import MAX_BYTES
+    from rlvr_tasks.dataset.environment import MAX_BYTES
 
     if case == "one row":
         return write_jsonl(tmp_path, GOOD[:1])

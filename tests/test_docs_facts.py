@@ -89,10 +89,10 @@ def split_ratios(groups: tuple[str, ...]) -> None:
 
 def ifeval_test_items(groups: tuple[str, ...]) -> None:
     from rlvr.training.split import split_sizes
-    from scenarios.ifeval import Options, task
-    from scenarios.ifeval.scenario import IFEvalScenario, Level
+    from rlvr_tasks.ifeval import Options, task
+    from rlvr_tasks.ifeval.environment import IFEvalEnvironment, Level
 
-    level = IFEvalScenario(Level(Options().difficulty), None).load()
+    level = IFEvalEnvironment(Level(Options().difficulty), None).load()
     defaults = task.defaults
     assert defaults["test_ratio"] == 0.5  # "half its level"
     sizes = split_sizes(len(level), defaults["val_ratio"], defaults["test_ratio"])
@@ -101,7 +101,7 @@ def ifeval_test_items(groups: tuple[str, ...]) -> None:
 
 def game2048_test_boards(groups: tuple[str, ...]) -> None:
     from rlvr.training.split import split_sizes
-    from scenarios.game2048 import Options, task
+    from rlvr_tasks.game2048 import Options, task
 
     sizes = split_sizes(
         Options().num_items, task.defaults["val_ratio"], task.defaults["test_ratio"]
@@ -469,7 +469,7 @@ def test_every_verifier_the_docs_list_is_in_the_library() -> None:
 
 @pytest.mark.parametrize("where", [HOW, CONFIG, WRITES, PERF])
 def test_every_path_the_docs_name_exists(where: str) -> None:
-    paths = re.findall(r"`((?:rlvr|judges|scenarios|tests)/[\w/.]*)`", section(where))
+    paths = re.findall(r"`((?:rlvr|judges|rlvr_tasks|tests)/[\w/.]*)`", section(where))
     assert paths or where in (CONFIG, WRITES)
     assert [p for p in paths if not (ROOT / p).exists()] == []
 

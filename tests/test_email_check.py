@@ -8,9 +8,9 @@ from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 
 from rlvr.types import Item
-from scenarios.email.inbox import NOT_IN_INBOX, AnswerType
-from scenarios.email.scenario import EmailScenario, final_answer
-from scenarios.email.scoring import (
+from rlvr_tasks.email.environment import EmailEnvironment, final_answer
+from rlvr_tasks.email.inbox import NOT_IN_INBOX, AnswerType
+from rlvr_tasks.email.scoring import (
     ANSWER_WEIGHT,
     SOURCE_WEIGHT,
     answer_score,
@@ -156,8 +156,8 @@ async def test_check_and_reward_read_the_final_answer(
         messages_and_choices=[{"role": "user", "content": ITEM.prompt}, _choice(reply)],
         metadata={"end": end},
     )
-    scenario = EmailScenario.__new__(EmailScenario)  # check and reward need no inboxes
-    assert await scenario.check(ITEM, trajectory) == correct
-    assert scenario.reward(ITEM, trajectory) == pytest.approx(score)
+    environment = EmailEnvironment.__new__(EmailEnvironment)  # check and reward need no inboxes
+    assert await environment.check(ITEM, trajectory) == correct
+    assert environment.reward(ITEM, trajectory) == pytest.approx(score)
     answer = final_answer(trajectory)
     assert (answer is not None) == (score > 0)

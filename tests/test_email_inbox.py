@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from rlvr.config import ConfigError
-from rlvr.types import Scenario
-from scenarios.email import Options
-from scenarios.email.inbox import (
+from rlvr.types import Environment
+from rlvr_tasks.email import Options
+from rlvr_tasks.email.environment import LEVELS, Level, make_environment
+from rlvr_tasks.email.inbox import (
     MONTHS,
     NOT_IN_INBOX,
     AnswerType,
@@ -24,11 +25,10 @@ from scenarios.email.inbox import (
     fmt_money,
     generate_inbox,
 )
-from scenarios.email.scenario import LEVELS, Level, make_scenario
-from scenarios.email.store import InboxStore
+from rlvr_tasks.email.store import InboxStore
 
 ROOT = Path(__file__).resolve().parents[1]
-INBOX_PY = ROOT / "scenarios" / "email" / "inbox.py"
+INBOX_PY = ROOT / "rlvr_tasks" / "email" / "inbox.py"
 NUM_INBOXES = 12
 
 
@@ -178,29 +178,29 @@ def test_search_is_scoped_to_one_inbox() -> None:
 
 
 @pytest.mark.parametrize("level", list(Level))
-def test_make_scenario_items(level: Level) -> None:
-    scenario = make_scenario(Options(difficulty=level.value, num_items=60), seed=3)
-    items = scenario.load()
+def test_make_environment_items(level: Level) -> None:
+    environment = make_environment(Options(difficulty=level.value, num_items=60), seed=3)
+    items = environment.load()
     assert len(items) == 60
     assert len({item.id for item in items}) == 60
     assert {item.data["kind"] for item in items} <= {k.value for k in LEVELS[level].kinds}
     for item in items:
-        inbox = scenario.inboxes[item.data["inbox"]]
+        inbox = environment.inboxes[item.data["inbox"]]
         question = next(q for q in inbox.questions if q.id == item.data["question_id"])
         assert item.prompt == question.text and item.answer == question.answer
         assert item.data["supporting_ids"] == list(question.supporting_ids)
         assert item.data["difficulty"] == level.value
-    assert scenario.load() == items
-    assert isinstance(scenario, Scenario) and scenario.name == "email"
-    assert scenario.default_scorer == "verifier"
+    assert environment.load() == items
+    assert isinstance(environment, Environment) and environment.name == "email"
+    assert environment.default_scorer == "verifier"
 
 
 def test_the_default_is_the_agent_level_medium() -> None:
-    assert make_scenario(Options(num_items=10)).level is Level.MEDIUM
-    assert make_scenario(Options(difficulty="default", num_items=10)).level is Level.MEDIUM
+    assert make_environment(Options(num_items=10)).level is Level.MEDIUM
+    assert make_environment(Options(difficulty="default", num_items=10)).level is Level.MEDIUM
 
 
 def test_bad_difficulty_is_one_line_error() -> None:
     with pytest.raises(ConfigError, match=r"difficulty='extreme'.*easy.*hard") as error:
-        make_scenario(Options(difficulty="extreme", num_items=10))
+        make_environment(Options(difficulty="extreme", num_items=10))
     assert "\n" not in str(error.value)

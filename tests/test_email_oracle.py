@@ -1,4 +1,4 @@
-"""The scripted oracle and `EmailScenario.demonstrate`: demonstrations that pass the check, made
+"""The scripted oracle and `EmailEnvironment.demonstrate`: demonstrations that pass the check, made
 of valid actions, shaped like real rollouts, deterministic, and grounded in what the tools show.
 
 No model: the oracle plays through the real store and the rollout's own episode loop (fast tier).
@@ -22,10 +22,10 @@ from rlvr.agent.budget import approx_tokens
 from rlvr.agent.episode import LAST_TURN_NOTE, scripted_message, turn_calls
 from rlvr.agent.tools import parse_json_arguments, text_arguments
 from rlvr.types import Item, Sampling
-from scenarios.email import OBSERVATION_TOKENS, Options, oracle
-from scenarios.email.inbox import NOT_IN_INBOX
-from scenarios.email.scenario import EmailScenario, Metric, make_scenario
-from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer
+from rlvr_tasks.email import OBSERVATION_TOKENS, Options, oracle
+from rlvr_tasks.email.environment import EmailEnvironment, Metric, make_environment
+from rlvr_tasks.email.inbox import NOT_IN_INBOX
+from rlvr_tasks.email.tools import Answer, answer_line, inbox_tools, parse_answer
 
 NUM_ITEMS = 150  # per level
 MIN_SOLVE_RATE = 0.95
@@ -38,8 +38,8 @@ CUT = "tokens cut]"
 
 
 @functools.cache
-def scenario(level: str, protocol: str) -> EmailScenario:
-    return make_scenario(Options(difficulty=level, tool_protocol=protocol, num_items=NUM_ITEMS))
+def environment(level: str, protocol: str) -> EmailEnvironment:
+    return make_environment(Options(difficulty=level, tool_protocol=protocol, num_items=NUM_ITEMS))
 
 
 _demos: dict[tuple[str, str], Demos] = {}
@@ -48,7 +48,7 @@ _demos: dict[tuple[str, str], Demos] = {}
 async def demonstrations(level: str, protocol: str) -> Demos:
     """Every item's demonstration, made once per setting (tests only read them)."""
     if (level, protocol) not in _demos:
-        played = scenario(level, protocol)
+        played = environment(level, protocol)
         _demos[level, protocol] = [(item, await played.demonstrate(item)) for item in played.load()]
     return _demos[level, protocol]
 
@@ -59,7 +59,7 @@ def assistant_messages(trajectory: art.Trajectory) -> list[dict[str, Any]]:
 
 @each_setting
 async def test_demonstrations_pass_the_check(level: str, protocol: str) -> None:
-    played = scenario(level, protocol)
+    played = environment(level, protocol)
     demos = await demonstrations(level, protocol)
     scores = [await played.check(item, trajectory) for item, trajectory in demos]
     assert len(demos) == NUM_ITEMS
@@ -87,7 +87,7 @@ def parsed_turn(tools: dict, message: dict[str, Any], protocol: str) -> Call | s
 
 @each_setting
 async def test_assistant_turns_are_the_planned_turns(level: str, protocol: str) -> None:
-    played = scenario(level, protocol)
+    played = environment(level, protocol)
     for item, trajectory in await demonstrations(level, protocol):
         inbox = played.inboxes[item.data["inbox"]]
         spec = played.spec
@@ -106,7 +106,7 @@ async def test_assistant_turns_are_the_planned_turns(level: str, protocol: str) 
 @each_setting
 async def test_structure_is_a_rollouts(level: str, protocol: str) -> None:
     """system, user, then assistant and observation in turn, ending with the answer."""
-    played = scenario(level, protocol)
+    played = environment(level, protocol)
     for item, trajectory in await demonstrations(level, protocol):
         messages = trajectory.messages()
         roles = [m["role"] for m in messages]
@@ -155,7 +155,7 @@ class Replay:
 @each_setting
 async def test_a_rollout_of_the_same_turns_is_the_demonstration(level: str, protocol: str) -> None:
     """A model that samples the oracle's turns gets the same messages, metrics and score."""
-    played = scenario(level, protocol)
+    played = environment(level, protocol)
     for item, demo in (await demonstrations(level, protocol))[:40]:
         model = Replay(assistant_messages(demo))
         rollout = await played.rollout(model, item, Sampling())  # type: ignore[arg-type]
@@ -167,12 +167,12 @@ async def test_a_rollout_of_the_same_turns_is_the_demonstration(level: str, prot
 
 @each_setting
 async def test_demonstrations_are_deterministic(level: str, protocol: str) -> None:
-    fresh = make_scenario(Options(difficulty=level, tool_protocol=protocol, num_items=NUM_ITEMS))
+    fresh = make_environment(Options(difficulty=level, tool_protocol=protocol, num_items=NUM_ITEMS))
     demos = (await demonstrations(level, protocol))[::10]
     for item, demo in demos:
         again = await fresh.demonstrate(item)
         assert again.messages() == demo.messages() and again.reward == demo.reward
-        assert (await scenario(level, protocol).demonstrate(item)).messages() == demo.messages()
+        assert (await environment(level, protocol).demonstrate(item)).messages() == demo.messages()
 
 
 @pytest.mark.parametrize("level", ["medium", "hard"])
@@ -180,7 +180,7 @@ async def test_demonstrations_are_grounded(level: str) -> None:
     """The oracle finds what it cites through the tools and never reads the label: every cited
     email appeared in a search result first, a stated fact (single, latest) appeared in a READ
     observation, and absent entities appear in no search result."""
-    played = scenario(level, "text")
+    played = environment(level, "text")
     for item, demo in await demonstrations(level, "text"):
         inbox = played.inboxes[item.data["inbox"]]
         spec = played.spec
@@ -206,7 +206,7 @@ async def test_demonstrations_within_the_default_budget_pass_and_show_what_they_
     """At the default observation budget every oracle demonstration passes the check, every
     email it reads or cites was shown to it before, and the budget cut the search results (so
     it is really on) while no email as read was cut."""
-    played = scenario(level, "text")
+    played = environment(level, "text")
     assert played.observation_tokens == OBSERVATION_TOKENS
     demos = await demonstrations(level, "text")
     assert [await played.check(item, demo) for item, demo in demos] == [1.0] * len(demos)
@@ -232,7 +232,7 @@ async def test_demonstrations_within_the_default_budget_pass_and_show_what_they_
 
 async def test_the_budget_spends_fewer_observation_tokens() -> None:
     budgeted = await demonstrations("medium", "text")
-    whole = make_scenario(
+    whole = make_environment(
         Options(difficulty="medium", tool_protocol="text", num_items=40, observation_tokens=None)
     )
     spent = {
@@ -251,7 +251,7 @@ async def test_every_item_of_a_level_shares_the_system_prompt_and_asks_in_the_us
 ) -> None:
     """The item-specific parts (whose inbox, the question) come after the task's instructions
     and the tool protocol, so every episode's prompt starts with the same text."""
-    played = scenario(level, "text")
+    played = environment(level, "text")
     items = played.load()[::15]
     openings = [(await played.demonstrate(item)).messages()[:2] for item in items]
     firsts = [(system["content"], user["content"]) for system, user in openings]
@@ -266,7 +266,7 @@ async def test_every_item_of_a_level_shares_the_system_prompt_and_asks_in_the_us
 
 async def test_auto_protocol_gets_text_demonstrations() -> None:
     """auto's prompt teaches the text actions (and offers the tools), so demonstrations use text."""
-    played = make_scenario(Options(difficulty="medium", tool_protocol="auto", num_items=20))
+    played = make_environment(Options(difficulty="medium", tool_protocol="auto", num_items=20))
     for item in played.load():
         demo = await played.demonstrate(item)
         tools = as_tools(inbox_tools(played.store, item.data["inbox"]))
@@ -291,7 +291,7 @@ TURNS = [
 @pytest.mark.parametrize("turn", TURNS, ids=range(len(TURNS)))
 @pytest.mark.parametrize("protocol", ["text", "tools"])
 def test_calls_are_written_as_the_layer_reads_them(turn: Call, protocol: str) -> None:
-    tools = as_tools(inbox_tools(scenario("medium", "text").store, "inbox-000"))
+    tools = as_tools(inbox_tools(environment("medium", "text").store, "inbox-000"))
     message = scripted_message(turn, tools, protocol, 0)  # type: ignore[arg-type]
     assert parsed_turn(tools, message, protocol) == turn
 

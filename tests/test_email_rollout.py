@@ -19,25 +19,25 @@ from openai.types.chat.chat_completion import Choice
 
 from rlvr.agent import EpisodeEnd, as_tools
 from rlvr.types import Item, Sampling
-from scenarios.email import Options
-from scenarios.email.scenario import EmailScenario, Metric, make_scenario
-from scenarios.email.tools import inbox_tools
+from rlvr_tasks.email import Options
+from rlvr_tasks.email.environment import EmailEnvironment, Metric, make_environment
+from rlvr_tasks.email.tools import inbox_tools
 from tests.scripted import ScriptedPolicy, Turn
 
 
-def scenario_for(difficulty: str = "medium", protocol: str = "auto") -> EmailScenario:
-    return make_scenario(Options(difficulty=difficulty, tool_protocol=protocol, num_items=40))
+def environment_for(difficulty: str = "medium", protocol: str = "auto") -> EmailEnvironment:
+    return make_environment(Options(difficulty=difficulty, tool_protocol=protocol, num_items=40))
 
 
-def first_item(scenario: EmailScenario, kind: str) -> Item:
-    return next(item for item in scenario.load() if item.data["kind"] == kind)
+def first_item(environment: EmailEnvironment, kind: str) -> Item:
+    return next(item for item in environment.load() if item.data["kind"] == kind)
 
 
 SAMPLING = Sampling(temperature=0.7, top_p=0.9, max_tokens=40, step=3)
 
 
-def schemas(scenario: EmailScenario, item: Item) -> list[dict]:
-    tools = as_tools(inbox_tools(scenario.store, item.data["inbox"]))
+def schemas(environment: EmailEnvironment, item: Item) -> list[dict]:
+    tools = as_tools(inbox_tools(environment.store, item.data["inbox"]))
     return [t.schema() for t in tools.values()]
 
 
@@ -46,8 +46,8 @@ def choices(trajectory: art.Trajectory) -> list[Choice]:
 
 
 async def test_tool_call_episode_answers_correctly() -> None:
-    scenario = scenario_for(protocol="tools")
-    item = first_item(scenario, "single")
+    environment = environment_for(protocol="tools")
+    item = first_item(environment, "single")
     source = item.data["supporting_ids"][0]
     policy = ScriptedPolicy(
         [
@@ -56,9 +56,9 @@ async def test_tool_call_episode_answers_correctly() -> None:
             f"ANSWER: {item.answer} | {source}",
         ]
     )
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
 
-    assert trajectory.tools == schemas(scenario, item)
+    assert trajectory.tools == schemas(environment, item)
     request = policy.requests[0]
     assert request["model"] == "policy@3" and request["logprobs"] is True
     assert (request["max_tokens"], request["temperature"], request["top_p"]) == (40, 0.7, 0.9)
@@ -77,14 +77,14 @@ async def test_tool_call_episode_answers_correctly() -> None:
     assert trajectory.metadata["inbox"] == item.data["inbox"]
     assert trajectory.metadata["question_id"] == item.data["question_id"]
     assert trajectory.metadata["difficulty"] == "medium"
-    assert await scenario.check(item, trajectory) == 1.0
+    assert await environment.check(item, trajectory) == 1.0
 
 
 async def test_text_protocol_episode() -> None:
-    scenario = scenario_for(protocol="text")
-    item = first_item(scenario, "absent")
+    environment = environment_for(protocol="text")
+    item = first_item(environment, "absent")
     policy = ScriptedPolicy([f"SEARCH: {item.prompt}", "ANSWER: not in the inbox |"])
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
 
     assert trajectory.tools is None and "tools" not in policy.requests[0]
     assert "SEARCH:" in policy.requests[0]["messages"][0]["content"]
@@ -92,23 +92,23 @@ async def test_text_protocol_episode() -> None:
     assert observation["role"] == "user" and "emails found" in observation["content"]
     assert trajectory.metrics["tool_calls"] == 1
     assert Metric.SOURCE_FOUND not in trajectory.metrics  # nothing to find for absent questions
-    assert await scenario.check(item, trajectory) == 1.0
+    assert await environment.check(item, trajectory) == 1.0
 
 
 async def test_auto_protocol_accepts_both() -> None:
-    scenario = scenario_for(protocol="auto")
-    item = first_item(scenario, "single")
+    environment = environment_for(protocol="auto")
+    item = first_item(environment, "single")
     source = item.data["supporting_ids"][0]
     policy = ScriptedPolicy(
         [f"READ: {source}", [("search", json.dumps({"keywords": item.prompt}))], item.answer]
     )
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert trajectory.tools == schemas(scenario, item) == policy.requests[0]["tools"]
+    trajectory = await environment.rollout(policy, item, SAMPLING)
+    assert trajectory.tools == schemas(environment, item) == policy.requests[0]["tools"]
     assert trajectory.metrics["tool_calls"] == 2
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
     assert trajectory.metrics[Metric.SOURCE_FOUND] == 1.0
-    assert await scenario.check(item, trajectory) == 1.0  # a correct answer
-    assert scenario.reward(item, trajectory) == pytest.approx(0.8)  # no source cited
+    assert await environment.check(item, trajectory) == 1.0  # a correct answer
+    assert environment.reward(item, trajectory) == pytest.approx(0.8)  # no source cited
 
 
 BAD_TURNS: list[Turn] = [
@@ -124,11 +124,11 @@ BAD_TURNS: list[Turn] = [
 
 @pytest.mark.parametrize("turn", BAD_TURNS, ids=range(len(BAD_TURNS)))
 async def test_bad_model_output_becomes_an_observation(turn: Turn) -> None:
-    scenario = scenario_for(protocol="auto")
-    item = first_item(scenario, "single")
-    before = scenario.store.count()
+    environment = environment_for(protocol="auto")
+    item = first_item(environment, "single")
+    before = environment.store.count()
     policy = ScriptedPolicy([turn, "ANSWER: not sure | e001"])
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
     observation = trajectory.messages_and_choices[3]
     assert isinstance(observation, dict) and observation["role"] in ("tool", "user")
     failed = observation["content"].startswith("Error: ")  # or, for FTS syntax, no match
@@ -137,34 +137,34 @@ async def test_bad_model_output_becomes_an_observation(turn: Turn) -> None:
     assert len(choices(trajectory)) == 2  # the episode went on to the answer
     assert trajectory.metrics["tool_errors"] == failed
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
-    assert scenario.store.count() == before and scenario.store.integrity()
+    assert environment.store.count() == before and environment.store.integrity()
 
 
 @pytest.mark.parametrize("protocol", ["auto", "text", "tools"])
 async def test_plain_reply_is_the_answer(protocol: str) -> None:
-    scenario = scenario_for(protocol=protocol)
-    item = first_item(scenario, "single")
+    environment = environment_for(protocol=protocol)
+    item = first_item(environment, "single")
     source = item.data["supporting_ids"][0]
     policy = ScriptedPolicy([f"I believe it is {item.answer} ({source})."])
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
     assert len(policy.requests) == 1
     assert trajectory.metrics[Metric.ANSWERED] == trajectory.metrics[Metric.IMPLICIT_ANSWER] == 1.0
     assert trajectory.metadata["source_ids"] == source
-    assert await scenario.check(item, trajectory) == 1.0
+    assert await environment.check(item, trajectory) == 1.0
 
 
 async def test_turn_limit_ends_the_episode() -> None:
-    scenario = scenario_for(protocol="text")
-    item = first_item(scenario, "aggregate")
+    environment = environment_for(protocol="text")
+    item = first_item(environment, "aggregate")
     policy = ScriptedPolicy(["SEARCH: invoice"] * 20)
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics["turns"]
+    trajectory = await environment.rollout(policy, item, SAMPLING)
+    assert len(policy.requests) == environment.spec.max_turns == trajectory.metrics["turns"]
     assert trajectory.metrics["turn_limit"] == 1.0
     assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
     assert trajectory.metrics[Metric.ANSWERED] == 0.0
     last_observation = policy.requests[-1]["messages"][-1]["content"]
     assert "One turn left" in last_observation
-    assert await scenario.check(item, trajectory) == 0.0
+    assert await environment.check(item, trajectory) == 0.0
 
 
 def _bad_request() -> openai.BadRequestError:
@@ -174,27 +174,27 @@ def _bad_request() -> openai.BadRequestError:
 
 
 async def test_refused_later_turn_ends_cleanly_but_first_turn_raises() -> None:
-    scenario = scenario_for(protocol="text")
-    item = first_item(scenario, "single")
-    trajectory = await scenario.rollout(
+    environment = environment_for(protocol="text")
+    item = first_item(environment, "single")
+    trajectory = await environment.rollout(
         ScriptedPolicy(["SEARCH: meeting", _bad_request()]), item, SAMPLING
     )
     assert trajectory.metadata["end"] == EpisodeEnd.POLICY_ERROR
     assert len(choices(trajectory)) == 1
     with pytest.raises(openai.BadRequestError):
-        await scenario.rollout(ScriptedPolicy([_bad_request()]), item, SAMPLING)
+        await environment.rollout(ScriptedPolicy([_bad_request()]), item, SAMPLING)
 
 
 async def test_easy_level_shows_the_evidence() -> None:
-    scenario = scenario_for(difficulty="easy", protocol="text")
-    item = first_item(scenario, "latest")
+    environment = environment_for(difficulty="easy", protocol="text")
+    item = first_item(environment, "latest")
     policy = ScriptedPolicy([f"ANSWER: {item.answer} | {', '.join(item.data['supporting_ids'])}"])
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
     prompt = policy.requests[0]["messages"][1]["content"]
     assert item.answer in prompt
     assert all(f"[{i}]" in prompt for i in item.data["supporting_ids"])
-    assert scenario.spec.max_turns == 2
-    assert await scenario.check(item, trajectory) == 1.0
+    assert environment.spec.max_turns == 2
+    assert await environment.check(item, trajectory) == 1.0
 
 
 # --- The real model -------------------------------------------------------------------------------
@@ -208,8 +208,8 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     from rlvr.engine.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    scenario = scenario_for(difficulty="easy", protocol="auto")
-    items = scenario.load()[:1]  # one short episode: CPU decoding is the cost here
+    environment = environment_for(difficulty="easy", protocol="auto")
+    items = environment.load()[:1]  # one short episode: CPU decoding is the cost here
     model = art.TrainableModel(
         name="email-test",
         project="rlvr-tests",
@@ -220,7 +220,7 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     try:
         await model.register(backend)
         sampling = Sampling(temperature=1.0, max_tokens=24)
-        trajectories = [await scenario.rollout(model, item, sampling) for item in items]
+        trajectories = [await environment.rollout(model, item, sampling) for item in items]
     finally:
         await backend.close()
     for item, trajectory in zip(items, trajectories, strict=True):
@@ -230,5 +230,5 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
         assert trajectory.metrics["turns"] == len(sampled)
         # every turn but a final reply made a call (or an error)
         assert trajectory.metrics["tool_calls"] >= len(sampled) - 1
-        assert 0.0 <= await scenario.check(item, trajectory) <= 1.0
+        assert 0.0 <= await environment.check(item, trajectory) <= 1.0
         art.TrajectoryGroup([trajectory])  # a valid ART trajectory

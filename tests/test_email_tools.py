@@ -10,14 +10,14 @@ import pytest
 from rlvr.agent import as_tools
 from rlvr.agent.episode import run_call
 from rlvr.agent.search import MAX_TERMS
-from scenarios.email.inbox import generate_inbox
-from scenarios.email.store import (
+from rlvr_tasks.email.inbox import generate_inbox
+from rlvr_tasks.email.store import (
     InboxStore,
     ToolInputError,
     fts_match,
     search_terms,
 )
-from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer, show_hits
+from rlvr_tasks.email.tools import Answer, answer_line, inbox_tools, parse_answer, show_hits
 
 INBOXES = (generate_inbox(0, 0), generate_inbox(0, 1))
 INBOX = INBOXES[0].id

@@ -120,7 +120,7 @@ async def rollout(model, item, sampling):
 
 task = rlvr.Task(
     name="broken",
-    make=lambda: rlvr.scenario(
+    make=lambda: rlvr.environment(
         name="broken", load=load, rollout=rollout, check=lambda i, t: 1.0
     ),
 )

@@ -17,8 +17,22 @@ from openai.types.chat.chat_completion import Choice
 
 from rlvr.config import ConfigError, RunConfig
 from rlvr.types import Item, Sampling
-from scenarios.game2048 import Options, task
-from scenarios.game2048.game import (
+from rlvr_tasks.game2048 import Options, task
+from rlvr_tasks.game2048.environment import (
+    END_PREFIX,
+    Episode,
+    EpisodeEnd,
+    Game2048Environment,
+    Metric,
+    Outcome,
+    Rules,
+    episode_reward,
+    progress,
+    replay,
+    start,
+    step,
+)
+from rlvr_tasks.game2048.game import (
     Board,
     Direction,
     Game,
@@ -30,21 +44,7 @@ from scenarios.game2048.game import (
     slide_row,
     spawn,
 )
-from scenarios.game2048.moves import directions_named, parse_move
-from scenarios.game2048.scenario import (
-    END_PREFIX,
-    Episode,
-    EpisodeEnd,
-    Game2048Scenario,
-    Metric,
-    Outcome,
-    Rules,
-    episode_reward,
-    progress,
-    replay,
-    start,
-    step,
-)
+from rlvr_tasks.game2048.moves import directions_named, parse_move
 from tests.real_policy import real_rollout
 from tests.scripted import ScriptedPolicy
 
@@ -278,7 +278,7 @@ def playing(replies: list) -> ScriptedPolicy:
 SAMPLING = Sampling(temperature=1.0, max_tokens=8, step=2)
 
 
-def scenario_for(**options: Any) -> Game2048Scenario:
+def environment_for(**options: Any) -> Game2048Environment:
     return task.build(RunConfig(task="2048", task_options={"num_items": 10, **options}))
 
 
@@ -287,10 +287,10 @@ def choices(trajectory: art.Trajectory) -> list[Choice]:
 
 
 async def test_rollout_metrics_match_the_replay() -> None:
-    scenario = scenario_for(target=32, max_turns=8)  # no early win: every reply is played
-    item = scenario.load()[0]
+    environment = environment_for(target=32, max_turns=8)  # no early win: every reply is played
+    item = environment.load()[0]
     policy = playing(["left", "gibberish", "up", "Right!", "down", "left", "up"] * 3)
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
 
     request = policy.requests[0]
     assert request["model"] == "policy@2" and request["logprobs"] is True
@@ -306,7 +306,7 @@ async def test_rollout_metrics_match_the_replay() -> None:
     assert kinds[-1] == "choice"
     assert "'gibberish' is not a move" in trajectory.messages_and_choices[7]["content"]
 
-    episode = scenario.replay(item, trajectory)
+    episode = environment.replay(item, trajectory)
     metrics = trajectory.metrics
     assert (
         metrics[Metric.TURNS] == episode.turns == len(choices(trajectory)) == len(policy.requests)
@@ -316,40 +316,40 @@ async def test_rollout_metrics_match_the_replay() -> None:
     assert metrics[Metric.MAX_TILE] == episode.game.max_tile
     assert sum(metrics[END_PREFIX + r] for r in EpisodeEnd) == 1.0
     assert metrics[END_PREFIX + episode.end] == 1.0
-    assert scenario.reward(item, trajectory) == episode_reward(episode, scenario.rules)
-    assert await scenario.check(item, trajectory) == metrics[Metric.REACHED_TARGET]
+    assert environment.reward(item, trajectory) == episode_reward(episode, environment.rules)
+    assert await environment.check(item, trajectory) == metrics[Metric.REACHED_TARGET]
     art.TrajectoryGroup([trajectory])
 
 
 async def test_noop_reply_is_named_in_feedback() -> None:
-    scenario = scenario_for()
-    boards = {i.id: start(int(i.id), scenario.rules).game.board for i in scenario.load()}
-    item = next(i for i in scenario.load() if len(legal_moves(boards[i.id])) < 4)
+    environment = environment_for()
+    boards = {i.id: start(int(i.id), environment.rules).game.board for i in environment.load()}
+    item = next(i for i in environment.load() if len(legal_moves(boards[i.id])) < 4)
     noop = next(d for d in Direction if d not in legal_moves(boards[item.id]))
-    trajectory = await scenario.rollout(playing([noop.value]), item, SAMPLING)
+    trajectory = await environment.rollout(playing([noop.value]), item, SAMPLING)
     assert f"{noop} changes nothing" in trajectory.messages_and_choices[5]["content"]
     assert trajectory.metrics[Metric.NOOP_MOVES] >= 1
 
 
 async def test_invalid_move_end_mode_stops_after_one_turn() -> None:
-    scenario = scenario_for(invalid_move="end")
-    item = scenario.load()[0]
-    trajectory = await scenario.rollout(playing(["", "up"]), item, SAMPLING)
+    environment = environment_for(invalid_move="end")
+    item = environment.load()[0]
+    trajectory = await environment.rollout(playing(["", "up"]), item, SAMPLING)
     assert len(choices(trajectory)) == 1
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.INVALID_MOVE] == 1.0
-    assert scenario.reward(item, trajectory) == pytest.approx(
-        max(progress(start(int(item.id), scenario.rules).game.max_tile, 8) - 0.05, 0.0)
+    assert environment.reward(item, trajectory) == pytest.approx(
+        max(progress(start(int(item.id), environment.rules).game.max_tile, 8) - 0.05, 0.0)
     )
-    assert await scenario.check(item, trajectory) == 0.0
+    assert await environment.check(item, trajectory) == 0.0
 
 
 async def test_winning_episode_checks_one() -> None:
-    scenario = scenario_for(target=8)
-    item = scenario.load()[1]
-    moves = _sequence_to(int(item.id), scenario.rules, depth=5)
-    trajectory = await scenario.rollout(playing([m.value for m in moves]), item, SAMPLING)
+    environment = environment_for(target=8)
+    item = environment.load()[1]
+    moves = _sequence_to(int(item.id), environment.rules, depth=5)
+    trajectory = await environment.rollout(playing([m.value for m in moves]), item, SAMPLING)
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.TARGET] == 1.0
-    assert await scenario.check(item, trajectory) == 1.0 == scenario.reward(item, trajectory)
+    assert await environment.check(item, trajectory) == 1.0 == environment.reward(item, trajectory)
 
 
 def _bad_request() -> openai.BadRequestError:
@@ -359,24 +359,24 @@ def _bad_request() -> openai.BadRequestError:
 
 
 async def test_refused_later_turn_ends_cleanly_but_first_turn_raises() -> None:
-    scenario = scenario_for()
-    item = scenario.load()[0]
-    legal = legal_moves(start(int(item.id), scenario.rules).game.board)[0]
-    trajectory = await scenario.rollout(playing([legal.value, _bad_request()]), item, SAMPLING)
+    environment = environment_for()
+    item = environment.load()[0]
+    legal = legal_moves(start(int(item.id), environment.rules).game.board)[0]
+    trajectory = await environment.rollout(playing([legal.value, _bad_request()]), item, SAMPLING)
     assert trajectory.metrics[END_PREFIX + EpisodeEnd.POLICY_ERROR] == 1.0
     assert len(choices(trajectory)) == 1
     with pytest.raises(openai.BadRequestError):
-        await scenario.rollout(playing([_bad_request()]), item, SAMPLING)
+        await environment.rollout(playing([_bad_request()]), item, SAMPLING)
 
 
 # --- Items and options ----------------------------------------------------------------------------
 
 
 def test_items_are_seeded_boards() -> None:
-    scenario = scenario_for()
-    items = scenario.load()
+    environment = environment_for()
+    items = environment.load()
     assert [i.id for i in items] == [str(s) for s in range(10)]
-    assert all(i.prompt == render(start(int(i.id), scenario.rules).game.board) for i in items)
+    assert all(i.prompt == render(start(int(i.id), environment.rules).game.board) for i in items)
     other = task.build(RunConfig(task="2048", seed=1, task_options={"num_items": 10}))
     assert {i.id for i in other.load()}.isdisjoint(i.id for i in items)
 
@@ -417,21 +417,21 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     trajectory (Choices with logprobs, a board after each move) whose replay matches."""
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    scenario = scenario_for(max_turns=4, target=64)  # four turns unless the board locks up
-    item: Item = scenario.load()[0]
+    environment = environment_for(max_turns=4, target=64)  # four turns unless the board locks up
+    item: Item = environment.load()[0]
     trajectory = await real_rollout(
-        scenario, item, Sampling(temperature=1.0, max_tokens=8), tmp_path, "game2048-test"
+        environment, item, Sampling(temperature=1.0, max_tokens=8), tmp_path, "game2048-test"
     )
     sampled = choices(trajectory)
     assert 1 <= len(sampled) <= 4 and all(c.logprobs is not None for c in sampled)
     roles = [m["role"] for m in trajectory.messages()]
     assert roles[:4] == ["system", "user", "assistant", "user"]
     assert roles[4::2] == ["assistant"] * len(sampled) and roles[-1] == "assistant"
-    episode = scenario.replay(item, trajectory)
+    episode = environment.replay(item, trajectory)
     assert trajectory.metrics[Metric.TURNS] == episode.turns == len(sampled)
     assert trajectory.metrics[Metric.MOVES] + trajectory.metrics[Metric.INVALID_MOVES] == len(
         sampled
     )
-    assert 0.0 <= scenario.reward(item, trajectory) <= 1.0
-    assert await scenario.check(item, trajectory) in (0.0, 1.0)
+    assert 0.0 <= environment.reward(item, trajectory) <= 1.0
+    assert await environment.check(item, trajectory) in (0.0, 1.0)
     art.TrajectoryGroup([trajectory])

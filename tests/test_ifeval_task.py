@@ -14,8 +14,8 @@ from openai.types.chat.chat_completion import Choice
 
 from rlvr.config import RunConfig
 from rlvr.types import Item, Sampling
-from scenarios.ifeval import Options, task
-from scenarios.ifeval.checkers import (
+from rlvr_tasks.ifeval import Options, task
+from rlvr_tasks.ifeval.checkers import (
     OWN,
     Instruction,
     evaluate,
@@ -23,11 +23,11 @@ from scenarios.ifeval.checkers import (
     reference_registry,
     sentences,
 )
-from scenarios.ifeval.scenario import (
+from rlvr_tasks.ifeval.environment import (
     LEVELS,
     NEVER_FOLLOWED,
     SHORT,
-    IFEvalScenario,
+    IFEvalEnvironment,
     Level,
     Metric,
     in_level,
@@ -225,8 +225,8 @@ def test_levels_keep_what_a_short_reply_can_follow_or_fail(
 def test_options_and_defaults() -> None:
     assert Options().difficulty == "easy" and Options().num_items is None
     cfg = RunConfig(task="ifeval", task_options={"difficulty": "all", "num_items": 30})
-    scenario = task.build(cfg)
-    assert isinstance(scenario, IFEvalScenario) and len(scenario.load()) == 30
+    environment = task.build(cfg)
+    assert isinstance(environment, IFEvalEnvironment) and len(environment.load()) == 30
     assert 64 <= task.defaults["max_tokens"] <= 128
 
 
@@ -247,33 +247,35 @@ def _item_with(*ids: str) -> Item:
 
 
 async def test_rollout_records_strict_and_loose_metrics() -> None:
-    scenario = IFEvalScenario(Level.MEDIUM, None)
+    environment = IFEvalEnvironment(Level.MEDIUM, None)
     item = _item_with("punctuation:no_comma", "change_case:english_lowercase")
     sampling = Sampling(max_tokens=96, temperature=1.0)
-    trajectory = await scenario.rollout(replying("Hello there, friend"), item, sampling)
+    trajectory = await environment.rollout(replying("Hello there, friend"), item, sampling)
     metrics = trajectory.metrics
-    assert metrics[Metric.INSTRUCTION_FRACTION] == 0.0 == scenario.reward(item, trajectory)
-    assert metrics[Metric.ALL_FOLLOWED] == 0.0 == await scenario.check(item, trajectory)
+    assert metrics[Metric.INSTRUCTION_FRACTION] == 0.0 == environment.reward(item, trajectory)
+    assert metrics[Metric.ALL_FOLLOWED] == 0.0 == await environment.check(item, trajectory)
     assert metrics[Metric.INSTRUCTIONS] == 2 and metrics[Metric.CHECKER_ERRORS] == 0.0
     assert metrics["truncated"] is True
 
-    trajectory = await scenario.rollout(replying(f"{ENGLISH}, yes"), item, sampling)
+    trajectory = await environment.rollout(replying(f"{ENGLISH}, yes"), item, sampling)
     assert (
-        scenario.reward(item, trajectory) == 0.5 == trajectory.metrics[Metric.INSTRUCTION_FRACTION]
+        environment.reward(item, trajectory)
+        == 0.5
+        == trajectory.metrics[Metric.INSTRUCTION_FRACTION]
     )
-    assert await scenario.check(item, trajectory) == 0.0
+    assert await environment.check(item, trajectory) == 0.0
     assert trajectory.metadata["followed"] == "change_case:english_lowercase"
 
     quoted = _item_with("punctuation:no_comma", "startend:quotation")
     reply = f'Sure here it is:\n"{ENGLISH}"'
-    trajectory = await scenario.rollout(replying(reply), quoted, sampling)
+    trajectory = await environment.rollout(replying(reply), quoted, sampling)
     assert trajectory.metrics[Metric.INSTRUCTION_FRACTION] == 0.5  # the preamble breaks the quote
     assert trajectory.metrics[Metric.INSTRUCTION_FRACTION_LOOSE] == 1.0  # loose drops line 1
     assert trajectory.metrics[Metric.ALL_FOLLOWED_LOOSE] == 1.0
 
     policy = replying(ENGLISH)
-    trajectory = await scenario.rollout(policy, item, sampling)
-    assert scenario.reward(item, trajectory) == 1.0 == await scenario.check(item, trajectory)
+    trajectory = await environment.rollout(policy, item, sampling)
+    assert environment.reward(item, trajectory) == 1.0 == await environment.check(item, trajectory)
     assert policy.requests[0]["messages"][1]["content"] == item.prompt
     assert policy.requests[0]["logprobs"] is True
     art.TrajectoryGroup([trajectory])
@@ -281,10 +283,10 @@ async def test_rollout_records_strict_and_loose_metrics() -> None:
 
 @pytest.mark.parametrize("reply", [None, "", "\n\n"])
 async def test_empty_reply_scores_zero(reply: str | None) -> None:
-    scenario = IFEvalScenario(Level.EASY, None)
+    environment = IFEvalEnvironment(Level.EASY, None)
     item = _item_with("punctuation:no_comma")
-    trajectory = await scenario.rollout(replying(reply), item, Sampling())
-    assert scenario.reward(item, trajectory) == 0.0
+    trajectory = await environment.rollout(replying(reply), item, Sampling())
+    assert environment.reward(item, trajectory) == 0.0
     assert trajectory.metrics[Metric.EMPTY_REPLY] == 1.0
 
 
@@ -299,8 +301,8 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     from rlvr.engine.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    scenario = IFEvalScenario(Level.EASY, None)
-    items = scenario.load()[:2]
+    environment = IFEvalEnvironment(Level.EASY, None)
+    items = environment.load()[:2]
     model = art.TrainableModel(
         name="ifeval-test",
         project="rlvr-tests",
@@ -311,15 +313,15 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     try:
         await model.register(backend)
         sampling = Sampling(temperature=1.0, max_tokens=48)
-        trajectories = [await scenario.rollout(model, item, sampling) for item in items]
+        trajectories = [await environment.rollout(model, item, sampling) for item in items]
     finally:
         await backend.close()
     for item, trajectory in zip(items, trajectories, strict=True):
         sampled = [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
         assert len(sampled) == 1 and sampled[0].logprobs is not None
         assert [m["role"] for m in trajectory.messages()] == ["system", "user", "assistant"]
-        reward = scenario.reward(item, trajectory)
+        reward = environment.reward(item, trajectory)
         assert reward == trajectory.metrics[Metric.INSTRUCTION_FRACTION]
-        assert await scenario.check(item, trajectory) == trajectory.metrics[Metric.ALL_FOLLOWED]
+        assert await environment.check(item, trajectory) == trajectory.metrics[Metric.ALL_FOLLOWED]
         assert trajectory.metrics[Metric.CHECKER_ERRORS] == 0.0
         art.TrajectoryGroup([trajectory])

@@ -196,11 +196,11 @@ def test_healthbench_single_turn_with_points() -> None:
     points = [c.points for r in data.rows for c in r.criteria]
     assert any(p < 0 for p in points) and any(p > 0 for p in points)
     assert all(any(c.points > 0 for c in r.criteria) for r in data.rows)
-    assert not Path("scenarios/rubric_if/healthbench_eval.jsonl").exists()  # read, never copied
+    assert not Path("rlvr_tasks/rubric_if/healthbench_eval.jsonl").exists()  # read, never copied
 
 
-def test_rubric_if_scenario_items(tmp_path: Path) -> None:
-    from scenarios.rubric_if import task
+def test_rubric_if_environment_items(tmp_path: Path) -> None:
+    from rlvr_tasks.rubric_if import task
 
     path = _write(
         tmp_path,
@@ -213,23 +213,23 @@ def test_rubric_if_scenario_items(tmp_path: Path) -> None:
         ),
     )
     cfg = RunConfig(task="rubric_if", task_options={"data_path": str(path), "num_items": 10})
-    scenario = task.build(cfg, judge=object())
-    items = scenario.load()
+    environment = task.build(cfg, judge=object())
+    items = environment.load()
     assert len(items) == 10
     assert (
         items[0].id == "t1"
         and next(c["text"] for c in items[0].data["criteria"]) == "Names the councils."
     )
-    assert scenario.default_scorer == "rubric" and scenario.judged_check
+    assert environment.default_scorer == "rubric" and environment.judged_check
     with pytest.raises(TypeError, match="no deterministic reward"):
-        scenario.reward(items[0], None)
-    assert "Names the councils." in scenario.ruler_rubric(items[0])
+        environment.reward(items[0], None)
+    assert "Names the councils." in environment.ruler_rubric(items[0])
 
 
 def test_rubric_if_defaults_to_healthbench_and_needs_a_judge() -> None:
-    from scenarios.rubric_if import task
+    from rlvr_tasks.rubric_if import task
 
-    scenario = task.build(RunConfig(task="rubric_if", task_options={"num_items": 400}), object())
-    assert len(scenario.load()) > 250
+    environment = task.build(RunConfig(task="rubric_if", task_options={"num_items": 400}), object())
+    assert len(environment.load()) > 250
     with pytest.raises(ConfigError, match="needs a judge"):
         task.build(RunConfig(task="rubric_if"), judge=None)

@@ -106,7 +106,7 @@ def make():
         messages = chat("Answer with the city only.", item.prompt)
         return await rlvr.tool_episode(model, item, messages, tools, sampling, max_turns=2)
 
-    return rlvr.scenario(name="mcp-capitals", load=load, rollout=rollout, check=check)
+    return rlvr.environment(name="mcp-capitals", load=load, rollout=rollout, check=check)
 
 
 task = rlvr.Task(name="mcp-capitals", make=make)
@@ -188,7 +188,7 @@ def test_the_server_stops_when_its_tools_are_no_longer_referenced(server: Path) 
     tools = stdio(server)
     pid = int((server.parent / "server.pid").read_text())
     assert alive(pid)
-    del tools  # the run's scenario, holding the tools, is gone
+    del tools  # the run's environment, holding the tools, is gone
     gc.collect()
     assert gone_within(pid, 15)
 
@@ -350,7 +350,7 @@ def test_a_run_stops_the_server_its_task_started_even_while_referenced(tmp_path:
 
     async def build() -> int:
         async with open_scratch(RunConfig(task=reference, judge="none")) as run:
-            assert run.scenario.name == "mcp-capitals"
+            assert run.environment.name == "mcp-capitals"
             return int((folder / "server.pid").read_text())
 
     pid = asyncio.run(build())

@@ -21,12 +21,12 @@ from rlvr.config import ConfigError
 from rlvr.tasks.plugins import resolve_task, task_config
 from rlvr.training.warmstart import demonstrations
 from rlvr.types import Item, Sampling
-from scenarios.multihop import OBSERVATION_TOKENS, Options, oracle
-from scenarios.multihop.corpus import Corpus, Question, generate_corpus, read_fact
-from scenarios.multihop.index import Hit, PassageIndex
-from scenarios.multihop.scenario import Metric, MultihopScenario, make_scenario
-from scenarios.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
-from scenarios.multihop.tools import (
+from rlvr_tasks.multihop import OBSERVATION_TOKENS, Options, oracle
+from rlvr_tasks.multihop.corpus import Corpus, Question, generate_corpus, read_fact
+from rlvr_tasks.multihop.environment import Metric, MultihopEnvironment, make_environment
+from rlvr_tasks.multihop.index import Hit, PassageIndex
+from rlvr_tasks.multihop.scoring import Retrieval, RewardKind, retrieval_scores, reward_score
+from rlvr_tasks.multihop.tools import (
     Answer,
     answer_line,
     corpus_tools,
@@ -277,20 +277,20 @@ def test_shown_ids_reads_tags_only() -> None:
 # --- Scripted episodes ----------------------------------------------------------------------------
 
 
-def scenario_for(
+def environment_for(
     difficulty: str = "medium", protocol: str = "text", reward: str = "f1"
-) -> MultihopScenario:
-    return make_scenario(
+) -> MultihopEnvironment:
+    return make_environment(
         Options(difficulty=difficulty, tool_protocol=protocol, reward=reward, num_items=40)
     )
 
 
-def first_item(scenario: MultihopScenario, hops: int = 2) -> Item:
-    return next(item for item in scenario.load() if item.data["hops"] == hops)
+def first_item(environment: MultihopEnvironment, hops: int = 2) -> Item:
+    return next(item for item in environment.load() if item.data["hops"] == hops)
 
 
-def _searches_and_reads(scenario: MultihopScenario, item: Item) -> list[Turn]:
-    question = scenario.questions[item.data["question_id"]]
+def _searches_and_reads(environment: MultihopEnvironment, item: Item) -> list[Turn]:
+    question = environment.questions[item.data["question_id"]]
     return [
         turn
         for hop in question.hops
@@ -300,10 +300,10 @@ def _searches_and_reads(scenario: MultihopScenario, item: Item) -> list[Turn]:
 
 @pytest.mark.parametrize("hops", [2, 3])
 async def test_text_episode_searches_reads_and_answers(hops: int) -> None:
-    scenario = scenario_for("hard")
-    item = first_item(scenario, hops)
-    policy = ScriptedPolicy([*_searches_and_reads(scenario, item), f"ANSWER: {item.answer}"])
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    environment = environment_for("hard")
+    item = first_item(environment, hops)
+    policy = ScriptedPolicy([*_searches_and_reads(environment, item), f"ANSWER: {item.answer}"])
+    trajectory = await environment.rollout(policy, item, SAMPLING)
 
     request = policy.requests[0]
     assert request["model"] == "policy@1" and request["logprobs"] is True
@@ -317,14 +317,14 @@ async def test_text_episode_searches_reads_and_answers(hops: int) -> None:
     assert metrics[Metric.RECALL] == 1.0 and 0.0 < metrics[Metric.PRECISION] <= 1.0
     assert metrics[Metric.EXACT_MATCH] == metrics[Metric.F1] == 1.0
     assert trajectory.metadata["end"] == EpisodeEnd.REPLIED
-    assert await scenario.check(item, trajectory) == scenario.reward(item, trajectory) == 1.0
+    assert await environment.check(item, trajectory) == environment.reward(item, trajectory) == 1.0
     art.TrajectoryGroup([trajectory])  # a valid ART trajectory
 
 
 async def test_tools_episode() -> None:
-    scenario = scenario_for("medium", protocol="tools")
-    item = first_item(scenario)
-    hop = scenario.questions[item.data["question_id"]].hops[0]
+    environment = environment_for("medium", protocol="tools")
+    item = first_item(environment)
+    hop = environment.questions[item.data["question_id"]].hops[0]
     policy = ScriptedPolicy(
         [
             [("search", json.dumps({"query": hop.question}))],
@@ -332,8 +332,10 @@ async def test_tools_episode() -> None:
             item.answer,
         ]
     )
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
-    schemas = [t.schema() for t in as_tools(corpus_tools(scenario.index, scenario.top_k)).values()]
+    trajectory = await environment.rollout(policy, item, SAMPLING)
+    schemas = [
+        t.schema() for t in as_tools(corpus_tools(environment.index, environment.top_k)).values()
+    ]
     assert trajectory.tools == schemas == policy.requests[0]["tools"]
     tool_messages = [m for m in trajectory.messages_and_choices if isinstance(m, dict)][2:]
     assert [m["role"] for m in tool_messages] == ["tool", "tool"]
@@ -345,36 +347,38 @@ async def test_tools_episode() -> None:
     assert expected.recall >= 0.5  # the first hop's passage, maybe more among the hits
     assert trajectory.metrics[Metric.RECALL] == expected.recall
     assert trajectory.metrics[Metric.PRECISION] == expected.precision
-    assert await scenario.check(item, trajectory) == 1.0
+    assert await environment.check(item, trajectory) == 1.0
 
 
 @pytest.mark.parametrize("turn", BAD_TURNS, ids=range(len(BAD_TURNS)))
 async def test_garbled_calls_are_error_observations(turn: Turn) -> None:
     """The email tests' malformed turns (bad JSON, unknown tools, injections)."""
-    scenario = scenario_for("medium", protocol="auto")
-    item = first_item(scenario)
-    before = scenario.index.count()
-    trajectory = await scenario.rollout(ScriptedPolicy([turn, "ANSWER: no idea"]), item, SAMPLING)
+    environment = environment_for("medium", protocol="auto")
+    item = first_item(environment)
+    before = environment.index.count()
+    trajectory = await environment.rollout(
+        ScriptedPolicy([turn, "ANSWER: no idea"]), item, SAMPLING
+    )
     observation = trajectory.messages_and_choices[3]
     assert isinstance(observation, dict) and observation["content"]
     assert len(choices(trajectory)) == 2  # the episode went on to the answer
     assert trajectory.metrics["tool_errors"] == observation["content"].startswith("Error:")
     assert trajectory.metrics[Metric.ANSWERED] == 1.0
-    assert scenario.index.count() == before and scenario.index.integrity()
+    assert environment.index.count() == before and environment.index.integrity()
 
 
 @pytest.mark.parametrize(
     "turn", ["SEARCH: ?!", "SEARCH: the of and", "READ: p9999", "READ: nobody at all"]
 )
 async def test_garbled_text_calls_are_errors(turn: str) -> None:
-    scenario = scenario_for("medium")
-    item = first_item(scenario)
-    trajectory = await scenario.rollout(ScriptedPolicy([turn] * 9), item, SAMPLING)
-    assert trajectory.metrics["tool_errors"] == scenario.spec.max_turns
+    environment = environment_for("medium")
+    item = first_item(environment)
+    trajectory = await environment.rollout(ScriptedPolicy([turn] * 9), item, SAMPLING)
+    assert trajectory.metrics["tool_errors"] == environment.spec.max_turns
     assert trajectory.metrics["calls/search"] == trajectory.metrics["calls/read"] == 0
     assert trajectory.metadata["end"] == EpisodeEnd.TURN_LIMIT
     assert all(m["content"].startswith("Error:") for m in observations(trajectory))
-    assert await scenario.check(item, trajectory) == scenario.reward(item, trajectory) == 0.0
+    assert await environment.check(item, trajectory) == environment.reward(item, trajectory) == 0.0
 
 
 def observations(trajectory: art.Trajectory) -> list[dict]:
@@ -382,11 +386,11 @@ def observations(trajectory: art.Trajectory) -> list[dict]:
 
 
 async def test_turn_limit_nudges_then_ends() -> None:
-    scenario = scenario_for("medium")
-    item = first_item(scenario)
+    environment = environment_for("medium")
+    item = first_item(environment)
     policy = ScriptedPolicy(["SEARCH: company"] * 20)
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
-    assert len(policy.requests) == scenario.spec.max_turns == trajectory.metrics["turns"]
+    trajectory = await environment.rollout(policy, item, SAMPLING)
+    assert len(policy.requests) == environment.spec.max_turns == trajectory.metrics["turns"]
     assert "One turn left" in policy.requests[-1]["messages"][-1]["content"]
     assert trajectory.metrics["turn_limit"] == 1.0
     assert trajectory.metrics[Metric.ANSWERED] == 0.0
@@ -395,45 +399,47 @@ async def test_turn_limit_nudges_then_ends() -> None:
 @pytest.mark.parametrize(("reward", "expected"), [("f1", 1.0), ("em", 1.0), ("gated", 0.0)])
 async def test_gated_reward_needs_retrieval(reward: str, expected: float) -> None:
     """A right answer with no passage retrieved: f1 and em pay, gated does not; the check is EM."""
-    scenario = scenario_for("medium", reward=reward)
-    item = first_item(scenario)
-    trajectory = await scenario.rollout(ScriptedPolicy([f"ANSWER: {item.answer}"]), item, SAMPLING)
+    environment = environment_for("medium", reward=reward)
+    item = first_item(environment)
+    trajectory = await environment.rollout(
+        ScriptedPolicy([f"ANSWER: {item.answer}"]), item, SAMPLING
+    )
     assert trajectory.metrics[Metric.RECALL] == trajectory.metrics[Metric.PRECISION] == 0.0
-    assert scenario.reward(item, trajectory) == expected
-    assert await scenario.check(item, trajectory) == 1.0
+    assert environment.reward(item, trajectory) == expected
+    assert await environment.check(item, trajectory) == 1.0
 
 
 async def test_easy_level_shows_evidence_and_distractors() -> None:
-    scenario = scenario_for("easy")
-    item = first_item(scenario)
-    question = scenario.questions[item.data["question_id"]]
+    environment = environment_for("easy")
+    item = first_item(environment)
+    question = environment.questions[item.data["question_id"]]
     policy = ScriptedPolicy([f"The answer is {item.answer}."])
-    trajectory = await scenario.rollout(policy, item, SAMPLING)
+    trajectory = await environment.rollout(policy, item, SAMPLING)
     prompt = policy.requests[0]["messages"][1]["content"]
     shown = shown_ids([prompt])
     assert set(question.supporting_ids) <= shown
     assert shown - set(question.supporting_ids) == set(
-        question.distractor_ids[: scenario.distractors]
+        question.distractor_ids[: environment.distractors]
     )
     assert prompt.rstrip().endswith("ANSWER: your answer")
-    assert scenario.spec.max_turns == 2 and len(policy.requests) == 1
+    assert environment.spec.max_turns == 2 and len(policy.requests) == 1
     metrics = trajectory.metrics
     assert metrics[Metric.IMPLICIT_ANSWER] == 1.0 and metrics[Metric.RECALL] == 1.0
     assert metrics[Metric.PRECISION] == pytest.approx(2 / len(shown))
-    assert await scenario.check(item, trajectory) == 1.0
+    assert await environment.check(item, trajectory) == 1.0
 
 
 async def test_stored_trajectories_rescore_the_same() -> None:
     """Reward and check read the trajectory's messages, so a stored (dict-only) copy scores the
     same as the live one."""
-    scenario = scenario_for("medium", protocol="auto", reward="gated")
-    item = first_item(scenario)
-    hop = scenario.questions[item.data["question_id"]].hops[0]
+    environment = environment_for("medium", protocol="auto", reward="gated")
+    item = first_item(environment)
+    hop = environment.questions[item.data["question_id"]].hops[0]
     policy = ScriptedPolicy([f"SEARCH: {hop.question}", f"ANSWER: {item.answer}"])
-    live = await scenario.rollout(policy, item, SAMPLING)
+    live = await environment.rollout(policy, item, SAMPLING)
     stored = art.Trajectory(messages_and_choices=live.messages(), metadata=live.metadata)
-    assert scenario.reward(item, stored) == scenario.reward(item, live) == 1.0
-    assert await scenario.check(item, stored) == await scenario.check(item, live) == 1.0
+    assert environment.reward(item, stored) == environment.reward(item, live) == 1.0
+    assert await environment.check(item, stored) == await environment.check(item, live) == 1.0
 
 
 # --- The oracle (warm-start demonstrations) ------------------------------------------------------
@@ -446,9 +452,9 @@ async def test_stored_trajectories_rescore_the_same() -> None:
 async def test_oracle_solves_every_item_through_the_episode_loop(
     difficulty: str, protocol: str
 ) -> None:
-    scenario = scenario_for(difficulty, protocol)
-    items = scenario.load()
-    demos, rejected = await demonstrations(scenario, items)
+    environment = environment_for(difficulty, protocol)
+    items = environment.load()
+    demos, rejected = await demonstrations(environment, items)
     assert rejected == 0 and len(demos) == len(items)
     for item, demo in zip(items, demos, strict=True):
         assert demo.metadata["policy"] == "scripted" and demo.reward == 1.0
@@ -459,7 +465,7 @@ async def test_oracle_solves_every_item_through_the_episode_loop(
         assert metrics[Metric.RECALL] == 1.0
         if difficulty != "easy":
             assert metrics["calls/search"] == metrics["calls/read"] == item.data["hops"]
-            assert metrics["turns"] == 2 * item.data["hops"] + 1 <= scenario.spec.max_turns
+            assert metrics["turns"] == 2 * item.data["hops"] + 1 <= environment.spec.max_turns
 
 
 @pytest.mark.parametrize("difficulty", ["medium", "hard"])
@@ -468,11 +474,11 @@ async def test_demonstrations_within_the_default_budget_pass_and_read_what_they_
 ) -> None:
     """At the default observation budget every oracle demonstration passes the check, reads
     only passages a search showed it, and no passage as read was cut."""
-    scenario = scenario_for(difficulty)
-    assert scenario.observation_tokens == OBSERVATION_TOKENS
-    for item in scenario.load():
-        demo = await scenario.demonstrate(item)
-        assert await scenario.check(item, demo) == 1.0
+    environment = environment_for(difficulty)
+    assert environment.observation_tokens == OBSERVATION_TOKENS
+    for item in environment.load():
+        demo = await environment.demonstrate(item)
+        assert await environment.check(item, demo) == 1.0
         messages = demo.messages()
         for n in range(2, len(messages) - 1, 2):
             call, shown = messages[n]["content"], messages[n + 1]["content"]
@@ -484,9 +490,9 @@ async def test_demonstrations_within_the_default_budget_pass_and_read_what_they_
 
 
 async def test_every_item_shares_the_system_prompt_and_asks_in_the_user_message() -> None:
-    scenario = scenario_for("medium")
-    items = scenario.load()[:10]
-    openings = [(await scenario.demonstrate(item)).messages()[:2] for item in items]
+    environment = environment_for("medium")
+    items = environment.load()[:10]
+    openings = [(await environment.demonstrate(item)).messages()[:2] for item in items]
     assert len({system["content"] for system, _ in openings}) == 1
     for item, (system, user) in zip(items, openings, strict=True):
         assert item.prompt in user["content"] and item.prompt not in system["content"]
@@ -531,9 +537,9 @@ def test_task_is_registered_with_defaults_and_options() -> None:
     cfg = task_config("multihop", difficulty="medium", top_k="5", reward="gated", num_items="40")
     assert cfg.task_options["difficulty"] == "medium" and cfg.task_options["top_k"] == 5
     assert cfg.groups_per_batch == resolve_task("multihop").defaults["groups_per_batch"]
-    scenario = resolve_task("multihop").build(cfg)
-    assert scenario.default_scorer == "verifier" and scenario.reward_kind is RewardKind.GATED
-    assert len(scenario.load()) == 40 and {i.data["hops"] for i in scenario.load()} == {2}
+    environment = resolve_task("multihop").build(cfg)
+    assert environment.default_scorer == "verifier" and environment.reward_kind is RewardKind.GATED
+    assert len(environment.load()) == 40 and {i.data["hops"] for i in environment.load()} == {2}
 
 
 @pytest.mark.parametrize(
@@ -554,18 +560,18 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
     holds trainable Choices with logprobs, its observations and the retrieval metrics."""
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    scenario = scenario_for("medium")
-    item = first_item(scenario)
+    environment = environment_for("medium")
+    item = first_item(environment)
     trajectory = await real_rollout(
-        scenario, item, Sampling(temperature=1.0, max_tokens=24), tmp_path, "multihop-test"
+        environment, item, Sampling(temperature=1.0, max_tokens=24), tmp_path, "multihop-test"
     )
     sampled = choices(trajectory)
     assert sampled and all(isinstance(c, Choice) and c.logprobs is not None for c in sampled)
     assert trajectory.messages()[0]["role"] == "system"
     metrics = trajectory.metrics
-    assert metrics["turns"] == len(sampled) <= scenario.spec.max_turns
+    assert metrics["turns"] == len(sampled) <= environment.spec.max_turns
     assert 0.0 <= metrics[Metric.RECALL] <= 1.0 and 0.0 <= metrics[Metric.PRECISION] <= 1.0
     assert trajectory.metadata["end"] in set(EpisodeEnd)
-    assert 0.0 <= await scenario.check(item, trajectory) <= 1.0
-    assert 0.0 <= scenario.reward(item, trajectory) <= 1.0
+    assert 0.0 <= await environment.check(item, trajectory) <= 1.0
+    assert 0.0 <= environment.reward(item, trajectory) <= 1.0
     art.TrajectoryGroup([trajectory])

@@ -14,7 +14,7 @@ import pytest
 from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs.records import parse_row
-from rlvr.tasks.api import scenario
+from rlvr.tasks.api import environment
 from rlvr.training import run_training
 from rlvr.training.stop_rules import NO_SIGNAL_STEPS, no_signal_stop, no_signal_verdict
 
@@ -32,7 +32,7 @@ def constant_task(reward: float) -> object:
     def load() -> list[dict]:
         return [{"id": f"q{n}", "prompt": f"question {n}"} for n in range(40)]
 
-    return scenario(name="constant", load=load, rollout=rollout)
+    return environment(name="constant", load=load, rollout=rollout)
 
 
 def config(tmp_path, **overrides) -> RunConfig:
@@ -53,7 +53,7 @@ def config(tmp_path, **overrides) -> RunConfig:
     [(0.0, "partial credit", M.ALL_ZERO), (1.0, "harder items", M.ALL_ONE)],
 )
 def test_a_run_without_signal_stops_and_says_what_to_do(tmp_path, capsys, reward, remedy, kind):
-    result = asyncio.run(run_training(config(tmp_path), scenario=constant_task(reward)))
+    result = asyncio.run(run_training(config(tmp_path), task=constant_task(reward)))
     assert result.stop_reason == "no_signal" and result.steps == NO_SIGNAL_STEPS
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     # Nothing was trained: the test block is the start's result, kept from the first validation,
@@ -76,9 +76,7 @@ def test_a_run_without_signal_stops_and_says_what_to_do(tmp_path, capsys, reward
 
 
 def test_preflight_false_trains_on_anyway(tmp_path):
-    result = asyncio.run(
-        run_training(config(tmp_path, preflight=False), scenario=constant_task(0.0))
-    )
+    result = asyncio.run(run_training(config(tmp_path, preflight=False), task=constant_task(0.0)))
     assert result.stop_reason == "max_steps" and result.steps == 4
 
 

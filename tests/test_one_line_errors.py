@@ -59,7 +59,7 @@ async def rollout(model, item, sampling):
 def make(options):
     if BREAK == "make":
         raise RuntimeError("the index is not built")  # breaks: make
-    return rlvr.scenario(
+    return rlvr.environment(
         name="broken", load=load, rollout=rollout, check=lambda i, t: 0.0
     )
 
@@ -86,8 +86,8 @@ def raised_from(path: Path, kind: str) -> BaseException:
         exec(compile(path.read_text(), str(path), "exec"), namespace)
         task = namespace["task"]
         options = task.parse_options({})
-        scenario = task.make(options)
-        scenario.load()
+        environment = task.make(options)
+        environment.load()
     except Exception as error:
         return error
     raise AssertionError(f"{kind}: nothing raised")

@@ -83,7 +83,7 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("outside", ["judges", "scenarios"])
+@pytest.mark.parametrize("outside", ["judges", "rlvr_tasks"])
 def test_rlvr_never_imports_judges_or_tasks(outside: str) -> None:
     """Judges, tasks and their commands plug in through entry points, as anyone's do."""
     importers = [

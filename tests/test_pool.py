@@ -18,7 +18,7 @@ from rlvr.integrations import open_tracker
 from rlvr.metrics import M
 from rlvr.runs.records import Outcome
 from rlvr.scoring.scorers import RolloutScorer
-from rlvr.tasks.api import scenario
+from rlvr.tasks.api import environment
 from rlvr.training import pool
 from rlvr.training.backends import open_policy
 from rlvr.training.session import Session
@@ -133,7 +133,7 @@ def fixed_task() -> object:
     def load() -> list[dict]:
         return [{"id": f"{kind}-{n}", "prompt": "?"} for kind in (FLAT, MIXED) for n in range(20)]
 
-    return scenario(name="fixed", load=load, rollout=rollout)
+    return environment(name="fixed", load=load, rollout=rollout)
 
 
 async def open_fixed_session(stack: AsyncExitStack, run_dir: Path, **overrides) -> Session:

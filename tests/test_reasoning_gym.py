@@ -16,14 +16,14 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.tasks.plugins import resolve_task, task_config
-from scenarios.reasoning_gym.generators import generator_options, parse_choices
+from rlvr_tasks.reasoning_gym.generators import generator_options, parse_choices
 from tests import warm
 
 EASY = {"dataset": "chain_sum", "min_terms": "2", "max_terms": "2", "max_digits": "1"}
 
 
 def build(**options: object):
-    """The scenario of `rlvr train reasoning_gym` with the easy chain_sum and `options`."""
+    """The environment of `rlvr train reasoning_gym` with the easy chain_sum and `options`."""
     return build_only(**{**EASY, **options})
 
 
@@ -45,8 +45,8 @@ def replied(text: str) -> art.Trajectory:
 def test_items_come_from_the_generator_with_its_options() -> None:
     import reasoning_gym
 
-    scenario = build()
-    items = scenario.load()
+    environment = build()
+    items = environment.load()
     own = reasoning_gym.create_dataset(
         "chain_sum", size=20, seed=RunConfig().seed, min_terms=2, max_terms=2, max_digits=1
     )
@@ -71,27 +71,27 @@ def test_items_come_from_the_generator_with_its_options() -> None:
 async def test_the_generators_own_score_answer_is_check_and_reward(
     answer_format: str, reply: str, score: float | None
 ) -> None:
-    scenario = build(answer_format=answer_format)
-    item = scenario.load()[0]
+    environment = build(answer_format=answer_format)
+    item = environment.load()[0]
     trajectory = replied(reply.format(answer=item.answer))
-    checked = await scenario.check(item, trajectory)
+    checked = await environment.check(item, trajectory)
     assert checked == score if score is not None else 0.0 < checked < 1.0
-    assert scenario.reward(item, trajectory) == checked
+    assert environment.reward(item, trajectory) == checked
 
 
 async def test_partial_credit_is_the_generators_own() -> None:
     """leg_counting scores an answer inside longer text by reasoning-gym's base score_answer
     (the answer's share of the reply)."""
-    scenario = build_only(dataset="leg_counting")
-    item = scenario.load()[0]
+    environment = build_only(dataset="leg_counting")
+    item = environment.load()[0]
     reply = f"{item.answer} legs"
-    partial = await scenario.check(item, replied(reply))
+    partial = await environment.check(item, replied(reply))
     assert partial == pytest.approx(len(item.answer) / len(reply))
 
 
 def test_a_weighted_mix_uses_reasoning_gyms_composite() -> None:
-    scenario = build(dataset="chain_sum*3,basic_arithmetic", num_items=60)
-    generators = [i.data["generator"] for i in scenario.load()]
+    environment = build(dataset="chain_sum*3,basic_arithmetic", num_items=60)
+    generators = [i.data["generator"] for i in environment.load()]
     assert set(generators) == {"chain_sum", "basic_arithmetic"}
     assert generators.count("chain_sum") > generators.count("basic_arithmetic")
 

@@ -110,10 +110,10 @@ async def policy(tmp_path_factory):
 
 
 def _math_items() -> tuple[Any, list[Any]]:
-    from scenarios.math import MathScenario
+    from rlvr_tasks.math import MathEnvironment
 
-    scenario = MathScenario("easy", 10, seed=0)
-    return scenario, scenario.load()[:6]
+    environment = MathEnvironment("easy", 10, seed=0)
+    return environment, environment.load()[:6]
 
 
 async def _evaluate(policy: Any, sampling: Sampling, at_once: int) -> dict[str, tuple[str, float]]:
@@ -121,10 +121,10 @@ async def _evaluate(policy: Any, sampling: Sampling, at_once: int) -> dict[str, 
     a time through the real endpoint."""
     from rlvr.training.evaluation import evaluate
 
-    scenario, items = _math_items()
+    environment, items = _math_items()
     limit = asyncio.Semaphore(at_once)
     evaluated = await evaluate(
-        scenario.rollout, scenario.check, policy, items, sampling, limit, "eval"
+        environment.rollout, environment.check, policy, items, sampling, limit, "eval"
     )
     groups, done = evaluated.groups, evaluated.items
     assert len(done) == len(items)

@@ -53,9 +53,9 @@ async def _game(model: object, scenario: object) -> art.Trajectory:
     raise AssertionError("not rolled out here")
 
 
-def art_task() -> rlvr.Scenario:
+def art_task() -> rlvr.Environment:
     """ART's idiom with a check: `reward=` hands back the reward the rollout set."""
-    return rlvr.scenario(
+    return rlvr.environment(
         name="game",
         load=lambda: [],
         rollout=_game,
@@ -95,8 +95,8 @@ async def test_the_verifier_contract_clips_counts_and_says_it_once(
 async def test_a_tasks_own_reward_hook_keeps_any_real_number(
     rewards: list[float], caplog: pytest.LogCaptureFixture
 ) -> None:
-    scenario = art_task()
-    scorer = make_scorer(RunConfig(judge="none"), scenario)
+    environment = art_task()
+    scorer = make_scorer(RunConfig(judge="none"), environment)
     assert scorer.name == "verifier"  # a check is given: the default scorer is the task's reward
     trajectories = [
         art.Trajectory(messages_and_choices=[{"role": "user", "content": "x"}], reward=r)
@@ -109,9 +109,9 @@ async def test_a_tasks_own_reward_hook_keeps_any_real_number(
     assert M.REWARD_CLIPPED not in scorer.pop_metrics() and not caplog.records
 
 
-async def test_the_scenario_verifier_is_unbounded_and_a_reward_function_is_not() -> None:
-    scenario = art_task()
-    assert verifier_scorer(scenario).bounds is None  # type: ignore[attr-defined]
+async def test_the_environment_verifier_is_unbounded_and_a_reward_function_is_not() -> None:
+    environment = art_task()
+    assert verifier_scorer(environment).bounds is None  # type: ignore[attr-defined]
     assert reward_scorer(shaped).bounds == (0.0, 1.0)  # type: ignore[attr-defined]
 
 
@@ -169,7 +169,7 @@ def shaped(completion, ground_truth):
 
 
 def make():
-    return rlvr.scenario(
+    return rlvr.environment(
         name="shaped", load=load, rollout=rollout,
         check=lambda s, t: float(t.reward > 0), reward=lambda s, t: t.reward,
     )

@@ -9,7 +9,7 @@ from rlvr.scoring.scorers import GatedScorer, LengthScorer, VerifierScorer, Weig
 from rlvr.scoring.verifiers import contains_answer
 from rlvr.tasks.plugins import make_scorer
 from rlvr.types import Item, completion_text
-from scenarios.math import MathScenario
+from rlvr_tasks.math import MathEnvironment
 
 ITEM = Item(id="q1", prompt="Calculate 7 + 5.", answer="12")
 
@@ -101,7 +101,7 @@ async def test_composites_skip_when_a_part_cannot_score():
     ],
 )
 def test_scorer_specs(spec, name):
-    assert make_scorer(RunConfig(scorer=spec), MathScenario("easy", 10, 0)).name == name
+    assert make_scorer(RunConfig(scorer=spec), MathEnvironment("easy", 10, 0)).name == name
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_scorer_specs(spec, name):
 )
 def test_bad_scorer_specs(spec, message):
     with pytest.raises(ConfigError, match=message):
-        make_scorer(RunConfig(scorer=spec), MathScenario("easy", 10, 0), judge=None)
+        make_scorer(RunConfig(scorer=spec), MathEnvironment("easy", 10, 0), judge=None)
 
 
 def test_group_stats_no_signal_breakdown():

@@ -145,7 +145,7 @@ def test_url_query_parameters_named_like_credentials_are_redacted(url: str, clea
         ("sk-proj-PLANTEDabcdefghijklmnop", "[redacted]"),
         ("ghp_PLANTEDabcdefghijklmnop1234", "[redacted]"),
         ("data/key_points_v2.jsonl", "data/key_points_v2.jsonl"),  # a path, not a key
-        ("scenarios/sk-learn/items.jsonl", "scenarios/sk-learn/items.jsonl"),
+        ("rlvr_tasks/sk-learn/items.jsonl", "rlvr_tasks/sk-learn/items.jsonl"),
     ],
 )
 def test_data_loses_provider_shaped_keys_but_not_paths(value: str, clean: str) -> None:
@@ -303,7 +303,7 @@ def load_items() -> list[dict]:
 
 
 async def leaky_rollout(model, item, sampling):
-    """A rollout that puts the key where a careless scenario would: a prompt, its logs and its
+    """A rollout that puts the key where a careless environment would: a prompt, its logs and its
     metadata (a provider's error message, a client's settings)."""
     import os
 
@@ -371,8 +371,10 @@ async def test_a_real_run_writes_and_prints_no_credential(
         stopping={"on_divergence": "warn"},
         run_dir=tmp_path / "run",
     )
-    scenario = rlvr.scenario(name="leaky", load=load_items, rollout=leaky_rollout, check=check)
-    result = await rlvr.run_training(cfg, scenario=scenario)
+    environment = rlvr.environment(
+        name="leaky", load=load_items, rollout=leaky_rollout, check=check
+    )
+    result = await rlvr.run_training(cfg, task=environment)
     out, err = capfd.readouterr()
 
     run_dir = result.run_dir
@@ -404,7 +406,7 @@ async def rollout(model, item, sampling):
 
 task = rlvr.Task(
     name="leaky",
-    make=lambda: rlvr.scenario(name="leaky", load=load, rollout=rollout, check=lambda i, t: 0.0),
+    make=lambda: rlvr.environment(name="leaky", load=load, rollout=rollout, check=lambda i, t: 0.0),
 )
 """
 

@@ -2,7 +2,7 @@ import pytest
 
 from rlvr.config import RunConfig
 from rlvr.runs.records import Alarm, AlarmName
-from rlvr.tasks.api import scenario
+from rlvr.tasks.api import environment
 from rlvr.tasks.plugins import compared_with_truth
 from rlvr.training.alarms import StepPoint, Thresholds, divergence, is_new, judge_disagrees
 from rlvr.training.stop_rules import out_of_time, plateau
@@ -154,7 +154,7 @@ def test_judge_disagrees_is_sustained_and_noise_aware(
     ],
 )
 def test_judge_disagrees_applies_to_scorers_other_than_the_tasks_own(spec, applies) -> None:
-    task = scenario(name="t", load=list, rollout=_rollout, check=_check)
+    task = environment(name="t", load=list, rollout=_rollout, check=_check)
     assert compared_with_truth(RunConfig(scorer=spec), task) is applies
 
 

@@ -34,11 +34,11 @@ def check(item, trajectory):
     return float(rlvr.completion_text(trajectory).strip() == item.answer)
 
 def make():
-    return rlvr.scenario(name="echo", load=load, rollout=rollout, check=check)
+    return rlvr.environment(name="echo", load=load, rollout=rollout, check=check)
 
 def make_with_cfg(cfg, judge):
     assert judge is None
-    return rlvr.scenario(name=f"echo-{cfg.seed}", load=load, rollout=rollout, check=check)
+    return rlvr.environment(name=f"echo-{cfg.seed}", load=load, rollout=rollout, check=check)
 
 def make_wants_more(cfg, tokenizer):
     return make()
@@ -46,7 +46,7 @@ def make_wants_more(cfg, tokenizer):
 def broken():
     raise RuntimeError("no data today")
 
-def not_a_scenario():
+def not_a_environment():
     return 42
 
 def shorter_is_better(group, item):
@@ -85,11 +85,13 @@ def group_of(*texts: str) -> art.TrajectoryGroup:
 
 
 @pytest.mark.parametrize(("attr", "name"), [("make", "echo"), ("make_with_cfg", "echo-0")])
-def test_a_file_reference_builds_the_users_scenario(user_file: Path, attr: str, name: str) -> None:
+def test_a_file_reference_builds_the_users_environment(
+    user_file: Path, attr: str, name: str
+) -> None:
     task = plugins.resolve_task(f"{user_file}:{attr}")
-    scenario = task.build(RunConfig(task=f"{user_file}:{attr}"), judge=None)
-    assert isinstance(scenario, rlvr.Scenario) and scenario.name == name
-    items = scenario.load()
+    environment = task.build(RunConfig(task=f"{user_file}:{attr}"), judge=None)
+    assert isinstance(environment, rlvr.Environment) and environment.name == name
+    items = environment.load()
     assert [i.id for i in items[:2]] == ["q0", "q1"] and items[3].answer == "3"
 
 
@@ -98,7 +100,10 @@ def test_a_file_reference_builds_the_users_scenario(user_file: Path, attr: str, 
     [
         ("{dir}/missing.py:make", r"missing\.py:make: no such file .*missing\.py"),
         ("{file}:nope", r"task\.py:nope: .* has no attribute 'nope'"),
-        ("{file}:NOT_CALLABLE", r"NOT_CALLABLE: int is not an rlvr\.Task, a Scenario or a factory"),
+        (
+            "{file}:NOT_CALLABLE",
+            r"NOT_CALLABLE: int is not an rlvr\.Task, an Environment or a factory",
+        ),
         ("no_such_package_xyz.tasks:make", r"no module named 'no_such_package_xyz'"),
         ("{file}:", r"expected path/to/file\.py:name or package\.module:name"),
         ("chess", r"unknown task 'chess'; installed tasks: .*dataset, email, .*math"),
@@ -115,7 +120,7 @@ def test_bad_references_are_one_line_errors(user_file: Path, ref: str, message: 
     ("attr", "message"),
     [
         ("broken", r"factory raised RuntimeError: no data today"),
-        ("not_a_scenario", r"returned int, not a Scenario"),
+        ("not_a_environment", r"returned int, not an Environment"),
         ("make_wants_more", r"factory parameter 'tokenizer' cannot be filled"),
     ],
 )
@@ -149,15 +154,15 @@ def test_installed_entry_points_are_tasks_and_scorers(tmp_path: Path, monkeypatc
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: echo-pkg\nVersion: 1.0\n")
     (info / "entry_points.txt").write_text(
-        "[rlvr.scenarios]\necho = echo_pkg:make\n\n[rlvr.scorers]\nshort = echo_pkg:shorter_is_better\n"
+        "[rlvr.tasks]\necho = echo_pkg:make\n\n[rlvr.scorers]\nshort = echo_pkg:shorter_is_better\n"
     )
     monkeypatch.syspath_prepend(str(package))
     plugins._entry_points.cache_clear()
     try:
         assert "echo" in plugins.task_names() and "math" in plugins.task_names()
-        scenario = plugins.resolve_task("echo").build(RunConfig(task="echo"))
-        assert scenario.name == "echo"
-        scorer = make_scorer(RunConfig(scorer="short"), scenario)
+        environment = plugins.resolve_task("echo").build(RunConfig(task="echo"))
+        assert environment.name == "echo"
+        scorer = make_scorer(RunConfig(scorer="short"), environment)
         assert scorer.name == "short"
         listing = CliRunner().invoke(app, ["tasks"])
         assert listing.exit_code == 0 and "\necho\t" in listing.output
@@ -228,20 +233,20 @@ def test_rows_become_items_with_ids_and_string_answers() -> None:
 
 def test_rollout_must_be_async() -> None:
     with pytest.raises(PluginError, match="rollout must be an async function"):
-        rlvr.scenario(name="t", load=list, rollout=lambda m, i, s: None, check=lambda i, t: 0.0)
+        rlvr.environment(name="t", load=list, rollout=lambda m, i, s: None, check=lambda i, t: 0.0)
 
 
-async def test_function_scenario_check_and_reward_may_be_async() -> None:
+async def test_function_environment_check_and_reward_may_be_async() -> None:
     async def check(item, trajectory):
         return 1.0
 
     async def rollout(model, item, sampling):
         return answered("x")
 
-    scenario = rlvr.scenario(name="t", load=list, rollout=rollout, check=check)
+    environment = rlvr.environment(name="t", load=list, rollout=rollout, check=check)
     item = rlvr.Item(id="i", prompt="p")
-    assert await scenario.check(item, answered("x")) == 1.0
-    scored = await make_scorer(RunConfig(scorer="verifier"), scenario).score(
+    assert await environment.check(item, answered("x")) == 1.0
+    scored = await make_scorer(RunConfig(scorer="verifier"), environment).score(
         group_of("a", "b"), item
     )
     assert [t.reward for t in scored.trajectories] == [1.0, 1.0]
@@ -251,21 +256,21 @@ async def test_function_scenario_check_and_reward_may_be_async() -> None:
 
 
 async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> None:
-    scenario = plugins.resolve_task(f"{user_file}:make").build(RunConfig())
+    environment = plugins.resolve_task(f"{user_file}:make").build(RunConfig())
     item = rlvr.Item(id="i", prompt="p", answer="7")
     group = group_of("7", "7 is it", "no")
     short = f"{user_file}:shorter_is_better"
     starts = f"{user_file}:starts_right"
 
-    alone = await make_scorer(RunConfig(scorer=short), scenario).score(group, item)
+    alone = await make_scorer(RunConfig(scorer=short), environment).score(group, item)
     assert [round(t.reward, 3) for t in alone.trajectories] == [0.5, 0.125, 0.333]
 
-    mixed = make_scorer(RunConfig(scorer=f"{starts}*0.5+verifier*0.5"), scenario)
+    mixed = make_scorer(RunConfig(scorer=f"{starts}*0.5+verifier*0.5"), environment)
     scored = await mixed.score(group, item)
     assert [t.reward for t in scored.trajectories] == [1.0, 0.5, 0.0]
     assert scored.trajectories[1].metrics[f"reward/{starts}"] == 1.0
 
-    gated = await make_scorer(RunConfig(scorer=f"verifier>{short}"), scenario).score(group, item)
+    gated = await make_scorer(RunConfig(scorer=f"verifier>{short}"), environment).score(group, item)
     assert [round(t.reward, 3) for t in gated.trajectories] == [0.5, 0.0, 0.0]
 
 
@@ -278,13 +283,13 @@ async def test_user_scorers_by_reference_alone_and_composed(user_file: Path) -> 
         ),
         ("ruler", r"ruler: this scorer needs a judge"),
         ("{file}:NOT_CALLABLE", r"int is not a scorer or a scorer factory"),
-        ("{file}:make", r"the factory returned FunctionScenario, not a Scorer"),
+        ("{file}:make", r"the factory returned FunctionEnvironment, not a Scorer"),
     ],
 )
 def test_bad_scorers_are_one_line_errors(user_file: Path, spec: str, message: str) -> None:
-    scenario = plugins.resolve_task(f"{user_file}:make").build(RunConfig())
+    environment = plugins.resolve_task(f"{user_file}:make").build(RunConfig())
     with pytest.raises(ConfigError, match=message):
-        make_scorer(RunConfig(scorer=spec.format(file=user_file)), scenario, judge=None)
+        make_scorer(RunConfig(scorer=spec.format(file=user_file)), environment, judge=None)
 
 
 async def test_a_failing_group_scorer_is_retried_counted_and_skipped() -> None:
@@ -333,7 +338,7 @@ def test_trajectory_metrics_are_averaged_per_step() -> None:
     [
         (["{dir}/missing.py:make"], "no such file"),
         (["{file}:broken"], "factory raised RuntimeError: no data today"),
-        (["{file}:not_a_scenario"], "not a Scenario"),
+        (["{file}:not_a_environment"], "not an Environment"),
         (["{file}:make", "scorer=nonsense"], "unknown scorer 'nonsense'"),
         (["math", "difficulty=galactic"], "option difficulty='galactic'"),
         (["math", "colour=blue"], "unknown key 'colour'"),
@@ -375,8 +380,8 @@ def test_rlvr_new_writes_a_task_that_resolves(tmp_path: Path) -> None:
     assert len(rows) == 200 and {"id", "prompt", "answer"} <= set(rows[0])
     task = plugins.resolve_task(f"{folder}/task.py:task")
     assert task.name == "adder" and task.defaults["max_tokens"] == 24
-    scenario = task.build(rlvr.task_config(task))
-    assert len(scenario.load()) == 200
+    environment = task.build(rlvr.task_config(task))
+    assert len(environment.load()) == 200
 
 
 @pytest.mark.parametrize("name", ["9lives", "has space", "a/b"])
@@ -395,5 +400,5 @@ def test_readme_shows_the_function_form() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## Your own task", 1)[1].split("\n## ", 1)[0]
     code = section.split("```python", 1)[1].split("```", 1)[0]
-    assert "rlvr.scenario(" in code and "async def rollout" in code
+    assert "rlvr.environment(" in code and "async def rollout" in code
     compile(textwrap.dedent(code), "README", "exec")  # the shown code is valid Python

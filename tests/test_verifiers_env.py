@@ -23,7 +23,7 @@ from rlvr.runs import store
 from rlvr.tasks import plugins
 from rlvr.tasks.api import PluginError
 from rlvr.tasks.imports import referenced_files
-from rlvr.tasks.verifiers_rollout import REWARD, RubricScorer, VfScenario
+from rlvr.tasks.verifiers_rollout import REWARD, RubricScorer, VfEnvironment
 from rlvr.training.split import split_items
 from rlvr.types import Sampling
 from tests import warm
@@ -134,20 +134,20 @@ def envs(tmp_path: Path) -> Path:
     return folder
 
 
-def built(ref: str, **options: object) -> VfScenario:
+def built(ref: str, **options: object) -> VfEnvironment:
     cfg = plugins.task_config(ref, **options)
-    scenario = plugins.resolve_task(ref).build(cfg)
-    assert isinstance(scenario, VfScenario)
-    return scenario
+    environment = plugins.resolve_task(ref).build(cfg)
+    assert isinstance(environment, VfEnvironment)
+    return environment
 
 
 # --- references ---------------------------------------------------------------------------------
 
 
 def test_a_file_reference_loads_the_environment_with_its_arguments(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/sums.py", num_examples="12")
-    items = scenario.load()
-    assert scenario.name == "sums" and scenario.default_scorer == "vf_rubric"
+    environment = built(f"vf:{envs}/sums.py", num_examples="12")
+    items = environment.load()
+    assert environment.name == "sums" and environment.default_scorer == "vf_rubric"
     assert len(items) == 12 and items[0].prompt == "What is 1 + 1?" and items[0].answer == "2"
     assert items[0].source["prompt"][0] == {
         "role": "system",
@@ -203,8 +203,8 @@ def test_rlvr_tasks_shows_load_environment_arguments(envs: Path) -> None:
 
 
 def test_an_eval_dataset_is_held_out_as_validation_and_test(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/sums.py", num_examples="30", with_eval="true")
-    split = split_items(scenario.load(), val_ratio=0.1, test_ratio=0.1, seed=0)
+    environment = built(f"vf:{envs}/sums.py", num_examples="30", with_eval="true")
+    split = split_items(environment.load(), val_ratio=0.1, test_ratio=0.1, seed=0)
     assert [i.id for i in split.train] == [f"train-{n}" for n in range(30)]
     held_out = sorted(i.id for i in [*split.val, *split.test])
     assert held_out == sorted(f"eval-{n}" for n in range(10))
@@ -220,10 +220,10 @@ def test_without_an_eval_dataset_the_usual_split_applies(envs: Path) -> None:
 
 
 async def test_tool_env_rollout_through_the_policy_client(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/capitals.py")
-    item = next(i for i in scenario.load() if i.answer == "Lima")
+    environment = built(f"vf:{envs}/capitals.py")
+    item = next(i for i in environment.load() if i.answer == "Lima")
     policy = ScriptedPolicy([[("lookup", '{"country": "Peru"}')], [("nope", "{}")], "Lima"])
-    trajectory = await scenario.rollout(policy, item, Sampling(temperature=0.5, max_tokens=12))
+    trajectory = await environment.rollout(policy, item, Sampling(temperature=0.5, max_tokens=12))
     sent = policy.requests[0]
     assert sent["temperature"] == 0.5 and sent["max_tokens"] == 12 and sent["logprobs"] is True
     assert [t["function"]["name"] for t in sent["tools"]] == ["lookup", "population"]
@@ -240,49 +240,50 @@ async def test_tool_env_rollout_through_the_policy_client(envs: Path) -> None:
         trajectory.metrics["vf/correct_city"] == 1.0 and trajectory.metrics["vf/lookup_calls"] == 1
     )
     assert [t["function"]["name"] for t in trajectory.tools] == ["lookup", "population"]
-    assert await scenario.check(item, trajectory) == 1.0 == trajectory.metadata[REWARD]
+    assert await environment.check(item, trajectory) == 1.0 == trajectory.metadata[REWARD]
 
 
 async def test_the_rubric_scores_with_the_envs_weights(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/sums.py", num_examples="12")
-    item = scenario.load()[0]  # 1 + 1
-    right = await scenario.rollout(ScriptedPolicy(["2"]), item, Sampling())
-    wrong = await scenario.rollout(ScriptedPolicy(["three"]), item, Sampling())
-    assert await scenario.check(item, right) == pytest.approx(1.0 + 0.5 * 1 / 2)
-    assert await scenario.check(item, wrong) == pytest.approx(0.5 * 1 / 6)
+    environment = built(f"vf:{envs}/sums.py", num_examples="12")
+    item = environment.load()[0]  # 1 + 1
+    right = await environment.rollout(ScriptedPolicy(["2"]), item, Sampling())
+    wrong = await environment.rollout(ScriptedPolicy(["three"]), item, Sampling())
+    assert await environment.check(item, right) == pytest.approx(1.0 + 0.5 * 1 / 2)
+    assert await environment.check(item, wrong) == pytest.approx(0.5 * 1 / 6)
     group = art.TrajectoryGroup([right, wrong])
-    scored = await RubricScorer(scenario).score(group, item)
+    scored = await RubricScorer(environment).score(group, item)
     assert [t.reward for t in scored.trajectories] == pytest.approx([1.25, 0.5 / 6])
 
 
 async def test_group_reward_functions_score_the_group_together(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/grouped.py")
-    assert scenario.grouped
-    item = scenario.load()[0]
+    environment = built(f"vf:{envs}/grouped.py")
+    assert environment.grouped
+    item = environment.load()[0]
     rollouts = [
-        await scenario.rollout(ScriptedPolicy([text]), item, Sampling()) for text in ("0", "zero")
+        await environment.rollout(ScriptedPolicy([text]), item, Sampling())
+        for text in ("0", "zero")
     ]
-    assert [await scenario.check(item, t) for t in rollouts] == [1.0, 1.0]  # alone, each wins
-    scored = await RubricScorer(scenario).score(art.TrajectoryGroup(rollouts), item)
+    assert [await environment.check(item, t) for t in rollouts] == [1.0, 1.0]  # alone, each wins
+    scored = await RubricScorer(environment).score(art.TrajectoryGroup(rollouts), item)
     assert [t.reward for t in scored.trajectories] == [1.0, 0.0]
-    again = await RubricScorer(scenario).score(art.TrajectoryGroup(rollouts), item)
+    again = await RubricScorer(environment).score(art.TrajectoryGroup(rollouts), item)
     assert again is None  # each state is scored once: a repeat is skipped, never a fake 0
 
 
 async def test_an_empty_reply_the_env_refuses_is_kept_and_scored(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/sums.py", num_examples="12")
-    item = scenario.load()[0]
-    trajectory = await scenario.rollout(ScriptedPolicy([""]), item, Sampling())
+    environment = built(f"vf:{envs}/sums.py", num_examples="12")
+    item = environment.load()[0]
+    trajectory = await environment.rollout(ScriptedPolicy([""]), item, Sampling())
     assert isinstance(trajectory.messages_and_choices[-1], Choice)
     assert "EmptyModelResponseError" in str(trajectory.metadata["vf_error"])
-    assert await scenario.check(item, trajectory) == 0.5  # brevity of "" by the env's rubric
+    assert await environment.check(item, trajectory) == 0.5  # brevity of "" by the env's rubric
 
 
 async def test_an_endpoint_that_fails_is_a_rollout_error(envs: Path) -> None:
-    scenario = built(f"vf:{envs}/sums.py", num_examples="12")
+    environment = built(f"vf:{envs}/sums.py", num_examples="12")
     policy = ScriptedPolicy([ConnectionError("endpoint down")])
     with pytest.raises(RuntimeError, match=r"failed before any turn: .*endpoint down"):
-        await scenario.rollout(policy, scenario.load()[0], Sampling())
+        await environment.rollout(policy, environment.load()[0], Sampling())
 
 
 # --- two real training steps ---------------------------------------------------------------------

@@ -98,19 +98,19 @@ def test_the_budget_is_a_share_of_max_minutes(minutes: float | None, seconds: fl
 
 @pytest.fixture(scope="module")
 def email() -> tuple[Any, Any, list[Item], list[int]]:
-    """The email task at its defaults: config, scenario, training items and the real token
+    """The email task at its defaults: config, environment, training items and the real token
     counts of its warm start's demonstrations."""
     import asyncio
 
     cfg = task_config("email", judge="none")
-    scenario = resolve_task("email").build(cfg)
+    environment = resolve_task("email").build(cfg)
     train = split_items(
-        scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        environment.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
     ).train
     count = token_counter(cfg.model)
     items = [train[i % len(train)] for i in range(cfg.sft_steps * cfg.sft_batch_size)]
-    demos, _ = asyncio.run(demonstrations(scenario, items))
-    return cfg, scenario, train, [count(d) for d in demos]
+    demos, _ = asyncio.run(demonstrations(environment, items))
+    return cfg, environment, train, [count(d) for d in demos]
 
 
 @pytest.mark.parametrize(
@@ -122,14 +122,14 @@ async def test_the_email_warm_start_stays_within_its_share_on_any_cpu(
 ) -> None:
     """The whole email warm start as long as it took on each kind of CPU (docs/results/performance.md)
     and longer, under the default budget (27 minutes)."""
-    cfg, scenario, train, tokens = email
+    cfg, environment, train, tokens = email
     clock = FakeClock()
     count = token_counter(cfg.model)
     backend = SlowCPU(clock, full_warm_start_s / sum(tokens), count)
     buffer = io.StringIO()
     row = await warm_start(
         cfg,
-        scenario,
+        environment,
         Model(backend),  # type: ignore[arg-type]
         train,
         count_tokens=count,
@@ -177,13 +177,13 @@ def _demo(item: Item) -> art.Trajectory:
     )
 
 
-def sums() -> rlvr.Scenario:
+def sums() -> rlvr.Environment:
     """A task whose oracle is wrong on every third item."""
 
     async def demonstrate(item: Item) -> art.Trajectory:
         return _demo(item.model_copy(update={"answer": "?"}) if int(item.id) % 3 == 0 else item)
 
-    return rlvr.scenario(
+    return rlvr.environment(
         name="sums",
         load=lambda: [{"id": str(n), "prompt": f"{n}+1", "answer": str(n + 1)} for n in range(9)],
         rollout=_rollout,
@@ -196,7 +196,7 @@ def sums() -> rlvr.Scenario:
 async def test_without_a_budget_one_call_and_rejected_demonstrations_are_said(
     minutes: float | None, calls: list[int]
 ) -> None:
-    scenario = sums()
+    environment = sums()
     cfg = rlvr.build_config(
         {"task": "x", "sft_steps": 3, "sft_batch_size": 2, "max_minutes": minutes}
     )
@@ -205,9 +205,9 @@ async def test_without_a_budget_one_call_and_rejected_demonstrations_are_said(
     buffer = io.StringIO()
     row = await warm_start(
         cfg,
-        scenario,
+        environment,
         Model(backend),  # type: ignore[arg-type]
-        scenario.load(),
+        environment.load(),
         count_tokens=lambda t: 10,
         clock=clock,
         out=Console(file=buffer, width=200),
@@ -246,16 +246,16 @@ async def test_a_real_warm_start_on_a_slow_clock_trains_one_step_and_says_so(
             "max_minutes": 1,
         }
     )
-    scenario = task.build(cfg)
+    environment = task.build(cfg)
     base = time.monotonic()
     buffer = io.StringIO()
     async with open_policy(cfg, tmp_path / "run") as policy:
         before = await policy.model.get_step()
         row = await warm_start(
             cfg,
-            scenario,
+            environment,
             policy.model,
-            scenario.load(),
+            environment.load(),
             clock=lambda: base + (time.monotonic() - base) * 10_000,
             out=Console(file=buffer, width=200),
         )

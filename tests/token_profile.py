@@ -24,34 +24,34 @@ GROUP_SIZE = 8
 EPISODES_SHOWN = 5
 
 
-def scenario_for(
+def environment_for(
     task: str, difficulty: str, protocol: str, items: int, budget: int | str | None = "default"
 ) -> Any:
-    """The task's scenario; `budget` is its observation_tokens option ("default": the task's)."""
+    """The task's environment; `budget` is its observation_tokens option ("default": the task's)."""
     chosen = {} if budget == "default" else {"observation_tokens": budget}
     if task == "email":
-        from scenarios.email import Options as EmailOptions
-        from scenarios.email.scenario import make_scenario as make_email
+        from rlvr_tasks.email import Options as EmailOptions
+        from rlvr_tasks.email.environment import make_environment as make_email
 
         return make_email(
             EmailOptions(difficulty=difficulty, tool_protocol=protocol, num_items=items, **chosen)
         )
-    from scenarios.multihop import Options as MultihopOptions
-    from scenarios.multihop.scenario import make_scenario as make_multihop
+    from rlvr_tasks.multihop import Options as MultihopOptions
+    from rlvr_tasks.multihop.environment import make_environment as make_multihop
 
     return make_multihop(
         MultihopOptions(difficulty=difficulty, tool_protocol=protocol, num_items=items, **chosen)
     )
 
 
-def tool_set(task: str, scenario: Any, item: Any) -> dict[str, Any]:
+def tool_set(task: str, environment: Any, item: Any) -> dict[str, Any]:
     if task == "email":
-        from scenarios.email.tools import inbox_tools
+        from rlvr_tasks.email.tools import inbox_tools
 
-        return as_tools(inbox_tools(scenario.store, item.data["inbox"]))
-    from scenarios.multihop.tools import corpus_tools
+        return as_tools(inbox_tools(environment.store, item.data["inbox"]))
+    from rlvr_tasks.multihop.tools import corpus_tools
 
-    return as_tools(corpus_tools(scenario.index, scenario.top_k))
+    return as_tools(corpus_tools(environment.index, environment.top_k))
 
 
 async def profile(
@@ -60,13 +60,13 @@ async def profile(
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(DEFAULT_MODEL))
-    scenario = scenario_for(task, difficulty, protocol, max(count, 10), budget)
-    items = scenario.load()[:count]
+    environment = environment_for(task, difficulty, protocol, max(count, 10), budget)
+    items = environment.load()[:count]
     episodes, solved = [], 0.0
     for item in items:
-        demo = await scenario.demonstrate(item)
-        solved += await scenario.check(item, demo)
-        tools = tool_set(task, scenario, item)
+        demo = await environment.demonstrate(item)
+        solved += await environment.check(item, demo)
+        tools = tool_set(task, environment, item)
         instructions = text_instructions(tools) if protocol != "tools" else ""
         episodes.append(episode_tokens(demo, tokenizer, instructions, list(tools)))
     return episodes, solved / len(items)

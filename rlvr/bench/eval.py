@@ -39,7 +39,7 @@ from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import Policy
 from rlvr.training.evaluation import evaluate
 from rlvr.training.session import Session, open_finished, open_scratch
-from rlvr.types import Item, Sampling, Scenario
+from rlvr.types import Environment, Item, Sampling
 
 
 def first_prompt(trajectory: art.Trajectory) -> list[ChatCompletionMessageParam]:
@@ -73,13 +73,17 @@ def episode_figures(groups: list[art.TrajectoryGroup]) -> dict[str, float | None
 
 
 async def timed_eval(
-    scenario: Scenario, policy: Policy, items: list[Item], sampling: Sampling, concurrency: int
+    environment: Environment,
+    policy: Policy,
+    items: list[Item],
+    sampling: Sampling,
+    concurrency: int,
 ) -> tuple[float, float, list[art.TrajectoryGroup]]:
     """Seconds, accuracy and groups of one evaluation of `items`, `concurrency` in flight."""
     started = time.perf_counter()
     evaluated = await evaluate(
-        scenario.rollout,
-        scenario.check,
+        environment.rollout,
+        environment.check,
         policy,
         items,
         sampling,
@@ -116,7 +120,7 @@ async def run_eval_bench(
     if threads:
         torch.set_num_threads(threads)
     async with bench_session(task, run_dir, overrides) as (run, step):
-        cfg, scenario, policy = run.cfg, run.scenario, run.policy
+        cfg, environment, policy = run.cfg, run.environment, run.policy
         chosen = (run.split.val + run.split.test)[:items]
         sampling = Sampling.from_config(cfg, "val", step=step)
         if not isinstance(policy.backend, TorchBackend):
@@ -126,7 +130,7 @@ async def run_eval_bench(
         engine = policy.backend.engine(policy.model)
 
         def timed(concurrency: int) -> Awaitable[tuple[float, float, list[art.TrajectoryGroup]]]:
-            return timed_eval(scenario, policy, chosen, sampling, concurrency)
+            return timed_eval(environment, policy, chosen, sampling, concurrency)
 
         await timed(cfg.rollout_concurrency)  # warm-up: server, caches, first-call costs
         ours: list[float] = []

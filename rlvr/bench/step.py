@@ -138,7 +138,7 @@ async def bench_warm_start(run: Session, watch: RssWatch) -> tuple[float, float]
     if cfg.sft_steps > 0:
         with watch.phase(WARM_START):
             await warm_start(
-                cfg, run.scenario, run.policy.model, run.split.train, share=cfg.sft_budget_share
+                cfg, run.environment, run.policy.model, run.split.train, share=cfg.sft_budget_share
             )
     return time.monotonic() - began, per_item
 

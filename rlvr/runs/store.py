@@ -43,7 +43,7 @@ TRAJECTORIES, CHECKPOINTS = layout.TRAJECTORIES, layout.CHECKPOINTS
 
 def new_run_dir(cfg: RunConfig, now: datetime | None = None, name: str | None = None) -> Path:
     """`cfg.run_dir`, else a new runs_root/<name>-<timestamp>[-N], created here so no other run
-    can take the same name (name: the scenario's, default the task)."""
+    can take the same name (name: the environment's, default the task)."""
     if cfg.run_dir is not None:
         return cfg.run_dir
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%d-%H%M%S")
@@ -235,7 +235,7 @@ TableRow = dict[str, str | int | float | None]
 def trajectory_rows(
     groups: list[art.TrajectoryGroup], item_ids: list[str], *, step: int, split: str
 ) -> list[TableRow]:
-    """Flatten groups into table rows. Nested fields are JSON strings so any scenario's messages,
+    """Flatten groups into table rows. Nested fields are JSON strings so any environment's messages,
     tools, metrics and metadata fit one schema."""
     return [
         {

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 import art
 
 from rlvr.metrics import M
-from rlvr.types import Item, Scenario, Scorer, completion_text
+from rlvr.types import Environment, Item, Scorer, completion_text
 
 ItemReward = Callable[[Item, art.Trajectory], float | Awaitable[float]]
 UNIT = (0.0, 1.0)  # the verifier contract's range
@@ -280,7 +280,7 @@ def reward_scorer(fn: Callable[[str, str], float], name: str | None = None) -> S
     )
 
 
-def verifier_scorer(scenario: Scenario) -> Scorer:
-    """`scorer=verifier`: the scenario's own deterministic training reward, any real number as
+def verifier_scorer(environment: Environment) -> Scorer:
+    """`scorer=verifier`: the environment's own deterministic training reward, any real number as
     the task returns it (ART's idiom: negative and shaped rewards included)."""
-    return VerifierScorer(scenario.reward)
+    return VerifierScorer(environment.reward)

@@ -1,13 +1,13 @@
-"""Tasks: how a Scenario is named, configured and built — the public way to bring your own agent.
+"""Tasks: how an Environment is named, configured and built — the public way to bring your own agent.
 
-A `Task` is a name, a factory that builds a Scenario, the task's own options model (its
+A `Task` is a name, a factory that builds an Environment, the task's own options model (its
 `key=value` settings, validated by pydantic) and the RunConfig defaults it starts from. The
-built-in tasks are Tasks registered under the entry-point group `rlvr.scenarios` exactly as an
+built-in tasks are Tasks registered under the entry-point group `rlvr.tasks` exactly as an
 installed package's tasks are; a user's own file or module is named by reference
 (`path/to/task.py:make`, `my_pkg.tasks:make`, resolved in `rlvr.tasks.plugins`).
 
-For the common case there is no class to write: `scenario(name=..., load=..., rollout=...,
-check=...)` turns plain functions into a Scenario, in ART's idiom (`async def rollout(model, item,
+For the common case there is no class to write: `environment(name=..., load=..., rollout=...,
+check=...)` turns plain functions into an Environment, in ART's idiom (`async def rollout(model, item,
 sampling) -> art.Trajectory`).
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -28,19 +28,20 @@ from rlvr.config import (
     known_key,
     renamed_message,
 )
+from rlvr.deprecations import OLD_FACTORY_ARG, warn_renamed
 from rlvr.error_lines import did_you_mean, first_error, means_none
 from rlvr.types import (
-    SCENARIO_HOOKS,
-    SCENARIO_MEMBERS,
+    ENVIRONMENT_HOOKS,
+    ENVIRONMENT_MEMBERS,
+    Environment,
+    EnvironmentBase,
     Item,
     Judge,
     Sampling,
-    Scenario,
-    ScenarioBase,
 )
 
 # What a factory may ask for, by parameter name.
-FACTORY_ARGS = ("options", "cfg", "config", "judge", "scenario")
+FACTORY_ARGS = ("options", "cfg", "config", "judge", "environment")
 
 
 class PluginError(ConfigError):
@@ -67,6 +68,9 @@ def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any
             continue
         if name in available:
             kwargs[name] = available[name]
+        elif name == OLD_FACTORY_ARG and "environment" in available:
+            warn_renamed(f"{ref}: factory parameter '{name}'", "'environment'")
+            kwargs[name] = available["environment"]
         elif param.default is param.empty:
             raise PluginError(
                 f"{ref}: factory parameter '{name}' cannot be filled; a factory takes any of "
@@ -81,7 +85,7 @@ def _accepts_none(model: type[BaseModel], key: str) -> bool:
 
 
 class Task(BaseModel):
-    """A trainable task. `make` builds the Scenario and takes any of `options` (an instance of
+    """A trainable task. `make` builds the Environment and takes any of `options` (an instance of
     `options`), `cfg` (the RunConfig) and `judge` (the run's judge client, or None) by name.
     `defaults` are RunConfig values this task starts from (`rlvr train NAME`, `task_config`)."""
 
@@ -127,8 +131,8 @@ class Task(BaseModel):
             f" ({info.description})" if info.description else ""
         )
 
-    def build(self, cfg: RunConfig, judge: Judge | None = None) -> Scenario:
-        """The run's Scenario: options from `cfg.task_options`, then the factory."""
+    def build(self, cfg: RunConfig, judge: Judge | None = None) -> Environment:
+        """The run's Environment: options from `cfg.task_options`, then the factory."""
         options = self.parse_options(cfg.task_options)
         try:
             built = call_factory(
@@ -140,13 +144,17 @@ class Task(BaseModel):
             raise PluginError(
                 f"task {self.name}: its factory raised {type(error).__name__}: {error}"
             ) from error
-        if not isinstance(built, Scenario):
-            missing = [a for a in SCENARIO_MEMBERS if not hasattr(built, a)]
-            hooks = [a for a in SCENARIO_HOOKS if not hasattr(built, a)]
+        if not isinstance(built, Environment):
+            missing = [a for a in ENVIRONMENT_MEMBERS if not hasattr(built, a)]
+            hooks = [a for a in ENVIRONMENT_HOOKS if not hasattr(built, a)]
             raise PluginError(
-                f"task {self.name}: the factory returned {type(built).__name__}, not a Scenario "
-                f"(missing {', '.join(missing + hooks)}); build one with rlvr.scenario(...)"
-                + ("; subclass rlvr.ScenarioBase for the optional hooks' defaults" if hooks else "")
+                f"task {self.name}: the factory returned {type(built).__name__}, not an Environment "
+                f"(missing {', '.join(missing + hooks)}); build one with rlvr.environment(...)"
+                + (
+                    "; subclass rlvr.EnvironmentBase for the optional hooks' defaults"
+                    if hooks
+                    else ""
+                )
             )
         return built
 
@@ -229,8 +237,8 @@ async def _own_reward(item: Any, trajectory: art.Trajectory) -> float:
     return float(trajectory.reward)
 
 
-class FunctionScenario(ScenarioBase):
-    """A Scenario made of plain functions; see `scenario`. A rollout in ART's idiom (two
+class FunctionEnvironment(EnvironmentBase):
+    """An Environment made of plain functions; see `environment`. A rollout in ART's idiom (two
     arguments) gets the objects `load()` returned, and so do `check` and `reward`."""
 
     def __init__(
@@ -278,7 +286,7 @@ class FunctionScenario(ScenarioBase):
         return self._reward(self._theirs(item), trajectory)
 
 
-def scenario(
+def environment(
     *,
     name: str,
     load: Callable[[], Iterable[Any]],
@@ -289,8 +297,8 @@ def scenario(
     judged_check: bool = False,
     demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None = None,
     ruler_rubric: str | Callable[[Item], str] | None = None,
-) -> Scenario:
-    """A Scenario from functions, no class needed.
+) -> Environment:
+    """An Environment from functions, no class needed.
 
     - `load()` returns `rlvr.Item`s or dicts with `prompt` (and `id`, `answer`, `data`);
     - `async rollout(model, item, sampling) -> art.Trajectory` plays one episode;
@@ -317,7 +325,7 @@ def scenario(
         )
     if default_scorer is None:
         default_scorer = "verifier" if check is not None else "rollout"
-    return FunctionScenario(
+    return FunctionEnvironment(
         name,
         load,
         rollout,
@@ -369,3 +377,12 @@ def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> RunConfig:
     config = {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
     parsed = task.parse_options(options)
     return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})
+
+
+if not TYPE_CHECKING:  # unseen by type checkers, so a misspelt import still fails there
+
+    def __getattr__(name: str) -> object:
+        """The old names of the function form, for one release (rlvr.deprecations)."""
+        from rlvr.deprecations import RENAMED_IN_TASK_API, renamed_attribute
+
+        return renamed_attribute(__name__, name, RENAMED_IN_TASK_API, globals())

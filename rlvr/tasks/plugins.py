@@ -3,7 +3,7 @@ where a run's parts (`resolve_run`: its task built, its scorer, its judge) are m
 caller gave, before a run directory is written.
 
 A name is one of
-- an entry point of an installed package: group `rlvr.scenarios` (tasks), `rlvr.scorers`
+- an entry point of an installed package: group `rlvr.tasks` (tasks), `rlvr.scorers`
   (scorers) or `rlvr.judges` (the judge client's opener) — rlvr's own are registered this way,
   with no privileged path (so `rlvr` never imports `judges`);
 - a file reference `path/to/file.py:attr` (the file's folder goes on sys.path, so it may import
@@ -35,12 +35,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from rlvr.config import ConfigError, RunConfig
+from rlvr.deprecations import OLD_TASK_GROUP, warn_renamed
 from rlvr.scoring.scorers import GatedScorer, WeightedScorer, group_scorer, reward_scorer
 from rlvr.tasks.api import PluginError, Task, call_factory, config_for
 from rlvr.tasks.imports import VF_PREFIX, import_target
-from rlvr.types import Judge, Scenario, Scorer
+from rlvr.types import Environment, Judge, Scorer
 
-SCENARIO_GROUP = "rlvr.scenarios"
+TASK_GROUP = "rlvr.tasks"
 SCORER_GROUP = "rlvr.scorers"
 # Judges plug in like tasks and scorers: an entry point `open` in this group is
 # `open(cfg) -> async context manager yielding the judge client` (rlvr's own: judges:open_judge).
@@ -82,29 +83,32 @@ def _load_entry_point(group: str, name: str) -> Any:
 
 
 def as_task(obj: Any, ref: str) -> Task:
-    """A Task from what a reference names: a Task, a Scenario, or a factory returning one."""
+    """A Task from what a reference names: a Task, an Environment, or a factory returning one."""
     if isinstance(obj, Task):
         return obj
-    if isinstance(obj, Scenario) and not inspect.isclass(obj):
+    if isinstance(obj, Environment) and not inspect.isclass(obj):
         return Task(name=obj.name, make=lambda: obj)
     if callable(obj):
         name = Path(ref.rpartition(":")[0]).stem.rpartition(".")[2] or ref
         return Task(name=name, make=obj)
     raise PluginError(
-        f"{ref}: {type(obj).__name__} is not an rlvr.Task, a Scenario or a factory returning one"
+        f"{ref}: {type(obj).__name__} is not an rlvr.Task, an Environment or a factory returning one"
     )
 
 
 def task_names() -> list[str]:
-    """The installed tasks (entry-point group rlvr.scenarios)."""
-    return sorted(_entry_points(SCENARIO_GROUP))
+    """The installed tasks (entry-point group rlvr.tasks, and for one release its old name)."""
+    return sorted({*_entry_points(TASK_GROUP), *_entry_points(OLD_TASK_GROUP)})
 
 
 def resolve_task(name: str) -> Task:
     """The Task for an installed task name, a file/module reference, or a verifiers
     environment (`vf:MODULE_OR_FILE`, rlvr.tasks.verifiers_env)."""
-    if name in _entry_points(SCENARIO_GROUP):
-        return as_task(_load_entry_point(SCENARIO_GROUP, name), name)
+    if name in _entry_points(TASK_GROUP):  # a name in both groups: the new group's
+        return as_task(_load_entry_point(TASK_GROUP, name), name)
+    if name in _entry_points(OLD_TASK_GROUP):
+        warn_renamed(f"task {name}: entry-point group {OLD_TASK_GROUP}", TASK_GROUP)
+        return as_task(_load_entry_point(OLD_TASK_GROUP, name), name)
     if name.startswith(VF_PREFIX):
         from rlvr.tasks.verifiers_env import vf_task
 
@@ -146,7 +150,7 @@ def as_scorer(obj: Any, ref: str, **available: Any) -> Scorer:
     - a Scorer object (`score`, `pop_metrics`, `name`);
     - a function over a group, `fn(group, item) -> list[float] | TrajectoryGroup | None`;
     - a per-trajectory reward, `fn(completion, ground_truth) -> float`;
-    - a factory (class or function) taking any of cfg, judge, scenario by name."""
+    - a factory (class or function) taking any of cfg, judge, environment by name."""
     if isinstance(obj, Scorer) and not inspect.isclass(obj):
         return obj
     if inspect.isfunction(obj) or inspect.ismethod(obj):
@@ -178,7 +182,7 @@ def _required_params(fn: Any) -> list[str]:
 
 
 def resolve_scorer(name: str, **available: Any) -> Scorer:
-    """One scorer by installed name or reference; `available` holds cfg, judge and scenario."""
+    """One scorer by installed name or reference; `available` holds cfg, judge and environment."""
     if name in _entry_points(SCORER_GROUP):
         return as_scorer(_load_entry_point(SCORER_GROUP, name), name, **available)
     if is_reference(name):
@@ -213,14 +217,14 @@ def open_judge(cfg: RunConfig) -> AbstractAsyncContextManager[Judge | None]:
 OWN_REWARD = frozenset({"verifier", "rollout"})
 
 
-def scorer_spec(cfg: RunConfig, scenario: Scenario) -> str:
-    return scenario.default_scorer if cfg.scorer == "default" else cfg.scorer
+def scorer_spec(cfg: RunConfig, environment: Environment) -> str:
+    return environment.default_scorer if cfg.scorer == "default" else cfg.scorer
 
 
-def compared_with_truth(cfg: RunConfig, scenario: Scenario) -> bool:
+def compared_with_truth(cfg: RunConfig, environment: Environment) -> bool:
     """Whether the run's configured scorer is checked against the ground truth of the same
     rollouts (alarm/judge_disagrees): every scorer but the task's own reward."""
-    return scorer_spec(cfg, scenario).replace(" ", "") not in OWN_REWARD
+    return scorer_spec(cfg, environment).replace(" ", "") not in OWN_REWARD
 
 
 def _weighted_part(part: str) -> tuple[str, float]:
@@ -233,18 +237,20 @@ def _weighted_part(part: str) -> tuple[str, float]:
         ) from None
 
 
-def make_scorer(cfg: RunConfig, scenario: Scenario, judge: Judge | None = None) -> Scorer:
-    """The run's scorer from `cfg.scorer` (or the scenario's default)."""
-    return parse_scorer(scorer_spec(cfg, scenario).replace(" ", ""), cfg, scenario, judge)
+def make_scorer(cfg: RunConfig, environment: Environment, judge: Judge | None = None) -> Scorer:
+    """The run's scorer from `cfg.scorer` (or the environment's default)."""
+    return parse_scorer(scorer_spec(cfg, environment).replace(" ", ""), cfg, environment, judge)
 
 
-def parse_scorer(spec: str, cfg: RunConfig, scenario: Scenario, judge: Judge | None) -> Scorer:
+def parse_scorer(
+    spec: str, cfg: RunConfig, environment: Environment, judge: Judge | None
+) -> Scorer:
     def one(name: str) -> Scorer:
-        return resolve_scorer(name, cfg=cfg, judge=judge, scenario=scenario)
+        return resolve_scorer(name, cfg=cfg, judge=judge, environment=environment)
 
     if ">" in spec:
         gate, _, rest = spec.partition(">")
-        gated, counted = one(gate), parse_scorer(rest, cfg, scenario, judge)
+        gated, counted = one(gate), parse_scorer(rest, cfg, environment, judge)
         return GatedScorer(gated, counted)
     parts = [_weighted_part(p) for p in spec.split("+")]
     if len(parts) == 1 and parts[0][1] == 1.0:
@@ -257,13 +263,13 @@ def parse_scorer(spec: str, cfg: RunConfig, scenario: Scenario, judge: Judge | N
 
 class RunParts(BaseModel):
     """What a run trains with, resolved from what the caller gave: the config (naming the objects
-    that did not come from it), the built scenario, the scorer, the judge, the task's own defaults
-    (for the settings line) and whether the scorer is compared with the truth."""
+    that did not come from it), the built environment, the scorer, the judge, the task's own
+    defaults (for the settings line) and whether the scorer is compared with the truth."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     cfg: RunConfig
-    scenario: SkipValidation[Scenario]
+    environment: SkipValidation[Environment]
     scorer: SkipValidation[Scorer]
     judge: SkipValidation[Judge | None]
     defaults: dict[str, Any] = Field(default_factory=dict)
@@ -275,20 +281,20 @@ class RunParts(BaseModel):
 async def resolve_run(
     cfg: RunConfig,
     stack: AsyncExitStack,
-    scenario: Scenario | Task | None,
+    environment: Environment | Task | None,
     scorer: Scorer | str | None,
     resuming: bool,
 ) -> RunParts:
     """A run's parts; the judge is opened on `stack` first, since the task and the scorer may
     both need it. Everything that can reject the task, scorer or judge is raised here."""
-    task = scenario if isinstance(scenario, Task) else None
-    if scenario is None:
+    task = environment if isinstance(environment, Task) else None
+    if environment is None:
         task = resolve_task(cfg.task)
     elif not resuming:
-        cfg = cfg.model_copy(update={"task": scenario.name})
+        cfg = cfg.model_copy(update={"task": environment.name})
     judge = await stack.enter_async_context(open_judge(cfg))
-    built = task.build(cfg, judge) if task is not None else scenario
-    assert isinstance(built, Scenario)
+    built = task.build(cfg, judge) if task is not None else environment
+    assert isinstance(built, Environment)
     if isinstance(scorer, str):
         cfg = cfg.model_copy(update={"scorer": scorer})
     given = scorer is not None and not isinstance(scorer, str)
@@ -299,7 +305,7 @@ async def resolve_run(
         cfg = cfg.model_copy(update={"scorer": scorer.name})
     return RunParts(
         cfg=cfg,
-        scenario=built,
+        environment=built,
         scorer=scorer,
         judge=judge,
         defaults=task.defaults if task is not None else {},

@@ -32,10 +32,10 @@ from rlvr.config import ConfigError, RunConfig, all_keys
 from rlvr.tasks.api import PluginError, Task
 from rlvr.tasks.imports import VF_PREFIX, import_target
 from rlvr.tasks.options import coerce, type_name
-from rlvr.types import Scenario, Scorer
+from rlvr.types import Environment, Scorer
 
 if TYPE_CHECKING:
-    from rlvr.tasks.verifiers_rollout import VfScenario
+    from rlvr.tasks.verifiers_rollout import VfEnvironment
 
 EXTRA = "verifiers"
 INSTALL = "pip install -e '.[verifiers]'"
@@ -184,11 +184,11 @@ def task_name(ref: str) -> str:
     return Path(target).stem if is_file(target) else target.replace("-", "_").rpartition(".")[2]
 
 
-def make_scenario(ref: str, options: EnvOptions, cfg: RunConfig) -> VfScenario:
-    from rlvr.tasks.verifiers_rollout import VfScenario
+def make_environment(ref: str, options: EnvOptions, cfg: RunConfig) -> VfEnvironment:
+    from rlvr.tasks.verifiers_rollout import VfEnvironment
 
     env = build_environment(ref, options.model_extra or {})
-    return VfScenario(env, task_name(ref), cfg.seed)
+    return VfEnvironment(env, task_name(ref), cfg.seed)
 
 
 def arguments_catalog(ref: str) -> list[str]:
@@ -208,20 +208,20 @@ def vf_task(ref: str) -> Task:
     import_verifiers(ref)
     return Task(
         name=task_name(ref),
-        make=functools.partial(make_scenario, ref),
+        make=functools.partial(make_environment, ref),
         options=EnvOptions,
         description=f"verifiers environment {target_of(ref)}",
         catalog=functools.partial(arguments_catalog, ref),
     )
 
 
-def rubric_scorer(scenario: Scenario) -> Scorer:
+def rubric_scorer(environment: Environment) -> Scorer:
     """Scorer `vf_rubric`: the environment's Rubric on each group (the default of a `vf:` task)."""
-    from rlvr.tasks.verifiers_rollout import RubricScorer, VfScenario
+    from rlvr.tasks.verifiers_rollout import RubricScorer, VfEnvironment
 
-    if not isinstance(scenario, VfScenario):
+    if not isinstance(environment, VfEnvironment):
         raise PluginError(
             f"scorer vf_rubric: scores a verifiers environment's rollouts (rlvr train vf:...), "
-            f"not task {scenario.name}"
+            f"not task {environment.name}"
         )
-    return RubricScorer(scenario)
+    return RubricScorer(environment)

@@ -43,7 +43,7 @@ from verifiers.legacy.clients.openai_chat_completions_client import (
 from verifiers.legacy.utils.error_utils import ErrorChain
 
 from rlvr.scoring.scorers import rescored
-from rlvr.types import PINNED, Item, Sampling, ScenarioBase
+from rlvr.types import PINNED, EnvironmentBase, Item, Sampling
 
 REWARD = "vf_reward"  # trajectory metadata: the rubric's weighted sum for this rollout alone
 STATE = "vf_state"  # trajectory metadata: where its verifiers State waits for group scoring
@@ -231,8 +231,8 @@ def own_reward(trajectory: art.Trajectory) -> float:
     return float(value)
 
 
-class VfScenario(ScenarioBase):
-    """A verifiers Environment as a Scenario (module docstring)."""
+class VfEnvironment(EnvironmentBase):
+    """A verifiers Environment as an rlvr Environment (module docstring)."""
 
     default_scorer = "vf_rubric"
 
@@ -298,17 +298,17 @@ class RubricScorer:
 
     name = "vf_rubric"
 
-    def __init__(self, scenario: VfScenario) -> None:
-        self.scenario = scenario
+    def __init__(self, environment: VfEnvironment) -> None:
+        self.environment = environment
 
     async def score(self, group: art.TrajectoryGroup, item: Item) -> art.TrajectoryGroup | None:
         trajectories = group.trajectories
-        if not self.scenario.grouped:
+        if not self.environment.grouped:
             return rescored(group, [own_reward(t) for t in trajectories])
-        states = [self.scenario.state_of(t) for t in trajectories]
+        states = [self.environment.state_of(t) for t in trajectories]
         if any(s is None for s in states):
             return None
-        await self.scenario.env.rubric.score_group(states)
+        await self.environment.env.rubric.score_group(states)
         return rescored(
             group, [float(s["reward"]) for s in states], [rubric_metrics(s) for s in states]
         )

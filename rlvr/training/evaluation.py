@@ -1,4 +1,4 @@
-"""Rollouts of items through ART's gather, and held-out accuracy from the scenario's ground truth."""
+"""Rollouts of items through ART's gather, and held-out accuracy from the environment's ground truth."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ async def evaluate(
     desc: str,
     failure_log: FailureLog | None = None,
 ) -> Evaluated:
-    """Accuracy on held-out items: one rollout each, scored by the scenario's ground truth.
+    """Accuracy on held-out items: one rollout each, scored by the environment's ground truth.
     A rollout that raised is an error of the code, not an answer of the policy: it is reported
     (`failure_log`) and counted, and the accuracy is over the completed items; when every
     rollout raised, RunFailed."""

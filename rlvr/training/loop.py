@@ -5,7 +5,7 @@
         draw training items from the pool (rlvr.training.pool) -> roll out groups (ART gather)
         -> score (scorer) -> refill groups without signal -> train on the groups with signal
         (backend) -> metrics, hints -> no signal in the first steps? stop ->
-        every eval_every steps: validation accuracy from the scenario's ground truth ->
+        every eval_every steps: validation accuracy from the task's ground truth ->
         plateau (no counted gain, no rising trend)? divergence? -> stop
     restore the best checkpoint -> test split (best, last; beside the start and the model after
     the warm start, tested as they were validated) -> summary.json, report.png
@@ -21,6 +21,7 @@ from typing import Literal
 import art
 
 from rlvr.config import ConfigError, RunConfig
+from rlvr.deprecations import task_keyword
 from rlvr.paired_gains import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
@@ -49,28 +50,30 @@ from rlvr.training.step import train_step
 from rlvr.training.stop_rules import no_signal_stop, no_signal_verdict, stop_after_eval
 from rlvr.training.trends import EvalPoint, best_eval
 from rlvr.training.warmstart import warm_start
-from rlvr.types import BudgetExhausted, Sampling, Scenario, Scorer, derived_seed
+from rlvr.types import BudgetExhausted, Environment, Sampling, Scorer, derived_seed
 
 
 async def run_training(
     cfg: RunConfig,
     *,
-    scenario: Scenario | Task | None = None,
+    task: Environment | Task | None = None,
     scorer: Scorer | str | None = None,
     resume: Path | None = None,
+    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> RunResult:
     """Train until validation plateaus (or max_steps, a divergence alarm, the judge budget), then
     evaluate the best checkpoint on the test split once, beside the starting model.
 
-    `scenario`: your own Scenario (e.g. from `rlvr.scenario(...)`) or Task; default: the task
+    `task`: a Task, or your own Environment (e.g. from `rlvr.environment(...)`); default: the task
     `cfg.task` names. `scorer`: your own Scorer or a scorer spec; default: `cfg.scorer`.
     `resume` continues a run directory from its last completed step (its config.json wins)."""
+    task = task_keyword("run_training", task, scenario)  # deprecated alias
     install_log_redaction()  # no credential reaches a log line, whoever logs it
     if resume is not None:
         cfg = store.read_config(resume)
         if (resume / store.SUMMARY).exists():
             raise ValueError(f"{resume}: this run already finished (summary.json exists)")
-    async with open_session(cfg, scenario, scorer, resume) as run:
+    async with open_session(cfg, task, scorer, resume) as run:
         stop = await train_until_stop(run)
         evals = run.state.evals
         best = evals[best_eval(evals, cfg.stopping.min_delta)]
@@ -129,7 +132,7 @@ async def warm(run: Session) -> None:
     before = await run.evaluate_with_test("validate before warm start", Tested.START)
     done = await warm_start(
         run.cfg,
-        run.scenario,
+        run.environment,
         run.policy.model,
         run.split.train,
         share=run.cfg.sft_budget_share,
@@ -251,12 +254,15 @@ def finish(
 async def evaluate_run(
     run_dir: Path,
     split_name: Literal["val", "test"] = "test",
-    scenario: Scenario | Task | None = None,
+    task: Environment | Task | None = None,
+    *,
+    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> float:
     """Evaluate a finished run's best checkpoint on its validation or test split again
-    (`scenario`: the object it was trained with, where config.json names no installed task)."""
+    (`task`: the object it was trained with, where config.json names no installed task)."""
+    task = task_keyword("evaluate_run", task, scenario)  # deprecated alias
     best_step = store.read_summary(run_dir).best_step
-    async with open_finished(run_dir, scenario) as run:
+    async with open_finished(run_dir, task) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
         policy_step = run.state.policy_steps.get(best_step, 0)
         stored = checkpoint_path(run.policy, policy_step)
@@ -277,15 +283,18 @@ async def evaluate_samples(
     samples: int,
     temperature: float,
     split_name: Literal["val", "test"] = "test",
-    scenario: Scenario | Task | None = None,
+    task: Environment | Task | None = None,
+    *,
+    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> SampledEval:
     """`samples` answers per item of a finished run's split from its best checkpoint, sampled at
     `temperature` and scored by the task's ground truth: pass@k, pass^k and avg@k
     (rlvr.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
+    task = task_keyword("evaluate_samples", task, scenario)  # deprecated alias
     if samples < 1:
         raise ConfigError(f"--samples {samples}: expected at least 1")
     best_step = store.read_summary(run_dir).best_step
-    async with open_finished(run_dir, scenario) as run:
+    async with open_finished(run_dir, task) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
         policy_step = run.state.policy_steps.get(best_step, 0)
         sampling = Sampling(
@@ -301,7 +310,7 @@ async def evaluate_samples(
         async def checked(group: art.TrajectoryGroup) -> art.TrajectoryGroup:
             item = by_id[str(group.metadata["item_id"])]
             for trajectory in group.trajectories:
-                trajectory.reward = await run.scenario.check(item, trajectory)
+                trajectory.reward = await run.environment.check(item, trajectory)
             return group
 
         desc = f"eval {split_name} x{samples} at T={temperature:g}"

@@ -32,7 +32,7 @@ from rlvr.training.failures import require_some
 from rlvr.training.progress import Progress, console
 from rlvr.training.session import open_scratch
 from rlvr.training.warmstart import check_can_demonstrate, demonstrated, warm_start
-from rlvr.types import Item, Sampling, Scenario, Scorer
+from rlvr.types import Environment, Item, Sampling, Scorer
 
 
 class Rewards(BaseModel):
@@ -285,9 +285,9 @@ async def preflight(
     (after a short warm start of `warm_steps` steps, if given); with the run's warm start ahead
     and none trained here, also the demonstrations of the same items."""
     async with open_scratch(cfg) as run:
-        cfg, scenario, scorer, policy, split = (
+        cfg, environment, scorer, policy, split = (
             run.cfg,
-            run.scenario,
+            run.environment,
             run.scorer,
             run.policy,
             run.split,
@@ -297,8 +297,8 @@ async def preflight(
         trained = None
         if warm_steps > 0:
             short = cfg.model_copy(update={"sft_steps": warm_steps})
-            check_can_demonstrate(short, scenario)
-            row = await warm_start(short, scenario, policy.model, split.train, out=out)
+            check_can_demonstrate(short, environment)
+            row = await warm_start(short, environment, policy.model, split.train, out=out)
             trained = int(row.steps or 0)
         with Progress("preflight rollouts", len(batch), "group") as progress:
             groups, done, _, failures = await rollout_groups(
@@ -316,7 +316,7 @@ async def preflight(
         counts = scorer.pop_metrics()  # the samples' own: clipped rewards, reward errors
         demos = None
         if cfg.sft_steps > 0 and trained is None:
-            demos = await judged_demonstrations(scenario, run.scorer, groups, done)
+            demos = await judged_demonstrations(environment, run.scorer, groups, done)
     return PreflightReport(
         model=cfg.model,
         items=len(batch),
@@ -333,11 +333,11 @@ async def preflight(
 
 
 async def judged_demonstrations(
-    scenario: Scenario, scorer: Scorer, groups: list[art.TrajectoryGroup], items: list[Item]
+    environment: Environment, scorer: Scorer, groups: list[art.TrajectoryGroup], items: list[Item]
 ) -> Demonstrations:
     """Each item's demonstration, checked by the task, and scored by the training scorer in one
     group with that item's untrained samples (a group-relative judge ranks it among them)."""
-    made = await demonstrated(scenario, items)
+    made = await demonstrated(environment, items)
     rewards: list[float] = []
     for demo, group, item in zip(made, groups, items, strict=True):
         if demo is None:

@@ -5,7 +5,7 @@
 and `open_scratch` the run a config describes in a temporary directory (preflight, benchmarks).
 
 `open_session` resolves what the caller gave into the run's parts (`rlvr.tasks.plugins.resolve_run`:
-the built Scenario, the Scorer, the judge), runs the checks that can still reject the config and
+the built Environment, the Scorer, the judge), runs the checks that can still reject the config and
 splits the items, all before a run directory is written; it then claims the run directory (one
 writer: rlvr.runs.runlock), recovers a killed run, opens the tracker and the policy, and yields a
 `Session`, whose methods are the run's only writers of metrics, trajectory tables and validations.
@@ -52,7 +52,7 @@ from rlvr.training.state import (
 )
 from rlvr.training.trends import EvalPoint, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
-from rlvr.types import Item, Judge, Sampling, Scenario, Scorer, ServedJudge
+from rlvr.types import Environment, Item, Judge, Sampling, Scorer, ServedJudge
 
 
 class Session:
@@ -62,7 +62,7 @@ class Session:
     def __init__(
         self,
         cfg: RunConfig,
-        scenario: Scenario,
+        environment: Environment,
         scorer: Scorer,
         run_dir: Path,
         rows: list[Row],
@@ -71,7 +71,7 @@ class Session:
         policy: Policy,
         compared_with_truth: bool,
     ) -> None:
-        self.cfg, self.scenario, self.scorer, self.run_dir = cfg, scenario, scorer, run_dir
+        self.cfg, self.environment, self.scorer, self.run_dir = cfg, environment, scorer, run_dir
         self.compared_with_truth = compared_with_truth  # alarm/judge_disagrees applies
         self.rows, self.split, self.tracker, self.policy = rows, split, tracker, policy
         self.state: RunState = restore_state(rows)
@@ -81,7 +81,7 @@ class Session:
         self.val_items: list[Item] = (
             split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         )
-        self.rollout = tracker.traced(scenario.rollout, name="rollout")
+        self.rollout = tracker.traced(environment.rollout, name="rollout")
         self.score = tracker.traced(scorer.score, name="score")
         self.limit = asyncio.Semaphore(cfg.rollout_concurrency)
         self.failure_log = FailureLog(console)  # each distinct rollout exception printed once
@@ -112,10 +112,10 @@ class Session:
         self, items: list[Item], split: Literal["val", "test"], desc: str, step: int | None = None
     ) -> Evaluated:
         """One greedy rollout per item under the split's sampling (checkpoint `step`, else the
-        live one), scored by the scenario's ground truth (rlvr.training.evaluation.evaluate)."""
+        live one), scored by the environment's ground truth (rlvr.training.evaluation.evaluate)."""
         return await evaluate(
             self.rollout,
-            self.scenario.check,
+            self.environment.check,
             self.policy,
             items,
             Sampling.from_config(self.cfg, split, step=step),
@@ -208,7 +208,7 @@ def as_test_result(policy_step: int, evaluated: Evaluated, step: int) -> TestRes
 @asynccontextmanager
 async def open_session(
     cfg: RunConfig,
-    scenario: Scenario | Task | None,
+    environment: Environment | Task | None,
     scorer: Scorer | str | None,
     resume: Path | None,
 ) -> AsyncIterator[Session]:
@@ -216,8 +216,8 @@ async def open_session(
     exit, errors and Ctrl-C included."""
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())  # what the task opens closes with the run
-        parts = await resolve_run(cfg, stack, scenario, scorer, resume is not None)
-        cfg, built, judge = parts.cfg, parts.scenario, parts.judge
+        parts = await resolve_run(cfg, stack, environment, scorer, resume is not None)
+        cfg, built, judge = parts.cfg, parts.environment, parts.judge
         if resume is None:  # a fresh run says where its settings came from
             console.print(settings_line(cfg, parts.defaults), highlight=False, markup=False)
         check_can_demonstrate(cfg, built)
@@ -279,23 +279,29 @@ async def quiet_session(
     place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""
     cfg = parts.cfg
     split = split_items(
-        parts.scenario.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        parts.environment.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
     )
     quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
     tracker = stack.enter_context(open_tracker(quiet, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
-    return Session(cfg, parts.scenario, parts.scorer, run_dir, rows, split, tracker, policy, False)
+    return Session(
+        cfg, parts.environment, parts.scorer, run_dir, rows, split, tracker, policy, False
+    )
 
 
 @asynccontextmanager
-async def open_finished(run_dir: Path, scenario: Scenario | Task | None) -> AsyncIterator[Session]:
+async def open_finished(
+    run_dir: Path, environment: Environment | Task | None
+) -> AsyncIterator[Session]:
     """A finished run opened read only (its lock held, nothing recovered or rewound, no tracker):
-    its config, task, split, history and policy, to evaluate a checkpoint again. `scenario`: the
+    its config, task, split, history and policy, to evaluate a checkpoint again. `environment`: the
     object it was trained with, where config.json names no installed task."""
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())
         stack.enter_context(runlock.hold(run_dir))
-        parts = await resolve_run(store.read_config(run_dir), stack, scenario, None, resuming=True)
+        parts = await resolve_run(
+            store.read_config(run_dir), stack, environment, None, resuming=True
+        )
         rows = store.read_metrics(run_dir)
         yield await quiet_session(stack, parts, run_dir, rows)
 
@@ -307,6 +313,6 @@ async def open_scratch(cfg: RunConfig) -> AsyncIterator[Session]:
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())
         parts = await resolve_run(cfg, stack, None, None, resuming=True)
-        check_can_demonstrate(parts.cfg, parts.scenario)
+        check_can_demonstrate(parts.cfg, parts.environment)
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rlvr-scratch-")))
         yield await quiet_session(stack, parts, tmp / "run", [])

@@ -227,8 +227,8 @@ async def score_group(
     not where the truth is itself a judge, which would double its bill) and training reward."""
     started = time.monotonic()
     item = by_id[str(group.metadata["item_id"])]
-    if not run.scenario.judged_check:
-        truths = await asyncio.gather(*(run.scenario.check(item, t) for t in group.trajectories))
+    if not run.environment.judged_check:
+        truths = await asyncio.gather(*(run.environment.check(item, t) for t in group.trajectories))
         for t, truth in zip(group.trajectories, truths, strict=True):
             t.metrics[INDEPENDENT_REWARD] = truth
     scored = await run.score(group, item)

@@ -1,6 +1,6 @@
 """Warm start: supervised fine-tuning on demonstrations before RL.
 
-A scenario that can play its own items correctly (a scripted oracle through the same tools and
+An environment that can play its own items correctly (a scripted oracle through the same tools and
 protocol as the policy) offers `demonstrate(item) -> art.Trajectory` with plain dict assistant
 turns. Before RL, `sft_steps` batches of such demonstrations of *training* items — only those the
 ground truth accepts — train the policy with cross-entropy on the assistant tokens through the
@@ -33,7 +33,7 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import WarmMetric
 from rlvr.runs.records import WarmStartRow
 from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
-from rlvr.types import Item, Scenario
+from rlvr.types import Environment, Item
 
 # The share of `max_minutes` the warm start may take by default (`sft_budget_share`), so RL always
 # keeps the rest (validation, steps, the test split).
@@ -43,12 +43,12 @@ CHARS_PER_TOKEN = 4  # the estimate where no tokenizer of the policy can be load
 TokenCount = Callable[[art.Trajectory], int]
 
 
-def check_can_demonstrate(cfg: RunConfig, scenario: Scenario) -> None:
-    """A warm start needs `scenario.demonstrate`; say so before anything is written."""
-    if cfg.sft_steps > 0 and scenario.demonstrate is None:
+def check_can_demonstrate(cfg: RunConfig, environment: Environment) -> None:
+    """A warm start needs `environment.demonstrate`; say so before anything is written."""
+    if cfg.sft_steps > 0 and environment.demonstrate is None:
         raise ConfigError(
-            f"config: sft_steps={cfg.sft_steps}: task {scenario.name} has no demonstrate(item) "
-            "to warm-start from; set sft_steps=0 or add one to the scenario"
+            f"config: sft_steps={cfg.sft_steps}: task {environment.name} has no demonstrate(item) "
+            "to warm-start from; set sft_steps=0 or add one to the environment"
         )
 
 
@@ -63,17 +63,17 @@ def warm_budget_s(max_minutes: float | None, share: float) -> float | None:
 
 
 async def demonstrated(
-    scenario: Scenario, items: list[Item], progress: Progress | None = None
+    environment: Environment, items: list[Item], progress: Progress | None = None
 ) -> list[art.Trajectory | None]:
-    """Each item's demonstration where the scenario's own check accepts it, else None (an oracle
+    """Each item's demonstration where the environment's own check accepts it, else None (an oracle
     that fails an item must not teach the failure); in the items' order."""
-    demonstrate = scenario.demonstrate
+    demonstrate = environment.demonstrate
     assert demonstrate is not None, "check_can_demonstrate runs before any demonstration"
 
     async def one(item: Item) -> art.Trajectory | None:
         made: art.Trajectory | Awaitable[art.Trajectory] = demonstrate(item)
         demo = await made if inspect.isawaitable(made) else made
-        passed = demo is not None and await scenario.check(item, demo) >= 1.0
+        passed = demo is not None and await environment.check(item, demo) >= 1.0
         if progress is not None:
             progress.advance()
         return demo if passed else None
@@ -82,11 +82,11 @@ async def demonstrated(
 
 
 async def demonstrations(
-    scenario: Scenario, items: list[Item], progress: Progress | None = None
+    environment: Environment, items: list[Item], progress: Progress | None = None
 ) -> tuple[list[art.Trajectory], int]:
-    """The scenario's demonstrations of `items` that its own check accepts, and how many it
+    """The environment's demonstrations of `items` that its own check accepts, and how many it
     rejected."""
-    made = await demonstrated(scenario, items, progress)
+    made = await demonstrated(environment, items, progress)
     kept = [d for d in made if d is not None]
     return kept, len(made) - len(kept)
 
@@ -151,7 +151,7 @@ def steps_that_fit(
 
 async def warm_start(
     cfg: RunConfig,
-    scenario: Scenario,
+    environment: Environment,
     model: art.TrainableModel[Any, Any],
     train: list[Item],
     *,
@@ -169,10 +169,10 @@ async def warm_start(
     with Progress(
         "warm start: demonstrations", len(items), "demonstration", out, clock, LINES_PER_PHASE
     ) as bar:
-        demos, rejected = await demonstrations(scenario, items, bar)
+        demos, rejected = await demonstrations(environment, items, bar)
     if not demos:
         raise ConfigError(
-            f"warm start: task {scenario.name} produced no correct demonstration of "
+            f"warm start: task {environment.name} produced no correct demonstration of "
             f"{rejected} training items; check its demonstrate()"
         )
     if rejected:
