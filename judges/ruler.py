@@ -175,7 +175,8 @@ def route(judge: JudgeClient) -> str:
 
 class RulerScorer:
     """scorer=ruler: ART's RULER ranks each group in one judge call. The rubric is ART's default,
-    or the environment's `ruler_rubric(item)` where it has one; tools on the trajectories are shown."""
+    or the environment's `ruler_rubric(item)` where it has one; tools on the trajectories are
+    shown."""
 
     def __init__(
         self, judge: JudgeClient, environment: Environment | None = None, reference: bool = False

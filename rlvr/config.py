@@ -8,7 +8,6 @@ CLI into a validated config, or a `ConfigError` whose message is one line naming
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -571,19 +570,11 @@ def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) 
     return build_config(values)
 
 
-# Old names kept for one release, each with a warning on use.
-RENAMED = {"TrainConfig": "RunConfig"}
-
-
 def __getattr__(name: str) -> object:
-    """`TrainConfig`, RunConfig's old name: it shadowed ART's `art.TrainConfig`, which configures
-    one optimizer step, not a run."""
-    if name in RENAMED:
-        new = RENAMED[name]
-        warnings.warn(
-            f"rlvr.{name} is now rlvr.{new}; the old name goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
-    raise AttributeError(f"module 'rlvr.config' has no attribute {name!r}")
+    """`TrainConfig`, RunConfig's old name (rlvr.deprecations): it shadowed ART's
+    `art.TrainConfig`, which configures one optimizer step, not a run."""
+    from rlvr.deprecations import RENAMED_IN_CONFIG, renamed_attribute
+
+    if name not in RENAMED_IN_CONFIG:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return renamed_attribute("rlvr", name, RENAMED_IN_CONFIG, globals())  # its public name

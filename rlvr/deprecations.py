@@ -26,6 +26,7 @@ RENAMED_IN_TYPES = {
     "SCENARIO_MEMBERS": "ENVIRONMENT_MEMBERS",
     "SCENARIO_HOOKS": "ENVIRONMENT_HOOKS",
 }
+RENAMED_IN_CONFIG = {"TrainConfig": "RunConfig"}
 RENAMED_IN_TASK_API = {"scenario": "environment", "FunctionScenario": "FunctionEnvironment"}
 
 # The entry-point group installed tasks registered under before `rlvr.tasks`.

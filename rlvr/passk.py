@@ -5,8 +5,9 @@ pass@k = 1 - C(n-c, k) / C(n, k) (at least one of k draws correct), pass^k = C(c
 (all k correct: reliability) and avg@k = the mean score (any k: its expectation does not depend on
 k). A sample is correct when it gets full credit (score >= 1); avg@k uses the scores as they are,
 so a fractional check counts partly. Each figure is the mean over items, with a seeded bootstrap
-95% interval over items (the items are the unit of noise, as in rlvr.paired_gains). RL that sharpens a
-small model's answers raises pass@1 and may lower pass@k at larger k: both are reported.
+95% interval over items (the items are the unit of noise, as in rlvr.paired_gains). RL that
+sharpens a small model's answers raises pass@1 and may lower pass@k at larger k: both are
+reported.
 """
 
 from __future__ import annotations

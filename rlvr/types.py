@@ -1,5 +1,5 @@
-"""The nouns rlvr adds to ART's four: Item, Sampling, Environment, Scorer (and the Judge a scorer may
-call).
+"""The nouns rlvr adds to ART's four: Item, Sampling, Environment, Scorer (and the Judge a scorer
+may call).
 
 Data that flows (Item, Sampling) are small frozen pydantic models. The protocols users implement
 (Environment, Scorer) are separate from them. Trajectories and groups are ART's own types.
@@ -138,8 +138,8 @@ class Environment(Protocol):
 
 
 class EnvironmentBase:
-    """Defaults of the Environment protocol's optional hooks; subclass it and override what your task
-    has (a method named `demonstrate` replaces the None)."""
+    """Defaults of the Environment protocol's optional hooks; subclass it and override what your
+    task has (a method named `demonstrate` replaces the None)."""
 
     default_scorer: str = "verifier"
     demonstrate: Callable[[Item], Awaitable[art.Trajectory]] | None = None

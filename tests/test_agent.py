@@ -565,7 +565,7 @@ def without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-# --- the Environment protocol's hooks ----------------------------------------------------------------
+# --- the Environment protocol's hooks -------------------------------------------------------------
 
 
 class Bare:

@@ -193,7 +193,7 @@ def test_task_and_its_old_name_together_is_a_type_error(tmp_path: Path, call) ->
         asyncio.run(call(constant_task(0.0), tmp_path))
 
 
-# --- the word itself --------------------------------------------------------------------------------
+# --- the word itself ------------------------------------------------------------------------------
 
 # Where "scenario" is ART's word for one item, which rlvr's docstrings may quote.
 ART_ITEM = re.compile(r"\(model, scenario\)|ART's idiom: (?:a|any) scenario object")

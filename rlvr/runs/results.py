@@ -46,7 +46,8 @@ class ResultsError(ValueError):
 
 
 class Gain(BaseModel):
-    """A paired test gain with its sign-flip p-value and the 95% interval of that test (rlvr.paired_gains)."""
+    """A paired test gain with its sign-flip p-value and the 95% interval of that test
+    (rlvr.paired_gains)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

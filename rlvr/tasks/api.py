@@ -1,4 +1,5 @@
-"""Tasks: how an Environment is named, configured and built — the public way to bring your own agent.
+"""Tasks: how an Environment is named, configured and built — the public way to bring your own
+agent.
 
 A `Task` is a name, a factory that builds an Environment, the task's own options model (its
 `key=value` settings, validated by pydantic) and the RunConfig defaults it starts from. The
@@ -7,8 +8,8 @@ installed package's tasks are; a user's own file or module is named by reference
 (`path/to/task.py:make`, `my_pkg.tasks:make`, resolved in `rlvr.tasks.plugins`).
 
 For the common case there is no class to write: `environment(name=..., load=..., rollout=...,
-check=...)` turns plain functions into an Environment, in ART's idiom (`async def rollout(model, item,
-sampling) -> art.Trajectory`).
+check=...)` turns plain functions into an Environment, in ART's idiom (`async def rollout(model,
+item, sampling) -> art.Trajectory`).
 """
 
 from __future__ import annotations

@@ -62,7 +62,9 @@ def reward(item: rlvr.Item, trajectory: art.Trajectory) -> float:
 
 task = rlvr.Task(
     name="{name}",
-    make=lambda: rlvr.environment(name="{name}", load=load, rollout=rollout, check=check, reward=reward),
+    make=lambda: rlvr.environment(
+        name="{name}", load=load, rollout=rollout, check=check, reward=reward
+    ),
     defaults={{"temperature": 0.8, "max_tokens": 24, "learning_rate": 3e-4, "group_size": 8}},
     description="sums of small numbers (edit me)",
 )

@@ -1,4 +1,5 @@
-"""Rollouts of items through ART's gather, and held-out accuracy from the environment's ground truth."""
+"""Rollouts of items through ART's gather, and held-out accuracy from the environment's ground
+truth."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def question_prompt(item: Item, inbox: Inbox, spec: LevelSpec) -> str:
     return f"{owner} These emails may help:\n\n{emails}\n\n{question}{reminder}"
 
 
-# --- The environment ---------------------------------------------------------------------------------
+# --- The environment ------------------------------------------------------------------------------
 
 
 class EmailEnvironment(EnvironmentBase):

@@ -204,7 +204,7 @@ def feedback(outcome: Outcome, reply: str | None) -> str:
     return ""
 
 
-# --- The environment ---------------------------------------------------------------------------------
+# --- The environment ------------------------------------------------------------------------------
 
 
 class Game2048Environment(EnvironmentBase):

@@ -138,7 +138,7 @@ def episode_scores(
     return final_answer(trajectory), retrieval_scores(retrieved_ids(trajectory), supporting)
 
 
-# --- The environment ---------------------------------------------------------------------------------
+# --- The environment ------------------------------------------------------------------------------
 
 
 class MultihopEnvironment(EnvironmentBase):

@@ -1,7 +1,7 @@
 """BM25 search over the passages: SQLite FTS5 in memory, bound parameters only.
 
-A corpus is a few hundred short passages, so the index is built in memory per environment (well under
-a second) and switched to `query_only`. Model-written queries go through `rlvr.agent.search`
+A corpus is a few hundred short passages, so the index is built in memory per environment (well
+under a second) and switched to `query_only`. Model-written queries go through `rlvr.agent.search`
 (`search_terms`, `fts_match`: word tokens, each quoted as an FTS5 literal), so no query can reach
 FTS5's operators or SQL.
 """

@@ -1,6 +1,6 @@
-"""One reasoning-gym dataset as an Environment: its entries are the items, one chat turn answers each,
-and the generator's own `score_answer` is both the training reward and the check (partial credit
-where the generator gives it).
+"""One reasoning-gym dataset as an Environment: its entries are the items, one chat turn answers
+each, and the generator's own `score_answer` is both the training reward and the check (partial
+credit where the generator gives it).
 
 The answer handed to `score_answer` is the text between `<answer>` tags when the reply has them
 (reasoning-gym's own convention) and otherwise the whole reply, stripped (`answer_format=auto`);
