@@ -88,7 +88,15 @@ class StoppingConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     patience: int = Field(3, ge=1, description="evaluations without gain before stopping")
-    min_delta: float = Field(0.02, ge=0, description="validation gain that counts as progress")
+    # 0 by default: every run's evaluations carry per-item scores, so the paired standard error
+    # sizes what counts, on any scale; a fixed floor sized for accuracies (0.02) pinned the best
+    # checkpoint at the start of a fractional check whose resolved rise was 0.015.
+    min_delta: float = Field(
+        0.0,
+        ge=0,
+        description="validation gain that counts as progress, as a floor above its paired "
+        "standard error (0: the noise alone decides)",
+    )
 
     on_divergence: OnDivergence = Field(
         "stop", description="what alarm/reward_hacking does: stop the run, or warn and train on"

@@ -127,20 +127,24 @@ async def bare_figures(engine: Engine, run: Session, batch: Batch) -> dict[str, 
 
 
 async def bench_warm_start(run: Session, watch: RssWatch) -> tuple[float, float]:
-    """The loop's warm start (rlvr.training.loop.warm: validation with every item in flight,
-    then the supervised steps), each its own memory phase: its seconds in all, and the
-    validation's seconds per item."""
+    """The loop's warm start (rlvr.training.loop.warm: validation, then the supervised steps)
+    and the validation after it, each its own memory phase: its seconds in all, and the
+    validation's seconds per item after the warm start (the policy a run's evaluations sample,
+    whose episodes run long; before it, a policy that answers at once is fast and light)."""
     began = time.monotonic()
     with watch.phase(EVALUATION):
         await run.evaluate_with_test("validate before warm start", Tested.START)
-    per_item = (time.monotonic() - began) / max(1, len(run.val_items))
     cfg = run.cfg
     if cfg.sft_steps > 0:
         with watch.phase(WARM_START):
             await warm_start(
                 cfg, run.environment, run.policy.model, run.split.train, share=cfg.sft_budget_share
             )
-    return time.monotonic() - began, per_item
+    warm_s = time.monotonic() - began
+    validated = time.monotonic()
+    with watch.phase(EVALUATION):
+        await run.evaluate(run.val_items, "val", "validate after warm start")
+    return warm_s, (time.monotonic() - validated) / max(1, len(run.val_items))
 
 
 def numbers(rows: list[dict[str, object]], key: str) -> list[float]:

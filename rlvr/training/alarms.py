@@ -40,7 +40,7 @@ class Thresholds(BaseModel):
     window: int = 3
     reward_rise: float = 0.1
     val_drop: float = 0.05
-    val_flat: float = 0.02
+    val_flat: float = 0.02  # a validation change below this, on a rising reward: converged
     val_z: float = 2.0  # standard errors of a validation fall that stop a run at once
 
 

@@ -89,7 +89,6 @@ class Session:
             window=cfg.stopping.divergence_window,
             reward_rise=cfg.stopping.divergence_reward_rise,
             val_drop=cfg.stopping.divergence_val_drop,
-            val_flat=cfg.stopping.min_delta,
             val_z=cfg.stopping.divergence_z,
         )
 
