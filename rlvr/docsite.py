@@ -281,7 +281,8 @@ def results_pages() -> tuple[str, str]:
             "else the start), on the same held-out test items with greedy sampling; the 95% "
             "interval inverts the paired sign-flip test, bold where its lower bound is above 0 "
             "([how it is measured](../concepts/hybrid-loop.md#the-test-block-paired-gains)). "
-            "The first table holds one run per task: its newest run at the task's own defaults.",
+            "The first table holds one run per task: its newest run at the task's own defaults "
+            "(on any seed; the command names it).",
             "Keep a run of your own with `rlvr results record RUN_DIR` (it writes "
             "`results/records/<task>-<date>-<run>.json`), and see every record with `rlvr "
             "results results/records`. Records whose source is the README measurement log were "

@@ -285,7 +285,7 @@ def test_rows_whose_positions_are_not_their_indices_are_refused():
         sequences_of(inputs)
 
 
-@pytest.mark.parametrize(("value", "expected"), [(None, TREE_TOKENS), ("768", 768), (" 64 ", 64)])
+@pytest.mark.parametrize(("value", "expected"), [(None, TREE_TOKENS), ("512", 512), (" 64 ", 64)])
 def test_the_tree_budget_comes_from_the_environment(monkeypatch, value, expected):
     if value is None:
         monkeypatch.delenv(TREE_TOKENS_ENV, raising=False)

@@ -18,9 +18,10 @@ from rlvr.training.output import settings_line
             lambda: task_config("email", max_minutes=10),
             lambda: resolve_task("email").defaults,
             [
-                "the task's defaults sft_steps=12, groups_per_batch=2, temperature=0.7",
+                "the task's defaults sft_steps=12, groups_per_batch=2, learning_rate=0.00015, "
+                "temperature=0.7",
                 "yours max_minutes=10;",
-                "rlvr's defaults group_size=8, learning_rate=0.0003, max_steps=40",
+                "rlvr's defaults group_size=8, max_steps=40",
                 "waits until 50% of max_minutes=10 is spent",
             ],
             ["yours temperature"],

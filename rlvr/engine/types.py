@@ -26,10 +26,11 @@ THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 
 # A training pass computes the tree of at most this many tokens of its sequences
 # (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
 # for the backward pass, so this bounds a step's memory. At 2048 an email update or warm-start
-# batch peaked ~4 GB above the model in fp32, twice what 1024 costs; at 512 the email warm start
-# peaked at 3.3 GB against 4.26 GB in as long, and an update took 1.12x as long
+# batch peaked ~4 GB above the model in fp32, twice what 1024 costs. At 512 the email warm start
+# peaked at 3.3 GB against 4.26 GB, but a group's shared prompt was recomputed in more chunks: an
+# email RL update forwarded 2-3x the tokens and took 56-95 s against 27-39 s
 # (docs/concepts/cpu-engine.md).
-TREE_TOKENS = 512
+TREE_TOKENS = 1024
 TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory
 
 

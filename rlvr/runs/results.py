@@ -38,6 +38,7 @@ RECORD_SUFFIX = ".json"
 RUN_STAMP = re.compile(r"-(\d{8})-\d{6}(?:-\d+)?$")
 # Keys of a run's config.json that say where it was written, not what it trained.
 PLACE_KEYS = frozenset({"run_dir", "runs_root"})
+REPLICATE_KEY = "seed"  # a run of the defaults on another seed is still a run of the defaults
 DASH = "—"
 
 
@@ -193,8 +194,8 @@ def _value_text(value: Any) -> str:
 def command_of(cfg: RunConfig) -> tuple[str, bool]:
     """`rlvr train TASK key=value ...` that reproduces a run's config (as `store.read_config`
     reads config.json): each key whose value differs from the task's defaults. False as the second
-    value where a key differs; where the task no longer resolves (a file moved), every key that
-    differs from RunConfig's own."""
+    value where a key other than the seed differs (another seed replicates the defaults); where
+    the task no longer resolves (a file moved), every key that differs from RunConfig's own."""
     config = cfg.model_dump(mode="json")
     task = cfg.task
     try:
@@ -209,7 +210,8 @@ def command_of(cfg: RunConfig) -> tuple[str, bool]:
         for k, v in ours.items()
         if k not in PLACE_KEYS and k != "task" and theirs.get(k, object()) != v
     ]
-    return " ".join(["rlvr train", task, *changed]), not changed
+    configured = [c for c in changed if not c.startswith(f"{REPLICATE_KEY}=")]
+    return " ".join(["rlvr train", task, *changed]), not configured
 
 
 def peak_rss(rows: Iterable[Row]) -> float | None:
@@ -286,9 +288,7 @@ def record_from_run(
         return RunRecord(
             task=task,
             command=command or rebuilt,
-            defaults=defaults
-            if command is None
-            else command in (f"rlvr train {task}", f"make train TASK={task}"),
+            defaults=defaults,
             date=run_date(run_dir, summary_path),
             commit=commit if commit is not None else this_commit(),
             cpu=cpu if cpu is not None else this_cpu(),
