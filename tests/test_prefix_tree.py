@@ -20,7 +20,14 @@ from rlvr.engine.prefix_tree import (
     tree_cost,
 )
 from rlvr.engine.trainer import Trainer, sequences_of, trained_positions
-from rlvr.engine.types import TREE_TOKENS, TREE_TOKENS_ENV, OptimSettings, tree_tokens
+from rlvr.engine.types import (
+    SFT_TREE_TOKENS,
+    TREE_TOKENS,
+    TREE_TOKENS_ENV,
+    OptimSettings,
+    sft_tree_tokens,
+    tree_tokens,
+)
 from tests.test_merged_weights import perturb, store, tiny_loaded
 
 PAD = -1
@@ -292,6 +299,20 @@ def test_the_tree_budget_comes_from_the_environment(monkeypatch, value, expected
     else:
         monkeypatch.setenv(TREE_TOKENS_ENV, value)
     assert tree_tokens() == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, SFT_TREE_TOKENS), ("2048", SFT_TREE_TOKENS), ("256", 256)]
+)
+def test_a_warm_start_batch_s_trees_are_smaller_unless_the_environment_asks_less(
+    monkeypatch, value, expected
+):
+    if value is None:
+        monkeypatch.delenv(TREE_TOKENS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(TREE_TOKENS_ENV, value)
+    assert SFT_TREE_TOKENS < TREE_TOKENS
+    assert sft_tree_tokens() == expected
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "many", "1.5"])

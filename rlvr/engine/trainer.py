@@ -46,6 +46,7 @@ from rlvr.engine.types import (
     UPDATE_KL,
     EngineCounters,
     OptimSettings,
+    sft_tree_tokens,
     tree_tokens,
     width_groups,
 )
@@ -305,6 +306,7 @@ class Trainer:
             self.optimizer.load_state_dict(optimizer_state)
         self._counters = EngineCounters()
         self.tree_tokens = tree_tokens()  # a chunk's tree at most (RLVR_TREE_TOKENS)
+        self.sft_tree_tokens = sft_tree_tokens()  # a warm-start batch's (smaller: its peak)
 
     def counters(self) -> EngineCounters:
         """The training work done so far (running totals; sampling's stay 0 here)."""
@@ -439,10 +441,11 @@ class Trainer:
                 group["lr"] = learning_rate
             tokens = max(float(trained_positions(tensors).sum()), 1.0)
             total, computed = 0.0, 0
-            for part in tree_chunks(sequences, self.tree_tokens):
+            for part in tree_chunks(sequences, self.sft_tree_tokens):
                 scored = self.forward_logprobs(
                     {key: value[part] for key, value in tensors.items()},
                     [sequences[row] for row in part],
+                    budget=self.sft_tree_tokens,
                 )
                 loss = -scored.logprobs.sum() / tokens  # zero off the trained positions
                 torch.autograd.backward(loss)
@@ -464,14 +467,17 @@ class Trainer:
         sequences: list[list[int]] | None = None,
         tree: Tree | None = None,
         temperature: float = 1.0,
+        budget: int | None = None,
     ) -> Scored:
         """log p(next token) at the trained positions of `inputs`' rows (ART's tensors, one
         sequence a row), computed as the rows' tree, cut where its levels would cost more passes
         than they save (`cheapest_tree`, `TreeForward`); `sequences` and `tree`: the rows' tokens
-        and that tree, where the caller has them already."""
+        and that tree, where the caller has them already; `budget`: the tree's tokens at most
+        (the trainer's `tree_tokens` where None)."""
         sequences = sequences if sequences is not None else sequences_of(inputs)
-        tree = tree if tree is not None else cheapest_tree(sequences, self.tree_tokens)
-        forward = TreeForward(self.loaded.model, sequences, tree, self.tree_tokens)
+        budget = budget if budget is not None else self.tree_tokens
+        tree = tree if tree is not None else cheapest_tree(sequences, budget)
+        forward = TreeForward(self.loaded.model, sequences, tree, budget)
         with self.loaded.autocast("train"):
             forward.run()
             return forward.scored(trained_positions(inputs), temperature)
