@@ -32,7 +32,7 @@ THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 
 # (docs/concepts/cpu-engine.md).
 TREE_TOKENS = 1024
 # A warm-start batch's trees hold at most this many: demonstrations share only their system prompt,
-# so smaller trees cost no time there (12 email batches: 123 s against 132 s at 1024) and cap the
+# so smaller trees cost no time there (4 email batches: 123 s against 132 s at 1024) and cap the
 # warm start's peak (3.30 GB against 4.26 GB).
 SFT_TREE_TOKENS = 512
 TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory

@@ -205,13 +205,13 @@ def command_of(cfg: RunConfig) -> tuple[str, bool]:
     except Exception:  # a task that no longer resolves: compare with the bare config
         base = RunConfig(task=task).model_dump(mode="json")
     ours, theirs = _flat(config), _flat(base)
-    changed = [
-        f"{k}={_value_text(v)}"
+    changed = {
+        k: v
         for k, v in ours.items()
         if k not in PLACE_KEYS and k != "task" and theirs.get(k, object()) != v
-    ]
-    configured = [c for c in changed if not c.startswith(f"{REPLICATE_KEY}=")]
-    return " ".join(["rlvr train", task, *changed]), not configured
+    }
+    command = " ".join(["rlvr train", task, *(f"{k}={_value_text(v)}" for k, v in changed.items())])
+    return command, not set(changed) - {REPLICATE_KEY}
 
 
 def peak_rss(rows: Iterable[Row]) -> float | None:
