@@ -105,6 +105,12 @@ class M(StrEnum):
     SEQUENCE_TOKENS = "tokens/sequences"  # tokens of the trained sequences, each in full
     FORWARDED_TOKENS = "tokens/forwarded"  # of those, computed (shared ones once: their tree)
     PEAK_RSS = "sys/peak_rss_gb"  # the process's resident-memory high-water mark so far
+    # The highest resident memory of each phase since the row before (rlvr.memory.RssWatch):
+    # a step's rollouts and update, an evaluation (with the test split beside it), the warm start.
+    RSS_ROLLOUTS = "sys/rss_gb/rollouts"
+    RSS_UPDATE = "sys/rss_gb/update"
+    RSS_EVAL = "sys/rss_gb/eval"
+    RSS_WARM_START = "sys/rss_gb/warm_start"
     EVAL_SECONDS = "time/eval_s"
     EVAL_ITEM_SECONDS = "time/eval_s_per_item"  # an evaluation's wall time over its items
     # The checkpoint whose test split was evaluated right after this row's validation, on the

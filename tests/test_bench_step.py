@@ -1,5 +1,5 @@
 """`rlvr bench step`: a real step of a task, split into where its time, tokens and memory went,
-against its bare baselines (rlvr.bench.step); the per-phase memory watch (rlvr.bench.rss)."""
+against its bare baselines (rlvr.bench.step); the per-phase memory watch (rlvr.memory)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlvr.bench.rss import INTERVAL_S, RssWatch, read_resident_gb, resident_gb
+from rlvr.memory import INTERVAL_S, RssWatch, read_resident_gb, resident_gb
 
 
 @pytest.mark.parametrize(
@@ -40,12 +40,29 @@ def test_a_phase_keeps_the_peak_of_what_was_resident_inside_it() -> None:
     assert peaks["inner"] - peaks["small"] >= 0.15
 
 
+def test_take_gives_a_phases_peak_since_it_was_last_taken() -> None:
+    with RssWatch() as watch:
+        with watch.phase("update"):
+            held = b"\x01" * 200_000_000
+            time.sleep(5 * INTERVAL_S)
+            del held
+        first = watch.take("update")
+        assert watch.take("update") is None  # nothing read since
+        with watch.phase("update"):
+            time.sleep(5 * INTERVAL_S)
+        second = watch.take("update")
+    assert first is not None and second is not None
+    assert first - second >= 0.15  # the second update's peak, not the run's
+    assert watch.rounded()["update"] == first  # the benchmark's figure keeps the highest
+
+
 @pytest.mark.slow
 def test_bench_step_prints_the_split_its_bare_figures_and_peak_memory() -> None:
     from typer.testing import CliRunner
 
-    from rlvr.bench.step import PEAK_RSS_BY_PHASE, ROLLOUTS, UPDATE
+    from rlvr.bench.step import PEAK_RSS_BY_PHASE
     from rlvr.cli import app
+    from rlvr.memory import ROLLOUTS, UPDATE
 
     args = ["groups_per_batch=2", "group_size=4", "max_tokens=16", "num_items=40"]
     result = CliRunner().invoke(app, ["bench", "step", "math", "--steps", "1", *args])

@@ -72,6 +72,20 @@ def test_run_directory_contract(finished_run):
     assert any(p.name.startswith("step-") for p in (run_dir / "checkpoints").iterdir())
 
 
+def test_each_row_says_its_phases_peak_memory(finished_run):
+    """A step row holds the peak resident memory of its rollouts and of its update, a validation
+    row that of its evaluation; each at most the process's high-water mark written beside it."""
+    _, run_dir = finished_run
+    rows = [row.on_disk() for row in store.read_metrics(run_dir)]
+    steps = [r for r in rows if M.REWARD_MEAN in r]
+    evals = [r for r in rows if M.VAL_ACCURACY in r]
+    phases = [(r, M.RSS_ROLLOUTS) for r in steps] + [(r, M.RSS_UPDATE) for r in steps]
+    phases += [(r, M.RSS_EVAL) for r in evals]
+    for row, key in phases:
+        # The model alone is ~0.5 GB resident.
+        assert 0.5 < row[key] <= row[M.PEAK_RSS] + 0.01, (key, row[M.STEP])
+
+
 def test_trained_steps_advance_the_policy(finished_run):
     _, run_dir = finished_run
     rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]

@@ -15,6 +15,7 @@ import pytest
 
 from rlvr.config import ItemDraw, RunConfig
 from rlvr.integrations import open_tracker
+from rlvr.memory import RssWatch
 from rlvr.metrics import M
 from rlvr.runs.records import Outcome
 from rlvr.scoring.scorers import RolloutScorer
@@ -143,7 +144,8 @@ async def open_fixed_session(stack: AsyncExitStack, run_dir: Path, **overrides) 
     split = split_items(items, val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed)
     tracker = stack.enter_context(open_tracker(cfg, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
-    return Session(cfg, built, RolloutScorer(), run_dir, [], split, tracker, policy, False)
+    memory = stack.enter_context(RssWatch())
+    return Session(cfg, built, RolloutScorer(), run_dir, [], split, tracker, policy, False, memory)
 
 
 @pytest.mark.parametrize("max_refill", [0, 1, 3, 8])

@@ -21,10 +21,10 @@ import torch
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.bench.rss import RssWatch
 from rlvr.engine import Engine, TorchBackend, pack_groups
 from rlvr.engine.bench import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.inference.metrics import VllmMetric
+from rlvr.memory import EVALUATION, ROLLOUTS, UPDATE, WARM_START, RssWatch
 from rlvr.metrics import M, peak_rss_gb
 from rlvr.tasks.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
@@ -73,14 +73,9 @@ def turn_prompts(
     return prompts, longest
 
 
-# Phases of the peak resident memory the benchmark reports (PEAK_RSS_BY_PHASE).
-EVALUATION, WARM_START, ROLLOUTS, UPDATE, BARE = (
-    "evaluation",
-    "warm_start",
-    "rollouts",
-    "update",
-    "bare",
-)
+# The phases of the peak resident memory the benchmark reports (PEAK_RSS_BY_PHASE): a run's own,
+# and its bare baselines.
+BARE = "bare"
 PEAK_RSS_BY_PHASE = "peak_rss_gb_by_phase"
 
 

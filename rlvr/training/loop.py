@@ -22,6 +22,8 @@ import art
 
 from rlvr.config import ConfigError, RunConfig
 from rlvr.deprecations import task_keyword
+from rlvr.memory import EVALUATION, WARM_START
+from rlvr.metrics import M, peak_rss_gb
 from rlvr.paired_gains import TestBlock, test_block
 from rlvr.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
@@ -130,15 +132,25 @@ async def warm(run: Session) -> None:
     """Validation before the warm start (its own gain; the test split's start beside it), then
     the warm start; one row."""
     before = await run.evaluate_with_test("validate before warm start", Tested.START)
-    done = await warm_start(
-        run.cfg,
-        run.environment,
-        run.policy.model,
-        run.split.train,
-        share=run.cfg.sft_budget_share,
-    )
+    with run.memory.phase(WARM_START):
+        done = await warm_start(
+            run.cfg,
+            run.environment,
+            run.policy.model,
+            run.split.train,
+            share=run.cfg.sft_budget_share,
+        )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
-    row = done.with_values(step=0, val_before=before.accuracy, policy_step=saved)
+    row = done.with_values(
+        step=0,
+        val_before=before.accuracy,
+        policy_step=saved,
+        **{
+            M.RSS_EVAL: run.memory.take(EVALUATION),
+            M.RSS_WARM_START: run.memory.take(WARM_START),
+            M.PEAK_RSS: peak_rss_gb(),
+        },
+    )
     if Tested.START in run.tests:
         row = row.with_values(test_checkpoint=Tested.START.value)
     run.emit(row)

@@ -25,6 +25,8 @@ from typing import Literal
 from rlvr.config import VLLM_JUDGE, RunConfig
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
+from rlvr.memory import EVALUATION, RUN_INTERVAL_S, RssWatch
+from rlvr.metrics import M, peak_rss_gb
 from rlvr.runs import layout, runlock, store
 from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
 from rlvr.tasks.api import Task
@@ -70,8 +72,10 @@ class Session:
         tracker: Tracker,
         policy: Policy,
         compared_with_truth: bool,
+        memory: RssWatch,
     ) -> None:
         self.cfg, self.environment, self.scorer, self.run_dir = cfg, environment, scorer, run_dir
+        self.memory = memory  # each phase's peak resident memory, for the rows
         self.compared_with_truth = compared_with_truth  # alarm/judge_disagrees applies
         self.rows, self.split, self.tracker, self.policy = rows, split, tracker, policy
         self.state: RunState = restore_state(rows)
@@ -128,6 +132,10 @@ class Session:
         it is kept already), the test split on the same weights, alone as at the end of a run
         (so `rlvr eval` repeats it): no older checkpoint is loaded for it later. The test result
         is written to its table and kept. Returns the validation and its seconds."""
+        with self.memory.phase(EVALUATION):
+            return await self._evaluate_with_test(desc, test)
+
+    async def _evaluate_with_test(self, desc: str, test: Tested | None) -> Validated:
         t0 = time.monotonic()
         validated = await self.evaluate(self.val_items, "val", desc)
         seconds = time.monotonic() - t0
@@ -180,7 +188,7 @@ class Session:
             eval_item_s=validated.seconds / max(1, len(self.val_items)),
             trend=trend.slope if trend.points >= 2 else None,
             trend_se=trend.se if trend.points >= 2 and trend.se < float("inf") else None,
-        )
+        ).with_values(**{M.RSS_EVAL: self.memory.take(EVALUATION), M.PEAK_RSS: peak_rss_gb()})
         if test is not None and test in self.tests:
             row = row.with_values(test_checkpoint=test.value)
         for alarm in validation_alarms(self.state.evals, self.state.alarms, self.thresholds):
@@ -247,6 +255,7 @@ async def open_session(
         rewind_to = last_policy_step(rows) if resume is not None else None
         policy = await stack.enter_async_context(open_policy(cfg, run_dir, rewind_to))
         await serve_judge(cfg, judge, policy)
+        memory = stack.enter_context(RssWatch(RUN_INTERVAL_S))
         yield Session(
             cfg,
             built,
@@ -257,6 +266,7 @@ async def open_session(
             tracker,
             policy,
             parts.compared_with_truth,
+            memory,
         )
 
 
@@ -283,8 +293,9 @@ async def quiet_session(
     quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
     tracker = stack.enter_context(open_tracker(quiet, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
+    memory = stack.enter_context(RssWatch(RUN_INTERVAL_S))
     return Session(
-        cfg, parts.environment, parts.scorer, run_dir, rows, split, tracker, policy, False
+        cfg, parts.environment, parts.scorer, run_dir, rows, split, tracker, policy, False, memory
     )
 
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from rlvr import faults
 from rlvr.inference.metrics import serving_metrics
+from rlvr.memory import ROLLOUTS, UPDATE
 from rlvr.metrics import (
     INDEPENDENT_REWARD,
     M,
@@ -110,12 +111,15 @@ class Update(BaseModel):
 async def train_step(run: Session, step: int) -> tuple[StepRow, list[store.TableRow]]:
     """Step `step + 1`: its metrics row and its scored trajectories as table rows."""
     started, counted = time.monotonic(), engine_counters(run.policy)
-    batch = await gather_batch(run, step)
+    with run.memory.phase(ROLLOUTS):
+        batch = await gather_batch(run, step)
     faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
-    update = await update_policy(run, batch.trainable)
+    with run.memory.phase(UPDATE):
+        update = await update_policy(run, batch.trainable)
     row = step_row(run, step + 1, batch, update, started).with_values(
         **token_metrics(counted, engine_counters(run.policy)),
         policy_step=await run.policy.model.get_step(),
+        **{M.RSS_ROLLOUTS: run.memory.take(ROLLOUTS), M.RSS_UPDATE: run.memory.take(UPDATE)},
     )
     table = store.trajectory_rows(
         batch.groups, [i.id for i in batch.items], step=step + 1, split="train"

@@ -1,5 +1,5 @@
-"""Resident memory per phase of a benchmark: a thread reads the process's resident set size every
-few milliseconds and keeps the highest reading of each named phase.
+"""Resident memory per phase of a run or a benchmark: a thread reads the process's resident set
+size every few milliseconds and keeps the highest reading of each named phase.
 
 The process's own high-water mark (`ru_maxrss`, rlvr.metrics.peak_rss_gb) cannot be reset, so it
 says how high a run went but not in which phase; a reading a few milliseconds apart catches any
@@ -15,6 +15,11 @@ from pathlib import Path
 
 STATUS = Path("/proc/self/status")
 INTERVAL_S = 0.005
+# A run's phases last seconds to minutes: a reading every 20 ms costs ~0.2 % of a core.
+RUN_INTERVAL_S = 0.02
+
+# The phases a run's rows report (a benchmark names its own too).
+EVALUATION, WARM_START, ROLLOUTS, UPDATE = "evaluation", "warm_start", "rollouts", "update"
 
 
 def resident_gb(status: str) -> float | None:
@@ -35,11 +40,14 @@ def read_resident_gb() -> float | None:
 
 class RssWatch:
     """Peak resident memory per phase while open: `with watch.phase("update"): ...`. A phase
-    named twice keeps its higher peak; readings outside every phase are dropped."""
+    named twice keeps its higher peak (`peaks`); `take` gives a phase's peak since it was last
+    taken (a run's row: this step's update, not the run's). Readings outside every phase are
+    dropped."""
 
     def __init__(self, interval_s: float = INTERVAL_S) -> None:
         self.interval_s = interval_s
         self.peaks: dict[str, float] = {}
+        self._untaken: dict[str, float] = {}
         self._current: str | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -62,7 +70,8 @@ class RssWatch:
         reading = read_resident_gb()
         with self._lock:
             if reading is not None and self._current is not None:
-                self.peaks[self._current] = max(self.peaks.get(self._current, 0.0), reading)
+                for peaks in (self.peaks, self._untaken):
+                    peaks[self._current] = max(peaks.get(self._current, 0.0), reading)
 
     def _watch(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -81,6 +90,13 @@ class RssWatch:
             self._record()
             with self._lock:
                 self._current = outer
+
+    def take(self, name: str) -> float | None:
+        """`name`'s peak in GB (two decimals) since it was last taken; None where it has no
+        reading since."""
+        with self._lock:
+            peak = self._untaken.pop(name, None)
+        return None if peak is None else round(peak, 2)
 
     def rounded(self) -> dict[str, float]:
         """Each phase's peak in GB, two decimals."""
