@@ -242,6 +242,7 @@ def test_every_command_against_the_same_broken_task(
         ("RLVR_TORCH_THREADS", "two"),
         ("RLVR_PREFIX_CACHE_MB", "-1"),
         ("RLVR_TREE_TOKENS", "0"),
+        ("RLVR_RECOMPUTE", "yes"),
     ],
 )
 def test_a_bad_engine_setting_stops_a_run_before_it_writes_anything(

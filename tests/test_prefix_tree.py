@@ -5,7 +5,6 @@ gradients it gets computed alone, with a tiny Llama (random weights) and a real 
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager
 
 import pytest
 import torch
@@ -207,13 +206,15 @@ GROUP = [
         (10_000, 1),
         (10_000, 2),
     ],
-    ids=["one-tree", "several-trees", "alone-and-recomputed", "cheapest", "flat", "cut-1", "cut-2"],
+    ids=["one-tree", "several-trees", "alone", "cheapest", "flat", "cut-1", "cut-2"],
 )
+@pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
 def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
-    tmp_path, monkeypatch, budget, depth
+    tmp_path, monkeypatch, budget, depth, recompute
 ):
     """`depth`: "whole", every level of the tree; None, the trainer's own cut (`cheapest_tree`);
-    a number, the tree cut there."""
+    a number, the tree cut there. `recompute`: each layer's activations recomputed in backward
+    (what training does), or kept from the forward."""
     import rlvr.engine.trainer as trainer_module
 
     def cut(sequences: list[list[int]], budget: int) -> Tree:
@@ -222,18 +223,21 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
 
     if depth is not None:
         monkeypatch.setattr(trainer_module, "cheapest_tree", cut)
-    recomputed = []
-    plain = trainer_module.TreeForward._recomputing
+    checkpointed = []
+    layer_forward = trainer_module._checkpointed
 
-    @contextmanager
-    def counted(self):
-        with plain(self):  # inside, transformers' layers must checkpoint
-            recomputed.append(
-                self.causal_lm.training and self.causal_lm.model.gradient_checkpointing
-            )
-            yield
+    def counted(forward, *args, **kwargs):
+        checkpointed.append(forward)
+        return layer_forward(forward, *args, **kwargs)
 
-    monkeypatch.setattr(trainer_module.TreeForward, "_recomputing", counted)
+    monkeypatch.setattr(trainer_module, "_checkpointed", counted)
+    tree_forward = trainer_module.TreeForward.__init__
+
+    def choose(self, *args):
+        tree_forward(self, *args)
+        self.recompute = self.recompute and recompute
+
+    monkeypatch.setattr(trainer_module.TreeForward, "__init__", choose)
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
     trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
@@ -281,8 +285,13 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
         assert computed == cheapest_tree(sequences, budget).tokens()
     if depth == 0:
         assert computed == sum(map(len, sequences)) - len(STEM) - 6  # the identical pair once
-    # every sequence is longer than 10 tokens: each alone in its chunk, recomputed in backward
-    assert recomputed == ([True] * len(GROUP) if budget == 10 else [])
+    # Every pass of every layer went through the checkpoint when recomputed, none otherwise.
+    layers = len(loaded.model.get_base_model().model.layers)
+    assert (
+        (len(checkpointed) > 0 and len(checkpointed) % layers == 0)
+        if recompute
+        else not checkpointed
+    )
 
 
 def test_rows_whose_positions_are_not_their_indices_are_refused():

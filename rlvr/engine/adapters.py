@@ -112,8 +112,6 @@ def attach_adapter(base: Any, adapter_dir: Path | None, lora: LoraSettings) -> A
             torch.manual_seed(lora.seed)
             model = get_peft_model(base, config, adapter_name=LIVE_ADAPTER)
     model.eval()  # no dropout anywhere; gradients still flow in training
-    # Active only in train mode, which the trainer switches on for long rows (dropout is 0).
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 

@@ -21,8 +21,13 @@ import torch
 from rlvr.engine.rows import RowState
 from rlvr.engine.weights import WeightsView
 
-RIGHT_ROOM = 128  # columns kept free to the right: decode steps between two layouts
-ROW_ROOM = 8  # rows kept free below when a buffer is laid out
+# Room a buffer is laid out with, so that decode steps and joining rows seldom lay it out anew.
+# Room is memory held by every layer: 16 email rows evaluated with half the width free on the left
+# and 8 rows below peaked at 3.39 GB, with an eighth and 2 rows at 2.98 GB, in the same time
+# (75-80 s; docs/concepts/cpu-engine.md, Memory).
+RIGHT_ROOM = 128  # columns free to the right: decode steps between two layouts
+ROW_ROOM = 2  # rows free below
+LEFT_ROOM_SHARE = 0.125  # columns free to the left, a share of the width: for wider newcomers
 
 
 class LiveBatch:
@@ -174,7 +179,11 @@ def slotted(batch: LiveBatch) -> LiveBatch:
     batch.cache = Cache(
         layers=[
             SlotLayer.laid_out(
-                layer.keys, layer.values, rows + ROW_ROOM, left=width // 2, right=RIGHT_ROOM
+                layer.keys,
+                layer.values,
+                rows + ROW_ROOM,
+                left=int(width * LEFT_ROOM_SHARE),
+                right=RIGHT_ROOM,
             )
             for layer in batch.cache.layers
         ]
@@ -241,7 +250,7 @@ def joined(live: LiveBatch, newcomers: LiveBatch) -> LiveBatch:
     live = slotted(live)
     width = max(live.mask.shape[1], newcomers.mask.shape[1])
     for mine, theirs in zip(live.cache.layers, newcomers.cache.layers, strict=True):
-        mine.append(theirs.keys, theirs.values, left_room=width // 2)
+        mine.append(theirs.keys, theirs.values, left_room=int(width * LEFT_ROOM_SHARE))
     return LiveBatch(
         view=live.view,
         states=live.states + newcomers.states,

@@ -22,7 +22,14 @@ from rlvr.engine.device import (
 )
 from rlvr.engine.packed_weights import pack_head, packing_wanted, packs
 from rlvr.engine.prefix import budget_bytes
-from rlvr.engine.types import THREADS_ENV, Phase, Precision, tree_tokens, whole_number
+from rlvr.engine.types import (
+    THREADS_ENV,
+    Phase,
+    Precision,
+    recompute_wanted,
+    tree_tokens,
+    whole_number,
+)
 
 DEFAULT_CONTEXT = 4096  # for a config that names no max_position_embeddings
 
@@ -94,13 +101,14 @@ def sampling_products(
 
 def check_environment() -> None:
     """Read the engine's environment knobs now (RLVR_PRECISION, RLVR_PACKED_WEIGHTS,
-    RLVR_TORCH_THREADS, RLVR_PREFIX_CACHE_MB, RLVR_TREE_TOKENS), so that a bad value stops a run
+    RLVR_TORCH_THREADS, RLVR_PREFIX_CACHE_MB, RLVR_TREE_TOKENS, RLVR_RECOMPUTE), so that a bad value stops a run
     with one line before it writes anything; each raises ConfigError naming its variable."""
     choose_autocast(torch.device("cpu"))
     packing_wanted()
     whole_number(THREADS_ENV, 0)
     budget_bytes()
     tree_tokens()
+    recompute_wanted()
 
 
 def load_model(model_dir: Path, device: str | None, precision: Precision | None) -> LoadedModel:

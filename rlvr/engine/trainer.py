@@ -14,8 +14,9 @@ those it would get alone, and ART's `loss_fn` then sees the sequences as ART lai
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, cast
@@ -46,6 +47,7 @@ from rlvr.engine.types import (
     UPDATE_KL,
     EngineCounters,
     OptimSettings,
+    recompute_wanted,
     sft_tree_tokens,
     tree_tokens,
     width_groups,
@@ -118,6 +120,87 @@ def as_sampled(logprobs: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     return laid
 
 
+class PassLayer:
+    """One layer's keys and values in one training pass: those of the rows' paths (fixed), then
+    the pass's own. `update` gives the same result however often it runs (a layer recomputed in
+    backward runs it again), where transformers' DynamicLayer would append the pass's keys a
+    second time. What transformers' attention calls is the cache-layer interface."""
+
+    is_sliding = False
+    is_compileable = False
+    is_initialized = True
+
+    def __init__(self, past: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+        self.past = past
+        self.keys: torch.Tensor | None = None if past is None else past[0]
+        self.values: torch.Tensor | None = None if past is None else past[1]
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Never needed: what a pass continues from is given when it is built."""
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        cache_kwargs: Mapping[str, object] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.past is not None:
+            key_states = torch.cat([self.past[0], key_states], dim=-2)
+            value_states = torch.cat([self.past[1], value_states], dim=-2)
+        self.keys, self.values = key_states, value_states
+        return key_states, value_states
+
+    def get_seq_length(self) -> int:
+        return 0 if self.past is None else self.past[0].shape[-2]
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        return self.get_seq_length() + cache_position.shape[0], 0
+
+    def get_max_cache_shape(self) -> int:
+        return -1
+
+
+def pass_cache(config: Any, contexts: list[tuple[torch.Tensor, torch.Tensor]] | None) -> Any:
+    """A pass's cache: `contexts` (per layer the paths' keys and values) in PassLayers, where the
+    model's layers all hold every column; transformers' own layers otherwise (sliding windows)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer
+
+    cache = DynamicCache(config=config)
+    if not all(type(layer) is DynamicLayer for layer in cache.layers):
+        return cache if contexts is None else DynamicCache(ddp_cache_data=contexts, config=config)
+    pasts = contexts if contexts is not None else [None] * len(cache.layers)
+    cache.layers = [PassLayer(past) for past in pasts]
+    return cache
+
+
+def is_plain(cache: Any) -> bool:
+    """Whether `cache` is a pass's own (PassLayers), so its layers may be recomputed."""
+    return all(isinstance(layer, PassLayer) for layer in cache.layers)
+
+
+@contextmanager
+def recomputed_layers(layers: Any, recompute: bool) -> Iterator[None]:
+    """With `recompute`, each decoder layer in `layers` keeps only its inputs for backward and
+    runs again there (torch's non-reentrant checkpoint), so a tree's passes hold a layer input a
+    token, not every activation. transformers' own checkpointing drops the cache a pass continues
+    from, so it is not used."""
+    if not recompute:
+        yield
+        return
+    for layer in layers:
+        layer.forward = functools.partial(_checkpointed, type(layer).forward.__get__(layer))
+    try:
+        yield
+    finally:
+        for layer in layers:
+            del layer.forward
+
+
+def _checkpointed(forward: Any, *args: Any, **kwargs: Any) -> Any:
+    return torch.utils.checkpoint.checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+
 class TreeForward:
     """A chunk's sequences computed as their tree (rlvr.engine.prefix_tree.Tree) with `model`'s
     LoRA-adapted body: level by level, each pass feeds runs of one level side by side (runs of
@@ -126,9 +209,13 @@ class TreeForward:
     logits are computed for the wanted positions only (full-vocabulary logits for every position
     would be most of a step's memory)."""
 
-    def __init__(self, model: Any, sequences: list[list[int]], tree: Tree, budget: int) -> None:
+    def __init__(self, model: Any, sequences: list[list[int]], tree: Tree) -> None:
         self.causal_lm = model.get_base_model()  # the LoRA layers are inside it
-        self.sequences, self.tree, self.budget = sequences, tree, budget
+        self.sequences, self.tree = sequences, tree
+        # Where a gradient is taken, each layer keeps only its input and recomputes the rest in
+        # backward (`recomputed_layers`): otherwise a tree's activations, held until its backward,
+        # are most of an update's memory.
+        self.recompute = torch.is_grad_enabled() and recompute_wanted()
         self.device = next(self.causal_lm.parameters()).device
         self.hidden: dict[int, torch.Tensor] = {}  # run -> its tokens' hidden states [L, H]
         # run -> per layer the keys and values [heads, end, dim] of its whole path (runs that
@@ -144,7 +231,6 @@ class TreeForward:
                 self._pass([level[i] for i in group], continued)
 
     def _pass(self, indices: list[int], continued: set[int]) -> None:
-        from transformers import DynamicCache
 
         runs = [self.tree.runs[index] for index in indices]
         width = max(run.length for run in runs)
@@ -160,21 +246,10 @@ class TreeForward:
         mask = torch.zeros(len(runs), past + width, dtype=torch.long, device=device)
         for b, run in enumerate(runs):
             mask[b, past - run.start : past + run.length] = 1
-        keep = any(index in continued for index in indices)
-        if not past and not keep and len(runs) * width > self.budget:
-            # Sequences longer than a chunk's budget that share nothing (one of them, alone in its
-            # chunk): no keys or values to keep, so the pass recomputes its activations in backward.
-            with self._recomputing():
-                out = self.causal_lm.model(
-                    input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False
-                )
-        else:
-            cache = DynamicCache(config=self.causal_lm.config)
-            if past:
-                cache = DynamicCache(
-                    ddp_cache_data=self._contexts([run.parent for run in runs], past),
-                    config=self.causal_lm.config,
-                )
+        contexts = self._contexts([run.parent for run in runs], past) if past else None
+        cache = pass_cache(self.causal_lm.config, contexts)
+        recompute = self.recompute and is_plain(cache)
+        with recomputed_layers(self.causal_lm.model.layers, recompute):
             out = self.causal_lm.model(
                 input_ids=ids,
                 attention_mask=mask,
@@ -192,19 +267,11 @@ class TreeForward:
                     )
                     for layer in out.past_key_values.layers
                 ]
-
-    @contextmanager
-    def _recomputing(self) -> Iterator[None]:
-        """Gradient checkpointing for one forward where a gradient is taken (the PEFT model has
-        it enabled; transformers' layers checkpoint in train mode only; dropout is 0)."""
-        if not torch.is_grad_enabled():
-            yield
-            return
-        self.causal_lm.train()
-        try:
-            yield
-        finally:
-            self.causal_lm.eval()
+        if recompute:
+            # Each layer's whole keys and values (the paths' and the pass's) stay with the
+            # checkpoint until backward unless let go here; a layer recomputed there makes its own.
+            for layer in cache.layers:
+                layer.keys = layer.values = None
 
     def _contexts(self, parents: list[int], past: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer the keys and values [B, heads, past, dim] each row continues: its parent's
@@ -477,7 +544,7 @@ class Trainer:
         sequences = sequences if sequences is not None else sequences_of(inputs)
         budget = budget if budget is not None else self.tree_tokens
         tree = tree if tree is not None else cheapest_tree(sequences, budget)
-        forward = TreeForward(self.loaded.model, sequences, tree, budget)
+        forward = TreeForward(self.loaded.model, sequences, tree)
         with self.loaded.autocast("train"):
             forward.run()
             return forward.scored(trained_positions(inputs), temperature)

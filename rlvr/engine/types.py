@@ -54,6 +54,17 @@ def tree_tokens() -> int:
     return whole_number(TREE_TOKENS_ENV, TREE_TOKENS)
 
 
+RECOMPUTE_ENV = "RLVR_RECOMPUTE"  # 0 keeps a training pass's activations: faster, more memory
+
+
+def recompute_wanted() -> bool:
+    """RLVR_RECOMPUTE: unset or 1 recomputes each layer's activations in backward, 0 keeps them."""
+    value = os.environ.get(RECOMPUTE_ENV, "").strip()
+    if value not in ("", "0", "1"):
+        raise ConfigError(f"{RECOMPUTE_ENV}={value!r}: expected 0 or 1 (or unset)")
+    return value != "0"
+
+
 def sft_tree_tokens() -> int:
     """A warm-start batch's tree budget: SFT_TREE_TOKENS, or RLVR_TREE_TOKENS where smaller."""
     return min(tree_tokens(), SFT_TREE_TOKENS)
