@@ -5,9 +5,11 @@ gradients it gets computed alone, with a tiny Llama (random weights) and a real 
 from __future__ import annotations
 
 import random
+from typing import cast
 
 import pytest
 import torch
+from art.preprocessing.pack import PackedTensors
 
 from rlvr.config import ConfigError
 from rlvr.engine.prefix_tree import (
@@ -23,6 +25,7 @@ from rlvr.engine.types import (
     SFT_TREE_TOKENS,
     TREE_TOKENS,
     TREE_TOKENS_ENV,
+    UPDATE_KL,
     OptimSettings,
     sft_tree_tokens,
     tree_tokens,
@@ -231,13 +234,6 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
         return layer_forward(forward, *args, **kwargs)
 
     monkeypatch.setattr(trainer_module, "_checkpointed", counted)
-    tree_forward = trainer_module.TreeForward.__init__
-
-    def choose(self, *args):
-        tree_forward(self, *args)
-        self.recompute = self.recompute and recompute
-
-    monkeypatch.setattr(trainer_module.TreeForward, "__init__", choose)
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
     trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
@@ -255,7 +251,9 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
     tree_logprobs = torch.zeros(trained.shape)
     computed = 0
     for part in tree_chunks(sequences, budget):
-        scored = trainer.forward_logprobs({k: v[part] for k, v in inputs.items()})
+        scored = trainer.forward_logprobs(
+            {k: v[part] for k, v in inputs.items()}, recompute=recompute
+        )
         (scored.logprobs * weights).sum().backward()
         tree_logprobs[part] = scored.logprobs.detach()
         computed += scored.tokens
@@ -355,3 +353,43 @@ def test_an_update_computes_without_merged_sets_or_cached_prefixes_held(
     monkeypatch.setattr(Trainer, "forward_logprobs", watched)
     trainer.sft_batch(rows(GROUP, [len(STEM)] * len(GROUP), width=30), learning_rate=1e-3)
     assert held and all(merged == 0 and clears >= 1 for merged, clears in held)
+
+
+@pytest.mark.parametrize(
+    ("setting", "update_recomputes"), [(None, True), ("1", True), ("0", False)]
+)
+def test_an_update_recomputes_its_layers_and_a_warm_start_batch_keeps_them(
+    tmp_path, monkeypatch, setting, update_recomputes
+):
+    """RLVR_RECOMPUTE (default 1) recomputes an RL update's layers in backward; a warm-start
+    batch's smaller trees keep their activations either way."""
+    from art import dev
+    from art.types import TrainConfig
+
+    import rlvr.engine.trainer as trainer_module
+    from rlvr.engine.types import RECOMPUTE_ENV
+
+    if setting is None:
+        monkeypatch.delenv(RECOMPUTE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(RECOMPUTE_ENV, setting)
+    checkpointed: list[object] = []
+    layer_forward = trainer_module._checkpointed
+
+    def counted(forward, *args, **kwargs):
+        checkpointed.append(forward)
+        return layer_forward(forward, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "_checkpointed", counted)
+    loaded = tiny_loaded()
+    trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
+    inputs = rows(GROUP, [len(STEM)] * len(GROUP), width=30)
+    trainer.sft_batch(inputs, learning_rate=1e-3)
+    assert checkpointed == []
+    advantages = torch.linspace(-1.0, 1.0, len(GROUP))[:, None].expand(-1, 30).contiguous()
+    packed = {**inputs, "advantages": advantages, "weights": torch.ones(len(GROUP), 30)}
+    metrics = trainer.train(
+        cast(PackedTensors, packed), TrainConfig(learning_rate=1e-3), dev.TrainConfig(), step=1
+    )
+    assert metrics[UPDATE_KL] > 0  # the update moved the policy either way
+    assert bool(checkpointed) == update_recomputes

@@ -52,21 +52,50 @@ class LiveBatch:
         self.last_position = last_position
 
 
-class SlotLayer:
-    """One layer's keys and values in buffers [capacity, heads, columns, dim]: rows [0, rows)
-    and columns [start, end) are in use (`keys`/`values` are views of them). A forward's new
-    columns are written at `end`; a full buffer is laid out anew with room again. What
-    transformers' attention calls is the cache-layer interface (`update`, `get_seq_length`...)."""
+class CacheLayer:
+    """What transformers' attention calls on a cache layer (`update`, `get_seq_length`...), for
+    the engine's own layers: built holding what they continue from, never sliding. A layer
+    writes a forward's new keys and values (`write`) and says how many columns came before."""
 
     is_sliding = False
     is_compileable = False
+    is_initialized = True
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Never needed: the layer is built holding what it continues from."""
+
+    def update(
+        self,
+        key_states: torch.Tensor,
+        value_states: torch.Tensor,
+        cache_kwargs: Mapping[str, object] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.write(key_states, value_states)
+
+    def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's keys and values with a forward's new ones after them."""
+        raise NotImplementedError
+
+    def get_seq_length(self) -> int:
+        raise NotImplementedError
+
+    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
+        return self.get_seq_length() + cache_position.shape[0], 0
+
+    def get_max_cache_shape(self) -> int:
+        return -1
+
+
+class SlotLayer(CacheLayer):
+    """One layer's keys and values in buffers [capacity, heads, columns, dim]: rows [0, rows)
+    and columns [start, end) are in use (`keys`/`values` are views of them). A forward's new
+    columns are written at `end`; a full buffer is laid out anew with room again."""
 
     def __init__(
         self, keys: torch.Tensor, values: torch.Tensor, rows: int, start: int, end: int
     ) -> None:
         self.key_buffer, self.value_buffer = keys, values
         self.rows, self.start, self.end = rows, start, end
-        self.is_initialized = True
         self._expose()
 
     @classmethod
@@ -87,32 +116,18 @@ class SlotLayer:
         self.keys = self.key_buffer[: self.rows, :, self.start : self.end]
         self.values = self.value_buffer[: self.rows, :, self.start : self.end]
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Never needed: a slot layer is built holding its rows."""
-
-    def update(
-        self,
-        key_states: torch.Tensor,
-        value_states: torch.Tensor,
-        cache_kwargs: Mapping[str, object] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        columns = key_states.shape[-2]
+    def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        columns = keys.shape[-2]
         if self.end + columns > self.key_buffer.shape[2]:
             self._relayout(self.key_buffer.shape[0], left=0, right=columns + RIGHT_ROOM)
-        self.key_buffer[: self.rows, :, self.end : self.end + columns] = key_states
-        self.value_buffer[: self.rows, :, self.end : self.end + columns] = value_states
+        self.key_buffer[: self.rows, :, self.end : self.end + columns] = keys
+        self.value_buffer[: self.rows, :, self.end : self.end + columns] = values
         self.end += columns
         self._expose()
         return self.keys, self.values
 
-    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
-        return self.get_seq_length() + cache_position.shape[0], 0
-
     def get_seq_length(self) -> int:
         return self.end - self.start
-
-    def get_max_cache_shape(self) -> int:
-        return -1
 
     # ------------------------------------------------------------ what the batch does to it
 

@@ -10,13 +10,18 @@ one level side by side, each continuing from the keys and values of the runs bef
 path (`TreeForward`); below the depth where a level costs more passes than it saves, each
 sequence's rest is one run (`cheapest_tree`). The log-probabilities every sequence gets are
 those it would get alone, and ART's `loss_fn` then sees the sequences as ART laid them out.
+
+An update's tree activations, all held until its backward, would be most of a step's memory
+(~2-2.6 MB a token in fp32), so there each decoder layer keeps only its input and runs again in
+backward (`recomputed_layers`), continuing from a cache that gives the same keys however often it
+runs (`PassLayer`). RLVR_RECOMPUTE=0 keeps them instead: an update then skips one forward pass.
 """
 
 from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, cast
@@ -31,6 +36,7 @@ from torch.optim.optimizer import StateDict
 
 from rlvr import faults
 from rlvr.engine.adapters import AdapterStore
+from rlvr.engine.batch import CacheLayer
 from rlvr.engine.device import release_memory
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.prefix_tree import Tree, cheapest_tree, tree_chunks
@@ -120,44 +126,26 @@ def as_sampled(logprobs: torch.Tensor, trained: torch.Tensor) -> torch.Tensor:
     return laid
 
 
-class PassLayer:
+class PassLayer(CacheLayer):
     """One layer's keys and values in one training pass: those of the rows' paths (fixed), then
-    the pass's own. `update` gives the same result however often it runs (a layer recomputed in
+    the pass's own. `write` gives the same result however often it runs (a layer recomputed in
     backward runs it again), where transformers' DynamicLayer would append the pass's keys a
-    second time. What transformers' attention calls is the cache-layer interface."""
-
-    is_sliding = False
-    is_compileable = False
-    is_initialized = True
+    second time."""
 
     def __init__(self, past: tuple[torch.Tensor, torch.Tensor] | None) -> None:
         self.past = past
         self.keys: torch.Tensor | None = None if past is None else past[0]
         self.values: torch.Tensor | None = None if past is None else past[1]
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        """Never needed: what a pass continues from is given when it is built."""
-
-    def update(
-        self,
-        key_states: torch.Tensor,
-        value_states: torch.Tensor,
-        cache_kwargs: Mapping[str, object] | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def write(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.past is not None:
-            key_states = torch.cat([self.past[0], key_states], dim=-2)
-            value_states = torch.cat([self.past[1], value_states], dim=-2)
-        self.keys, self.values = key_states, value_states
-        return key_states, value_states
+            keys = torch.cat([self.past[0], keys], dim=-2)
+            values = torch.cat([self.past[1], values], dim=-2)
+        self.keys, self.values = keys, values
+        return keys, values
 
     def get_seq_length(self) -> int:
         return 0 if self.past is None else self.past[0].shape[-2]
-
-    def get_mask_sizes(self, cache_position: torch.Tensor) -> tuple[int, int]:
-        return self.get_seq_length() + cache_position.shape[0], 0
-
-    def get_max_cache_shape(self) -> int:
-        return -1
 
 
 def pass_cache(config: Any, contexts: list[tuple[torch.Tensor, torch.Tensor]] | None) -> Any:
@@ -209,13 +197,14 @@ class TreeForward:
     logits are computed for the wanted positions only (full-vocabulary logits for every position
     would be most of a step's memory)."""
 
-    def __init__(self, model: Any, sequences: list[list[int]], tree: Tree) -> None:
+    def __init__(
+        self, model: Any, sequences: list[list[int]], tree: Tree, recompute: bool = False
+    ) -> None:
         self.causal_lm = model.get_base_model()  # the LoRA layers are inside it
         self.sequences, self.tree = sequences, tree
-        # Where a gradient is taken, each layer keeps only its input and recomputes the rest in
-        # backward (`recomputed_layers`): otherwise a tree's activations, held until its backward,
-        # are most of an update's memory.
-        self.recompute = torch.is_grad_enabled() and recompute_wanted()
+        # `recompute`: where a gradient is taken, each layer keeps only its input and recomputes
+        # the rest in backward (`recomputed_layers`).
+        self.recompute = recompute and torch.is_grad_enabled()
         self.device = next(self.causal_lm.parameters()).device
         self.hidden: dict[int, torch.Tensor] = {}  # run -> its tokens' hidden states [L, H]
         # run -> per layer the keys and values [heads, end, dim] of its whole path (runs that
@@ -535,16 +524,18 @@ class Trainer:
         tree: Tree | None = None,
         temperature: float = 1.0,
         budget: int | None = None,
+        recompute: bool = False,
     ) -> Scored:
         """log p(next token) at the trained positions of `inputs`' rows (ART's tensors, one
         sequence a row), computed as the rows' tree, cut where its levels would cost more passes
         than they save (`cheapest_tree`, `TreeForward`); `sequences` and `tree`: the rows' tokens
         and that tree, where the caller has them already; `budget`: the tree's tokens at most
-        (the trainer's `tree_tokens` where None)."""
+        (the trainer's `tree_tokens` where None); `recompute`: each layer's activations
+        recomputed in backward, not kept."""
         sequences = sequences if sequences is not None else sequences_of(inputs)
         budget = budget if budget is not None else self.tree_tokens
         tree = tree if tree is not None else cheapest_tree(sequences, budget)
-        forward = TreeForward(self.loaded.model, sequences, tree)
+        forward = TreeForward(self.loaded.model, sequences, tree, recompute)
         with self.loaded.autocast("train"):
             forward.run()
             return forward.scored(trained_positions(inputs), temperature)
@@ -585,7 +576,12 @@ class Trainer:
         """Forward + backward of some rows (one tree); returns sums for the step's metrics and
         the rows' log-probabilities as computed before the update ([rows, S], no graph)."""
         tree = cheapest_tree(sequences, self.tree_tokens)  # once, for the reference pass too
-        scored = self.forward_logprobs(inputs, sequences, tree, temperature)
+        # An update's trees are what held a step's memory (an email update peaked at 3.9-5.0 GB
+        # with every activation kept, 2.7-3.2 GB recomputed); a warm-start batch's trees are
+        # smaller (SFT_TREE_TOKENS) and keep theirs, since recomputing made it ~40 % slower.
+        scored = self.forward_logprobs(
+            inputs, sequences, tree, temperature, recompute=recompute_wanted()
+        )
         ref_logprobs = None
         if kl_coef > 0:  # reference = the base model, adapter disabled (as ART does)
             with torch.no_grad(), self.loaded.model.disable_adapter():

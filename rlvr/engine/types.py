@@ -24,16 +24,15 @@ LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 # A training pass computes the tree of at most this many tokens of its sequences
-# (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone): every token's activations are kept
-# for the backward pass, so this bounds a step's memory. At 2048 an email update or warm-start
-# batch peaked ~4 GB above the model in fp32, twice what 1024 costs. At 512 the email warm start
-# peaked at 3.3 GB against 4.26 GB, but a group's shared prompt was recomputed in more chunks: an
-# email RL update forwarded 2-3x the tokens and took 56-95 s against 27-39 s
-# (docs/concepts/cpu-engine.md).
+# (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone). Each layer recomputes its
+# activations in backward (RLVR_RECOMPUTE), so a tree holds about a layer input a token and this
+# mostly sets how much of a group's prompt is shared: at 512 an email RL update forwarded 2-3x the
+# tokens and took 56-95 s against 27-39 s; at 2048 it forwarded 6 % fewer than at 1024 and peaked
+# 0.4 GB higher (docs/concepts/cpu-engine.md).
 TREE_TOKENS = 1024
 # A warm-start batch's trees hold at most this many: demonstrations share only their system prompt,
 # so smaller trees cost no time there (4 email batches: 123 s against 132 s at 1024) and cap the
-# warm start's peak (3.30 GB against 4.26 GB).
+# warm start's peak (3.30 GB against 4.26 GB with every activation kept; 2.3-2.4 GB recomputed).
 SFT_TREE_TOKENS = 512
 TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory
 
