@@ -198,13 +198,19 @@ class TreeForward:
     would be most of a step's memory)."""
 
     def __init__(
-        self, model: Any, sequences: list[list[int]], tree: Tree, recompute: bool = False
+        self,
+        model: Any,
+        sequences: list[list[int]],
+        tree: Tree,
+        budget: int,
+        recompute: bool = False,
     ) -> None:
         self.causal_lm = model.get_base_model()  # the LoRA layers are inside it
-        self.sequences, self.tree = sequences, tree
+        self.sequences, self.tree, self.budget = sequences, tree, budget
         # `recompute`: where a gradient is taken, each layer keeps only its input and recomputes
-        # the rest in backward (`recomputed_layers`).
-        self.recompute = recompute and torch.is_grad_enabled()
+        # the rest in backward (`recomputed_layers`); a pass of more than `budget` tokens (a
+        # sequence longer than a chunk's budget, alone in its chunk) recomputes in any case.
+        self.recompute = recompute
         self.device = next(self.causal_lm.parameters()).device
         self.hidden: dict[int, torch.Tensor] = {}  # run -> its tokens' hidden states [L, H]
         # run -> per layer the keys and values [heads, end, dim] of its whole path (runs that
@@ -220,7 +226,6 @@ class TreeForward:
                 self._pass([level[i] for i in group], continued)
 
     def _pass(self, indices: list[int], continued: set[int]) -> None:
-
         runs = [self.tree.runs[index] for index in indices]
         width = max(run.length for run in runs)
         past = max(run.start for run in runs)  # runs of one level may start at other positions
@@ -237,7 +242,8 @@ class TreeForward:
             mask[b, past - run.start : past + run.length] = 1
         contexts = self._contexts([run.parent for run in runs], past) if past else None
         cache = pass_cache(self.causal_lm.config, contexts)
-        recompute = self.recompute and is_plain(cache)
+        wanted = self.recompute or len(runs) * width > self.budget
+        recompute = wanted and torch.is_grad_enabled() and is_plain(cache)
         with recomputed_layers(self.causal_lm.model.layers, recompute):
             out = self.causal_lm.model(
                 input_ids=ids,
@@ -535,7 +541,7 @@ class Trainer:
         sequences = sequences if sequences is not None else sequences_of(inputs)
         budget = budget if budget is not None else self.tree_tokens
         tree = tree if tree is not None else cheapest_tree(sequences, budget)
-        forward = TreeForward(self.loaded.model, sequences, tree, recompute)
+        forward = TreeForward(self.loaded.model, sequences, tree, budget, recompute)
         with self.loaded.autocast("train"):
             forward.run()
             return forward.scored(trained_positions(inputs), temperature)

@@ -24,15 +24,15 @@ LIVE_ADAPTER = "default"  # PEFT's name for the adapter being trained
 PRECISION_ENV = "RLVR_PRECISION"  # "fp32", "bf16" or "mixed" to override the automatic choice
 THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 2-core machine
 # A training pass computes the tree of at most this many tokens of its sequences
-# (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone). Each layer recomputes its
-# activations in backward (RLVR_RECOMPUTE), so a tree holds about a layer input a token and this
-# mostly sets how much of a group's prompt is shared: at 512 an email RL update forwarded 2-3x the
-# tokens and took 56-95 s against 27-39 s; at 2048 it forwarded 6 % fewer than at 1024 and peaked
-# 0.4 GB higher (docs/concepts/cpu-engine.md).
+# (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone). An RL update recomputes each
+# layer's activations in backward (RLVR_RECOMPUTE), so its tree holds about a layer input a
+# token, and this mostly sets how much of a group's prompt is shared: at 512 an email RL update
+# forwarded 2-3x the tokens and took 56-95 s against 27-39 s; at 2048 it forwarded 6 % fewer
+# than at 1024 and peaked 0.4 GB higher (docs/concepts/cpu-engine.md).
 TREE_TOKENS = 1024
 # A warm-start batch's trees hold at most this many: demonstrations share only their system prompt,
 # so smaller trees cost no time there (4 email batches: 123 s against 132 s at 1024) and cap the
-# warm start's peak (3.30 GB against 4.26 GB with every activation kept; 2.3-2.4 GB recomputed).
+# warm start's peak (3.30 GB against 4.26 GB); its activations are kept (rlvr.engine.trainer).
 SFT_TREE_TOKENS = 512
 TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory
 
@@ -53,11 +53,12 @@ def tree_tokens() -> int:
     return whole_number(TREE_TOKENS_ENV, TREE_TOKENS)
 
 
-RECOMPUTE_ENV = "RLVR_RECOMPUTE"  # 0 keeps a training pass's activations: faster, more memory
+RECOMPUTE_ENV = "RLVR_RECOMPUTE"  # 0 keeps an RL update's activations: faster, more memory
 
 
 def recompute_wanted() -> bool:
-    """RLVR_RECOMPUTE: unset or 1 recomputes each layer's activations in backward, 0 keeps them."""
+    """RLVR_RECOMPUTE: unset or 1 has an RL update recompute each layer's activations in
+    backward, 0 keeps them."""
     value = os.environ.get(RECOMPUTE_ENV, "").strip()
     if value not in ("", "0", "1"):
         raise ConfigError(f"{RECOMPUTE_ENV}={value!r}: expected 0 or 1 (or unset)")
