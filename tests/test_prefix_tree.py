@@ -198,6 +198,22 @@ GROUP = [
 ]
 
 
+@pytest.fixture
+def checkpointed(monkeypatch) -> list[object]:
+    """The layer forwards the trainer ran through torch's checkpoint (recomputed in backward)."""
+    import rlvr.engine.trainer as trainer_module
+
+    calls: list[object] = []
+    layer_forward = trainer_module._checkpointed
+
+    def counted(forward, *args, **kwargs):
+        calls.append(forward)
+        return layer_forward(forward, *args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "_checkpointed", counted)
+    return calls
+
+
 @pytest.mark.parametrize(
     ("budget", "depth"),
     [
@@ -213,7 +229,7 @@ GROUP = [
 )
 @pytest.mark.parametrize("recompute", [True, False], ids=["recomputed", "kept"])
 def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
-    tmp_path, monkeypatch, budget, depth, recompute
+    tmp_path, monkeypatch, checkpointed, budget, depth, recompute
 ):
     """`depth`: "whole", every level of the tree; None, the trainer's own cut (`cheapest_tree`);
     a number, the tree cut there. `recompute`: each layer's activations recomputed in backward
@@ -226,14 +242,6 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
 
     if depth is not None:
         monkeypatch.setattr(trainer_module, "cheapest_tree", cut)
-    checkpointed = []
-    layer_forward = trainer_module._checkpointed
-
-    def counted(forward, *args, **kwargs):
-        checkpointed.append(forward)
-        return layer_forward(forward, *args, **kwargs)
-
-    monkeypatch.setattr(trainer_module, "_checkpointed", counted)
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
     trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
@@ -360,28 +368,19 @@ def test_an_update_computes_without_merged_sets_or_cached_prefixes_held(
     ("setting", "update_recomputes"), [(None, True), ("1", True), ("0", False)]
 )
 def test_an_update_recomputes_its_layers_and_a_warm_start_batch_keeps_them(
-    tmp_path, monkeypatch, setting, update_recomputes
+    tmp_path, monkeypatch, checkpointed, setting, update_recomputes
 ):
     """RLVR_RECOMPUTE (default 1) recomputes an RL update's layers in backward; a warm-start
     batch's smaller trees keep their activations either way."""
     from art import dev
     from art.types import TrainConfig
 
-    import rlvr.engine.trainer as trainer_module
     from rlvr.engine.types import RECOMPUTE_ENV
 
     if setting is None:
         monkeypatch.delenv(RECOMPUTE_ENV, raising=False)
     else:
         monkeypatch.setenv(RECOMPUTE_ENV, setting)
-    checkpointed: list[object] = []
-    layer_forward = trainer_module._checkpointed
-
-    def counted(forward, *args, **kwargs):
-        checkpointed.append(forward)
-        return layer_forward(forward, *args, **kwargs)
-
-    monkeypatch.setattr(trainer_module, "_checkpointed", counted)
     loaded = tiny_loaded()
     trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
     inputs = rows(GROUP, [len(STEM)] * len(GROUP), width=30)
