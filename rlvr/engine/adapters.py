@@ -121,8 +121,8 @@ class AdapterStore:
 
     `version` counts changes of the live weights; `changed()` (every optimizer step) bumps it,
     drops the live adapter's merged set and calls `on_change`, so nothing computed from the old
-    weights is reused. Merged sets are kept least-recently-used, at most MERGED_KEPT: the live
-    adapter's and an older step's (served for a test evaluation; merged from its checkpoint).
+    weights is reused. Merged sets are kept least-recently-used, at most MERGED_KEPT (one): the
+    live adapter's, or an older step's (served for a test evaluation; merged from its checkpoint).
     With `merge=False` the live adapter is sampled through PEFT's LoRA layers instead (to compare
     the two; older steps are always merged)."""
 
