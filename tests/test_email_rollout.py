@@ -21,7 +21,7 @@ from rlvr.agent import EpisodeEnd, as_tools
 from rlvr.types import Item, Sampling
 from rlvr_tasks.email import Options
 from rlvr_tasks.email.environment import EmailEnvironment, Metric, make_environment
-from rlvr_tasks.email.tools import inbox_tools
+from rlvr_tasks.email.tools import SHOWN_ABOVE, inbox_tools
 from tests.scripted import ScriptedPolicy, Turn
 
 
@@ -93,6 +93,31 @@ async def test_text_protocol_episode() -> None:
     assert trajectory.metrics["tool_calls"] == 1
     assert Metric.SOURCE_FOUND not in trajectory.metrics  # nothing to find for absent questions
     assert await environment.check(item, trajectory) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("repeat", "shown"),
+    [("read", "was read earlier"), ("search", "the same search ran earlier")],
+)
+async def test_a_repeated_call_is_answered_in_one_line(repeat: str, shown: str) -> None:
+    """A call repeated within an episode gets one line, not the text again, and is counted; the
+    next episode's tools start afresh."""
+    environment = environment_for(protocol="text")
+    item = first_item(environment, "single")
+    call = (
+        f"READ: {item.data['supporting_ids'][0]}" if repeat == "read" else f"SEARCH: {item.prompt}"
+    )
+    script = [call, call, f"ANSWER: {item.answer}"]
+    trajectory = await environment.rollout(ScriptedPolicy(script), item, SAMPLING)
+
+    first, again = (m["content"] for m in trajectory.messages()[3:7:2])
+    assert SHOWN_ABOVE not in first and len(first.splitlines()) > 1
+    assert again.startswith(SHOWN_ABOVE) and shown in again and "\n" not in again
+    assert trajectory.metrics[Metric.REPEATED_CALLS] == 1.0
+    assert trajectory.metrics["tool_calls"] == 2 and trajectory.metrics["tool_errors"] == 0
+    fresh = await environment.rollout(ScriptedPolicy(script[1:]), item, SAMPLING)
+    assert fresh.messages()[3]["content"] == first
+    assert fresh.metrics[Metric.REPEATED_CALLS] == 0.0
 
 
 async def test_auto_protocol_accepts_both() -> None:

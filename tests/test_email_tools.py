@@ -104,8 +104,8 @@ def test_search_filters(store: InboxStore) -> None:
         store.search(INBOX, "the of and")
 
 
-@pytest.fixture(scope="module")
-def tools(store: InboxStore) -> dict:
+@pytest.fixture
+def tools(store: InboxStore) -> dict:  # an episode's tools remember its calls: one per test
     return as_tools(inbox_tools(store, INBOX))
 
 

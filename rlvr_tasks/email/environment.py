@@ -32,6 +32,7 @@ from rlvr_tasks.email.inbox import NOT_IN_INBOX, AnswerType, Inbox, QuestionKind
 from rlvr_tasks.email.scoring import CORRECT_THRESHOLD, answer_score, score_answer
 from rlvr_tasks.email.store import InboxStore
 from rlvr_tasks.email.tools import (
+    SHOWN_ABOVE,
     Answer,
     answer_line,
     inbox_tools,
@@ -67,6 +68,7 @@ class Metric(StrEnum):
     ANSWERED = "answered"
     IMPLICIT_ANSWER = "implicit_answer"  # the answer was a plain reply, not an ANSWER line
     CORRECT = "correct"  # answer_score >= CORRECT_THRESHOLD
+    REPEATED_CALLS = "repeated_calls"  # calls answered "shown above" (tools module docstring)
 
 
 RUBRIC = """\
@@ -208,6 +210,9 @@ class EmailEnvironment(EnvironmentBase):
                 Metric.ANSWERED: float(answer is not None),
                 Metric.IMPLICIT_ANSWER: float(answer is not None and answer.implicit),
                 Metric.CORRECT: float(correctness >= CORRECT_THRESHOLD),
+                Metric.REPEATED_CALLS: float(
+                    sum(SHOWN_ABOVE in text for text in observations(trajectory)[1:])
+                ),
             }
         )
         supporting = set(item.data["supporting_ids"])

@@ -15,6 +15,10 @@ A final reply without an `ANSWER:` line is the answer as it stands (`Answer.impl
 ignores the format still answers and is scored like any other, which gives a small model a graded
 reward instead of a wall of zeros. Observations tag every email with its id (`[e012]`);
 `seen_ids` reads the tags back, which is how the rollout and the check agree on what was found.
+A call repeated within an episode (the same email read again, the same search again) is answered
+with one line starting `SHOWN_ABOVE`, not the text again: a repeat adds nothing the context does not
+hold, and RL on this task drifted toward re-reading, which grew every later turn's context (and the
+evaluations' time and memory) by a whole email each time.
 They name people without their addresses: no question asks for an address, the `sender:` and
 `to:` filters match names too, and an address costs about fourteen tokens each time it is shown.
 """
@@ -37,6 +41,7 @@ MAX_ANSWER_CHARS = 500
 MAX_BODY_CHARS = 1500
 MAX_SOURCE_IDS = 20
 ANSWER_VERB = "ANSWER"
+SHOWN_ABOVE = "Shown above:"
 
 _EMAIL_ID = re.compile(r"\be\d{1,4}\b", re.IGNORECASE)
 
@@ -76,7 +81,9 @@ def answer_line(answer: str, source_ids: Iterable[str] = ()) -> str:
 
 
 def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
-    """The search and read tools of one inbox."""
+    """The search and read tools of one inbox, for one episode: they remember its calls."""
+    read_ids: set[str] = set()
+    searches: set[tuple[str, str | None, str | None, str | None, str | None]] = set()
 
     def search(
         keywords: str | list[str],
@@ -96,9 +103,14 @@ def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
         """
         words = " ".join(keywords) if isinstance(keywords, list) else keywords
         try:
-            return show_hits(store.search(inbox, words, sender, to, after, before))
+            hits = store.search(inbox, words, sender, to, after, before)
         except ToolInputError as error:
             raise ToolError(str(error)) from None
+        query = (" ".join(words.lower().split()), sender, to, after, before)
+        if query in searches:
+            return f"{SHOWN_ABOVE} the same search ran earlier. Try other words, or read an email."
+        searches.add(query)
+        return show_hits(hits)
 
     def read(id: str) -> str:
         """Read one email in full.
@@ -111,6 +123,9 @@ def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
         email = store.read(inbox, email_id)
         if email is None:
             raise ToolError(f"no email with id {id[:40]!r} in this inbox; read an id from a search")
+        if email.id in read_ids:
+            return f"{SHOWN_ABOVE} [{email.id}] was read earlier. Answer from it, or read another."
+        read_ids.add(email.id)
         return show_email(email)
 
     return [search, read]
