@@ -16,14 +16,14 @@ from rlvr.runs import layout, store
 from rlvr.runs.records import Row, StopReason, parse_row
 from rlvr.training import state as st
 from rlvr.training.state import early_tested, read_early_tests, restore_state
-from rlvr.training.stop_rules import stop_after_eval
+from rlvr.training.stop_rules import remaining_tests, stop_after_eval
 
 WARM_POLICY_STEP = 3
 
 
-def history(marked: bool) -> list[Row]:
-    """A run with a warm start, validated at 0 (wall 100 s) and 2 (wall 200 s), 1 s an item;
-    `marked`: its rows name the test splits evaluated beside the two first validations."""
+def history(marked: bool, val2: float = 0.35) -> list[Row]:
+    """A run with a warm start, validated at 0 (wall 100 s, 0.3) and 2 (wall 200 s, `val2`), 1 s
+    an item; `marked`: its rows name the test splits evaluated beside the two first validations."""
     warm = {M.STEP: 0, WarmMetric.SECONDS: 50.0, M.POLICY_STEP: WARM_POLICY_STEP}
     val0 = {
         M.STEP: 0,
@@ -37,7 +37,7 @@ def history(marked: bool) -> list[Row]:
         warm[M.TEST_CHECKPOINT] = st.Tested.START.value
         val0[M.TEST_CHECKPOINT] = st.Tested.AFTER_WARM_START.value
     steps = [{M.STEP: s, M.REWARD_MEAN: 0.5, M.WALL_SECONDS: 100.0 + 40 * s} for s in (1, 2)]
-    val2 = {**val0, M.STEP: 2, M.POLICY_STEP: 5, M.WALL_SECONDS: 200.0, M.VAL_ACCURACY: 0.35}
+    val2 = {**val0, M.STEP: 2, M.POLICY_STEP: 5, M.WALL_SECONDS: 200.0, M.VAL_ACCURACY: val2}
     val2.pop(M.TEST_CHECKPOINT, None)
     return [parse_row(r) for r in (warm, val0, *steps, val2)]
 
@@ -58,6 +58,24 @@ def test_the_time_budget_leaves_room_for_the_tests_still_to_come(
     cfg = RunConfig(max_minutes=5.5, eval_every=2)
     state = restore_state(rows)
     assert stop_after_eval(cfg, state, rows, test_items=10, val_items=10) == expected
+
+
+@pytest.mark.parametrize(
+    ("marked", "val2", "expected"),
+    [
+        # The best stays the warm start (no gain at step 2): only the next checkpoint is still
+        # to test, or the start and the warm start too.
+        (True, 0.3, 1),
+        (False, 0.3, 3),
+        # The best is step 2: it is tested at the end beside the next checkpoint.
+        (True, 0.35, 2),
+        (False, 0.35, 4),
+    ],
+)
+def test_the_remaining_tests_count_the_best_once(marked: bool, val2: float, expected: int) -> None:
+    rows = history(marked, val2)
+    state = restore_state(rows)
+    assert remaining_tests(state, rows, RunConfig().stopping) == expected
 
 
 def test_the_rows_name_the_checkpoints_tested_early() -> None:
