@@ -306,7 +306,7 @@ FACTS = [
     ),
     (HOW, r"up to `draw\.max_refill` extra groups \(default `(\w+)`", max_refill_default),
     (HOW, r"when the first (\d+) steps found no group with signal", no_signal_steps),
-    (HOW, r"another evaluation period plus the (\w+) test evaluations", checkpoints_tested),
+    (HOW, r"still to\s+come of the (\w+) checkpoints tested", checkpoints_tested),
     (HOW, r"`stopping\.trend_window` \((\d+)\)", trend_window),
     (HOW, r"`stopping\.trend_z` \(([\d.]+)\)", trend_z),
     (HOW, r"the default `stopping\.rule=(\w+)`", plateau_rule),
