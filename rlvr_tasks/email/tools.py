@@ -102,13 +102,13 @@ def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
             before: only emails before this date, YYYY-MM-DD
         """
         words = " ".join(keywords) if isinstance(keywords, list) else keywords
+        query = (" ".join(words.lower().split()), sender, to, after, before)
+        if query in searches:  # only searches that ran are kept, so this one would run too
+            return f"{SHOWN_ABOVE} the same search ran earlier. Try other words, or read an email."
         try:
             hits = store.search(inbox, words, sender, to, after, before)
         except ToolInputError as error:
             raise ToolError(str(error)) from None
-        query = (" ".join(words.lower().split()), sender, to, after, before)
-        if query in searches:
-            return f"{SHOWN_ABOVE} the same search ran earlier. Try other words, or read an email."
         searches.add(query)
         return show_hits(hits)
 
