@@ -78,8 +78,8 @@ task = Task(
     # 1,200 questions: the test split's 120 paired questions resolve a gain of ~0.1 (on 40 RL's gain
     # moved +-0.15 by item draw alone). Validation on 40 of the 120 held out, every 3 steps: on 16
     # it moved by whole questions either way, and more would take RL steps from the 27 minutes
-    # (2-core AVX2 CPU, RL's last gain on 120: seed 0 +0.292 [+0.186, +0.397] in 9 steps, seed 2
-    # +0.183 [+0.089, +0.277] in 6, seed 1 -0.058 [-0.148, +0.033] in 3).
+    # (2-core AVX2 CPU, RL's last gain on 120 at 7e8cde5's behaviour: seed 0 +0.308 [+0.207,
+    # +0.410] in 9 steps, seed 2 +0.075 [-0.016, +0.164] in 6, seed 1 -0.083 [-0.175, +0.014] in 3).
     # 16 episodes in flight: an evaluation with 32 peaked at 4.47 GB for 72 s, with 16 at 3.86 GB
     # for 78 s (40 validation items, the cached keys and values of ~1,500-token episodes).
     # Figures: results/records/email-*.json (docs: Results).
