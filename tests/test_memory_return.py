@@ -1,6 +1,6 @@
-"""Freed tensor blocks go back to the system: while sampling, the engine holds glibc's mmap
-threshold low, so finished rows' key/value blocks do not stay resident as heap holes
-(rlvr.engine.device)."""
+"""Freed memory goes back to the system: while sampling, the engine holds glibc's mmap threshold
+low, so finished rows' key/value blocks do not stay resident as heap holes; and oneDNN's kernel
+caches stop growing at a bounded number of shapes (rlvr.engine.device)."""
 
 import json
 import os
@@ -56,3 +56,57 @@ def test_freed_blocks_leave_the_process(phases, setting, most_mb, least_mb) -> N
     if most_mb is not None:
         assert grew < most_mb, f"{grew:.0f} MB resident after freeing half of 200 MB"
     assert grew >= least_mb, f"{grew:.0f} MB resident"
+
+
+# In a fresh process: 600 packed products of distinct row counts (as prefills are), RSS taken
+# after the first 300 and after the next 300. Once the caches are full, a bounded one evicts as
+# much as it adds.
+KERNEL_PROBE = """
+import json, os, sys, torch
+from rlvr.engine.device import bound_kernel_caches
+from rlvr.engine.packed_weights import pack, packed_linear, packs
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+bound_kernel_caches()
+if not packs(torch.device("cpu"), torch.float32):
+    print(json.dumps(None))
+    sys.exit()
+weight = pack(torch.randn(1536, 576))
+x = torch.randn(1600, 576)
+marks = [rss_mb()]
+for rows in range(1000, 1600):
+    packed_linear(x[:rows], weight, None, torch.float32)
+    if rows in (1299, 1599):
+        marks.append(rss_mb())
+print(json.dumps({"second_300_mb": marks[2] - marks[1], "capacity": os.environ["LRU_CACHE_CAPACITY"]}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("setting", "capacity", "bounded"),
+    [
+        pytest.param(None, "256", True, id="bounded-by-the-engine"),
+        # A person's own capacity is kept: at oneDNN's default every new shape stays resident.
+        pytest.param("1024", "1024", False, id="the-persons-setting-kept"),
+    ],
+)
+def test_kernel_caches_stop_growing(setting, capacity, bounded) -> None:
+    names = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    env = {k: v for k, v in os.environ.items() if k not in names}
+    if setting is not None:
+        env |= dict.fromkeys(names, setting)
+    done = subprocess.run(
+        [sys.executable, "-c", KERNEL_PROBE], env=env, capture_output=True, text=True, check=True
+    )
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if found is None:
+        pytest.skip("this torch build has no oneDNN packed products")
+    assert found["capacity"] == capacity
+    grew = found["second_300_mb"]
+    if bounded:
+        assert grew < 40, f"{grew:.0f} MB more for 300 new shapes past the cap"
+    else:
+        assert grew > 60, f"{grew:.0f} MB for 300 new shapes under a 1,024-shape cache"

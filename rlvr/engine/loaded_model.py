@@ -15,6 +15,7 @@ import torch
 
 from rlvr.engine.attention import use_grouped_sdpa
 from rlvr.engine.device import (
+    bound_kernel_caches,
     choose_autocast,
     choose_device,
     hold_mmap_threshold,
@@ -118,6 +119,7 @@ def load_model(model_dir: Path, device: str | None, precision: Precision | None)
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    bound_kernel_caches()
     if threads := whole_number(THREADS_ENV, 0):
         torch.set_num_threads(threads)
     chosen = choose_device(device)
