@@ -88,7 +88,7 @@ print(json.dumps({"second_300_mb": marks[2] - marks[1], "capacity": os.environ["
 @pytest.mark.parametrize(
     ("setting", "capacity", "bounded"),
     [
-        pytest.param(None, "256", True, id="bounded-by-the-engine"),
+        pytest.param(None, "32", True, id="bounded-by-the-engine"),
         # A person's own capacity is kept: at oneDNN's default every new shape stays resident.
         pytest.param("1024", "1024", False, id="the-persons-setting-kept"),
     ],
