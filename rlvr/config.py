@@ -377,6 +377,12 @@ class RunConfig(BaseModel):
     # A rank-8 LoRA on a small policy moves within a CPU budget at this rate: at 1e-4 two steps left
     # 2048's greedy play unchanged on 37 of 40 validation boards.
     learning_rate: float = Field(3e-4, gt=0, description="the RL update's learning rate")
+    # AdamW's moments start afresh for RL (rlvr.engine.trainer), and its first steps, normalised by
+    # the moments of one or two gradients, move every weight by about the whole rate: without a
+    # warm-up a run's largest updates are its first, before any evidence has accumulated.
+    lr_warmup_steps: int = Field(
+        0, ge=0, description="RL steps over which the learning rate rises linearly to it"
+    )
     kl_penalty_coef: float = Field(0.0, ge=0, description="KL penalty towards the base policy")
     num_substeps: int = Field(1, ge=1, description="optimizer steps per batch of groups")
     # ART's loss options (art.dev.TrainConfig), forwarded to backends that honour them; a backend

@@ -64,6 +64,8 @@ class M(StrEnum):
     SAMPLER_KL = "train/sampler_kl"
     # KL(before || after) on the trained tokens: how far the update moved the policy.
     UPDATE_KL = "train/update_kl"
+    # The step's learning rate (lower than learning_rate during lr_warmup_steps).
+    LEARNING_RATE = "train/learning_rate"
     LOSS = "train/loss"
     SKIPPED = "train/skipped_groups"
     GROUPS = "train/groups"

@@ -45,6 +45,8 @@ TINY_RUN = {
     # its 4 groups of 4 at 16 tokens are sometimes all constant: the run's story, not its preflight,
     # is what the readers test (tests/test_no_signal.py covers the no-signal stop)
     "preflight": False,
+    # the rows' learning rate rises over the first step (tests/test_loop.py reads it)
+    "lr_warmup_steps": 2,
 }
 
 

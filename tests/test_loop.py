@@ -9,6 +9,7 @@ from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.training import StopReason, run_training
+from tests.conftest import TINY_RUN
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +56,9 @@ def test_run_directory_contract(finished_run):
         M.UPDATE_KL,
     ):
         assert key in steps[0], key
+    # lr_warmup_steps=2: half the rate at step 1, the whole rate from step 2
+    rate = RunConfig(**TINY_RUN).learning_rate
+    assert [r[M.LEARNING_RATE] for r in steps] == pytest.approx([rate / 2, rate])
     frame = pl.read_parquet(run_dir / "trajectories" / "step-0001.parquet")
     assert frame.height == 8 and set(frame["split"]) == {"train"}
     assert frame["independent_reward"].null_count() == 0

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from rlvr.cli import app
 from rlvr.config import ConfigError, RunConfig, parse_overrides
-from rlvr.training.backends import train_kwargs
+from rlvr.training.backends import step_learning_rate, train_kwargs
 
 
 @pytest.mark.parametrize(
@@ -66,6 +66,20 @@ def test_every_forwarded_option_is_a_parameter_of_that_backends_train(backend: s
     assert set(kwargs) <= set(_train_signature(backend).parameters)
     assert kwargs["importance_sampling_level"] == "sequence" and kwargs["epsilon_high"] == 0.3
     assert kwargs.get("loss_fn", "ppo" if kwargs.get("ppo") else None) == "ppo"
+
+
+@pytest.mark.parametrize(
+    ("warmup", "rates"),
+    [
+        (0, [1.0, 1.0, 1.0]),
+        (1, [1.0, 1.0, 1.0]),
+        (4, [0.25, 0.5, 0.75, 1.0, 1.0]),
+    ],
+)
+def test_the_learning_rate_rises_over_the_warmup(warmup: int, rates: list[float]) -> None:
+    cfg = RunConfig(learning_rate=2e-4, lr_warmup_steps=warmup)
+    steps = range(1, len(rates) + 1)
+    assert [step_learning_rate(cfg, s) for s in steps] == pytest.approx([2e-4 * r for r in rates])
 
 
 @pytest.mark.parametrize(

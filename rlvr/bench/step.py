@@ -85,7 +85,7 @@ async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -
     with watch.phase(ROLLOUTS):
         batch = await gather_batch(run, step)
     with watch.phase(UPDATE):
-        update = await update_policy(run, batch.trainable)
+        update = await update_policy(run, batch.trainable, step + 1)
     row = step_row(run, step + 1, batch, update, started).with_values(
         **token_metrics(counted, engine_counters(run.policy))
     )

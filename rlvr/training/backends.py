@@ -107,6 +107,14 @@ def rewind_policy(cfg: RunConfig, run_dir: Path, policy_step: int) -> list[int]:
 TRAINS_WITHOUT_LOGPROBS = ("local", "art-local")
 
 
+def step_learning_rate(cfg: RunConfig, step: int) -> float:
+    """The learning rate of RL step `step` (from 1): `learning_rate`, times step / lr_warmup_steps
+    over the first `lr_warmup_steps` steps."""
+    if step >= cfg.lr_warmup_steps:
+        return cfg.learning_rate
+    return cfg.learning_rate * step / cfg.lr_warmup_steps
+
+
 def train_kwargs(cfg: RunConfig) -> dict[str, Any]:
     """Keyword arguments of `backend.train`, in the names each backend's signature uses (ART's
     LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`; ServerlessBackend: `ppo`).

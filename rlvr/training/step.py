@@ -38,6 +38,7 @@ from rlvr.training import pool
 from rlvr.training.backends import (
     TRAINS_WITHOUT_LOGPROBS,
     engine_counters,
+    step_learning_rate,
     token_metrics,
     train_kwargs,
 )
@@ -115,7 +116,7 @@ async def train_step(run: Session, step: int) -> tuple[StepRow, list[store.Table
         batch = await gather_batch(run, step)
     faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
     with run.memory.phase(UPDATE):
-        update = await update_policy(run, batch.trainable)
+        update = await update_policy(run, batch.trainable, step + 1)
     row = step_row(run, step + 1, batch, update, started).with_values(
         **token_metrics(counted, engine_counters(run.policy)),
         policy_step=await run.policy.model.get_step(),
@@ -247,13 +248,13 @@ async def score_group(
     return kept
 
 
-async def update_policy(run: Session, groups: list[art.TrajectoryGroup]) -> Update:
-    """One update of the policy on the groups with signal (none: no update)."""
+async def update_policy(run: Session, groups: list[art.TrajectoryGroup], step: int) -> Update:
+    """Step `step`'s update of the policy on the groups with signal (none: no update)."""
     started = time.monotonic()
     without_logprobs = turns_without_logprobs(groups)
     if not groups:
         return Update(metrics={}, seconds=0.0, turns_without_logprobs=0)
-    kwargs = train_kwargs(run.cfg)
+    kwargs = train_kwargs(run.cfg) | {"learning_rate": step_learning_rate(run.cfg, step)}
     if without_logprobs and run.cfg.backend in TRAINS_WITHOUT_LOGPROBS:
         kwargs["allow_training_without_logprobs"] = True
         groups = [as_messages_without_logprobs(g) for g in groups]
@@ -294,6 +295,7 @@ def step_row(run: Session, step: int, batch: Batch, update: Update, started: flo
         M.NO_LOGPROB_TURNS: update.turns_without_logprobs,
         M.SAMPLER_KL: update.metrics.get(SAMPLER_KL),
         M.UPDATE_KL: update.metrics.get(UPDATE_KL),
+        M.LEARNING_RATE: step_learning_rate(run.cfg, step),
         M.LOSS: update.metrics.get("loss"),
         M.INDEPENDENT: sum(truths) / len(truths) if truths else None,
         M.TRUTH_ROLLOUTS: len(truths),
