@@ -77,7 +77,9 @@ task = Task(
     # the largest was 0.0245 and the last gain -0.025 (records of 2026-11-29). The rate rises over
     # the first 4 steps: AdamW starts RL with fresh moments, and on an AVX512-BF16 CPU seed 0's
     # first three updates were its largest (KL 0.052, 0.028, 0.023), after which validation fell
-    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08.
+    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08. With the warm-up there, RL's
+    # last test gain: seed 0 +0.133 [+0.060, +0.207], seed 2 +0.108 [+0.017, +0.200], seed 1
+    # -0.025 [-0.089, +0.037] (15-18 steps, 16-17 minutes, plateau stops).
     # 1,200 questions: the test split's 120 paired questions resolve a gain of ~0.1 (on 40 RL's gain
     # moved +-0.15 by item draw alone). Validation on 40 of the 120 held out, every 3 steps: on 16
     # it moved by whole questions either way, and more would take RL steps from the 27 minutes
