@@ -7,7 +7,9 @@ import pytest
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message import ChatCompletionMessage
 
+from rlvr.agent.levels import Level
 from rlvr.types import Item
+from rlvr_tasks.email import REPEAT_COST
 from rlvr_tasks.email.environment import EmailEnvironment, final_answer
 from rlvr_tasks.email.inbox import NOT_IN_INBOX, AnswerType
 from rlvr_tasks.email.scoring import (
@@ -156,7 +158,7 @@ async def test_check_and_reward_read_the_final_answer(
         messages_and_choices=[{"role": "user", "content": ITEM.prompt}, _choice(reply)],
         metadata={"end": end},
     )
-    environment = EmailEnvironment.__new__(EmailEnvironment)  # check and reward need no inboxes
+    environment = EmailEnvironment([], Level.MEDIUM, "text", 0, repeat_cost=REPEAT_COST)
     assert await environment.check(ITEM, trajectory) == correct
     assert environment.reward(ITEM, trajectory) == pytest.approx(score)
     answer = final_answer(trajectory)

@@ -19,7 +19,7 @@ from openai.types.chat.chat_completion import Choice
 
 from rlvr.agent import EpisodeEnd, as_tools
 from rlvr.types import Item, Sampling
-from rlvr_tasks.email import Options
+from rlvr_tasks.email import REPEAT_COST, Options
 from rlvr_tasks.email.environment import EmailEnvironment, Metric, make_environment
 from rlvr_tasks.email.tools import SHOWN_ABOVE, inbox_tools
 from tests.scripted import ScriptedPolicy, Turn
@@ -100,8 +100,9 @@ async def test_text_protocol_episode() -> None:
     [("read", "was read earlier"), ("search", "the same search ran earlier")],
 )
 async def test_a_repeated_call_is_answered_in_one_line(repeat: str, shown: str) -> None:
-    """A call repeated within an episode gets one line, not the text again, and is counted; the
-    next episode's tools start afresh."""
+    """A call repeated within an episode gets one line, not the text again, is counted and costs
+    `repeat_cost` of the training reward (not of the check); the next episode's tools start
+    afresh."""
     environment = environment_for(protocol="text")
     item = first_item(environment, "single")
     call = (
@@ -118,6 +119,9 @@ async def test_a_repeated_call_is_answered_in_one_line(repeat: str, shown: str) 
     fresh = await environment.rollout(ScriptedPolicy(script[1:]), item, SAMPLING)
     assert fresh.messages()[3]["content"] == first
     assert fresh.metrics[Metric.REPEATED_CALLS] == 0.0
+    assert await environment.check(item, trajectory) == await environment.check(item, fresh) == 1.0
+    assert environment.reward(item, fresh) == pytest.approx(0.8)  # correct, no source cited
+    assert environment.reward(item, trajectory) == pytest.approx(0.8 - REPEAT_COST)
 
 
 async def test_auto_protocol_accepts_both() -> None:

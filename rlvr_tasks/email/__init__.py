@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 # Chosen from the oracle episodes' token profile (docs/guide/tool-agents.md): search results get
 # shorter snippets, an email as read stays whole.
 OBSERVATION_TOKENS = 200
+# Less than the source credit (0.2): a correct answer with a repeat still beats a wrong one, and a
+# group of wrong answers learns which of them wasted calls (environment.EmailEnvironment.reward).
+REPEAT_COST = 0.1
 
 
 class Options(BaseModel):
@@ -53,6 +56,13 @@ class Options(BaseModel):
         description="the most tokens one observation shows (estimated: rlvr.agent.budget); a "
         "longer search result or email is cut around the call's terms, with a marker; none: "
         "no budget",
+    )
+    repeat_cost: float = Field(
+        REPEAT_COST,
+        ge=0.0,
+        le=1.0,
+        description="taken from the training reward for each repeated call (the same search or "
+        "read again, answered 'shown above'); validation and test score the answer only",
     )
 
 
@@ -104,4 +114,4 @@ task = Task(
     description="answer questions by searching a generated inbox with tools (ART·E style)",
 )
 
-__all__ = ["Options", "task"]
+__all__ = ["REPEAT_COST", "Options", "task"]

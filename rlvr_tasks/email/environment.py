@@ -142,11 +142,13 @@ class EmailEnvironment(EnvironmentBase):
         protocol: Protocol,
         num_items: int,
         observation_tokens: int | None = None,
+        repeat_cost: float = 0.0,
     ) -> None:
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol
         self.inboxes = {inbox.id: inbox for inbox in inboxes}
         self.store = InboxStore(inboxes)
         self.num_items, self.observation_tokens = num_items, observation_tokens
+        self.repeat_cost = repeat_cost
 
     def load(self) -> list[Item]:
         items = [
@@ -210,9 +212,7 @@ class EmailEnvironment(EnvironmentBase):
                 Metric.ANSWERED: float(answer is not None),
                 Metric.IMPLICIT_ANSWER: float(answer is not None and answer.implicit),
                 Metric.CORRECT: float(correctness >= CORRECT_THRESHOLD),
-                Metric.REPEATED_CALLS: float(
-                    sum(SHOWN_ABOVE in text for text in observations(trajectory)[1:])
-                ),
+                Metric.REPEATED_CALLS: float(repeated_calls(trajectory)),
             }
         )
         supporting = set(item.data["supporting_ids"])
@@ -234,8 +234,11 @@ class EmailEnvironment(EnvironmentBase):
         return float(score >= CORRECT_THRESHOLD)
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float:
-        """The training reward: the episode's final answer scored with partial credit for a close
-        answer and for citing the supporting emails (scoring module docstring)."""
+        """The training reward: the episode's final answer scored with credit for citing the
+        supporting emails (scoring module docstring), less `repeat_cost` for each repeated call.
+        A repeat shows nothing new, and without its cost a group whose answers were all wrong
+        gave no signal against repeating: on seed 1, once a lucky batch had rewarded repeats,
+        they spread to 1.8 a validation episode and validation fell from 0.475 to 0.325."""
         answer = final_answer(trajectory)
         return score_answer(
             item.answer or "",
@@ -243,7 +246,7 @@ class EmailEnvironment(EnvironmentBase):
             item.data["supporting_ids"],
             answer.answer if answer else None,
             answer.source_ids if answer else (),
-        )
+        ) - self.repeat_cost * repeated_calls(trajectory)
 
 
 def observations(trajectory: art.Trajectory) -> list[str]:
@@ -253,6 +256,11 @@ def observations(trajectory: art.Trajectory) -> list[str]:
         for m in trajectory.messages()
         if m.get("role") in ("user", "tool") and isinstance(m.get("content"), str)
     ]
+
+
+def repeated_calls(trajectory: art.Trajectory) -> int:
+    """Calls the tools answered "shown above": a repeat of an earlier call of the episode."""
+    return sum(SHOWN_ABOVE in text for text in observations(trajectory)[1:])
 
 
 def final_answer(trajectory: art.Trajectory) -> Answer | None:
@@ -276,5 +284,10 @@ def make_environment(options: Options, seed: int = 0) -> EmailEnvironment:
     level = parse_level(options.difficulty)
     inboxes = build_inboxes(seed, level, options.num_items)
     return EmailEnvironment(
-        inboxes, level, options.tool_protocol, options.num_items, options.observation_tokens
+        inboxes,
+        level,
+        options.tool_protocol,
+        options.num_items,
+        options.observation_tokens,
+        options.repeat_cost,
     )
