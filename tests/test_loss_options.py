@@ -62,7 +62,7 @@ def test_every_forwarded_option_is_a_parameter_of_that_backends_train(backend: s
         epsilon_high=0.3,
         scale_rewards=False,
     )
-    kwargs = train_kwargs(cfg)
+    kwargs = train_kwargs(cfg, step=1)
     assert set(kwargs) <= set(_train_signature(backend).parameters)
     assert kwargs["importance_sampling_level"] == "sequence" and kwargs["epsilon_high"] == 0.3
     assert kwargs.get("loss_fn", "ppo" if kwargs.get("ppo") else None) == "ppo"
@@ -80,6 +80,9 @@ def test_the_learning_rate_rises_over_the_warmup(warmup: int, rates: list[float]
     cfg = RunConfig(learning_rate=2e-4, lr_warmup_steps=warmup)
     steps = range(1, len(rates) + 1)
     assert [step_learning_rate(cfg, s) for s in steps] == pytest.approx([2e-4 * r for r in rates])
+    assert [train_kwargs(cfg, s)["learning_rate"] for s in steps] == pytest.approx(
+        [2e-4 * r for r in rates]
+    )
 
 
 @pytest.mark.parametrize(
@@ -150,7 +153,7 @@ async def test_the_local_backend_trains_with_each_loss_option(batch, options: di
     model = art.TrainableModel(name=name or "m", project="tests", base_model=DEFAULT_MODEL)
     await model.register(backend)
     cfg = RunConfig(learning_rate=1e-4, **options)
-    result = await backend.train(model, [group], **train_kwargs(cfg))
+    result = await backend.train(model, [group], **train_kwargs(cfg, step=1))
     assert result.step == 1 and result.metrics["num_tokens"] > 0
     assert all(math.isfinite(result.metrics[k]) for k in ("loss", "grad_norm"))
     assert result.metrics["grad_norm"] > 0  # the group has signal: the step updated the adapter

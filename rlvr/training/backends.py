@@ -115,17 +115,18 @@ def step_learning_rate(cfg: RunConfig, step: int) -> float:
     return cfg.learning_rate * step / cfg.lr_warmup_steps
 
 
-def train_kwargs(cfg: RunConfig) -> dict[str, Any]:
-    """Keyword arguments of `backend.train`, in the names each backend's signature uses (ART's
-    LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`; ServerlessBackend: `ppo`).
-    Options a backend cannot honour were refused when the config was validated."""
+def train_kwargs(cfg: RunConfig, step: int) -> dict[str, Any]:
+    """Keyword arguments of RL step `step`'s `backend.train`, in the names each backend's
+    signature uses (ART's LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`;
+    ServerlessBackend: `ppo`). Options a backend cannot honour were refused when the config was
+    validated."""
     loss = {
         "importance_sampling_level": cfg.importance_sampling_level,
         "epsilon": cfg.epsilon,
         "epsilon_high": cfg.epsilon_high,
         "scale_rewards": cfg.scale_rewards,
     }
-    kwargs: dict[str, Any] = {"learning_rate": cfg.learning_rate, **loss}
+    kwargs: dict[str, Any] = {"learning_rate": step_learning_rate(cfg, step), **loss}
     if cfg.backend == "serverless":
         return {**kwargs, "ppo": cfg.loss_fn == "ppo"}
     kwargs |= {

@@ -254,7 +254,7 @@ async def update_policy(run: Session, groups: list[art.TrajectoryGroup], step: i
     without_logprobs = turns_without_logprobs(groups)
     if not groups:
         return Update(metrics={}, seconds=0.0, turns_without_logprobs=0)
-    kwargs = train_kwargs(run.cfg) | {"learning_rate": step_learning_rate(run.cfg, step)}
+    kwargs = train_kwargs(run.cfg, step)
     if without_logprobs and run.cfg.backend in TRAINS_WITHOUT_LOGPROBS:
         kwargs["allow_training_without_logprobs"] = True
         groups = [as_messages_without_logprobs(g) for g in groups]

@@ -87,9 +87,10 @@ task = Task(
     # the largest was 0.0245 and the last gain -0.025 (records of 2026-11-29). The rate rises over
     # the first 4 steps: AdamW starts RL with fresh moments, and on an AVX512-BF16 CPU seed 0's
     # first three updates were its largest (KL 0.052, 0.028, 0.023), after which validation fell
-    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08. With the warm-up there, RL's
-    # last test gain: seed 0 +0.133 [+0.060, +0.207], seed 2 +0.108 [+0.017, +0.200], seed 1
-    # -0.025 [-0.089, +0.037] (15-18 steps, 16-17 minutes, plateau stops).
+    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08. With the warm-up and the
+    # repeat cost (Options.repeat_cost) there, RL's test gain (best; last): seed 0 +0.200
+    # [+0.111, +0.290]; +0.192 [+0.097, +0.286], seed 1 +0.100 [+0.017, +0.182]; +0.083 [-0.000,
+    # +0.167], seed 2 +0.117 [+0.036, +0.196]; +0.150 [+0.061, +0.240] (17-24 minutes, 21-36 steps).
     # 1,200 questions: the test split's 120 paired questions resolve a gain of ~0.1 (on 40 RL's gain
     # moved +-0.15 by item draw alone). Validation on 40 of the 120 held out, every 3 steps: on 16
     # it moved by whole questions either way, and more would take RL steps from the 27 minutes
