@@ -18,6 +18,8 @@ import pytest
 from openai.types.chat.chat_completion import Choice
 
 from rlvr.agent import EpisodeEnd, as_tools
+from rlvr.metrics import has_signal
+from rlvr.scoring.scorers import verifier_scorer
 from rlvr.types import Item, Sampling
 from rlvr_tasks.email import REPEAT_COST, Options
 from rlvr_tasks.email.environment import EmailEnvironment, Metric, make_environment
@@ -261,3 +263,24 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
         assert trajectory.metrics["tool_calls"] >= len(sampled) - 1
         assert 0.0 <= await environment.check(item, trajectory) <= 1.0
         art.TrajectoryGroup([trajectory])  # a valid ART trajectory
+
+
+@pytest.mark.parametrize(("repeat_cost", "signal"), [(REPEAT_COST, True), (0.0, False)])
+async def test_a_group_of_wrong_answers_learns_which_of_them_repeated(
+    repeat_cost: float, signal: bool
+) -> None:
+    """Every answer of the group is wrong; one episode repeated its search. With the repeat cost
+    the group has signal against the repeat (GRPO trains on it); without, it has none."""
+    environment = make_environment(
+        Options(tool_protocol="text", num_items=40, repeat_cost=repeat_cost)
+    )
+    item = first_item(environment, "single")
+    search = f"SEARCH: {item.prompt}"
+    scripts = [[search, "ANSWER: zzz"], [search, search, "ANSWER: zzz"]]
+    group = art.TrajectoryGroup(
+        [await environment.rollout(ScriptedPolicy(s), item, SAMPLING) for s in scripts]
+    )
+    scored = await verifier_scorer(environment).score(group, item)
+
+    assert [t.reward for t in scored.trajectories] == pytest.approx([0.0, -repeat_cost])
+    assert has_signal(scored) is signal
