@@ -27,7 +27,7 @@ from rlvr.agent import Protocol, chat, final_reply, levels, tool_episode
 from rlvr.agent.levels import Level
 from rlvr.config import ConfigError
 from rlvr.types import EnvironmentBase, Item, Sampling
-from rlvr_tasks.email import Options, oracle
+from rlvr_tasks.email import REPEAT_COST, Options, oracle
 from rlvr_tasks.email.inbox import NOT_IN_INBOX, AnswerType, Inbox, QuestionKind, generate_inbox
 from rlvr_tasks.email.scoring import CORRECT_THRESHOLD, answer_score, score_answer
 from rlvr_tasks.email.store import InboxStore
@@ -142,7 +142,7 @@ class EmailEnvironment(EnvironmentBase):
         protocol: Protocol,
         num_items: int,
         observation_tokens: int | None = None,
-        repeat_cost: float = 0.0,
+        repeat_cost: float = REPEAT_COST,
     ) -> None:
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol
         self.inboxes = {inbox.id: inbox for inbox in inboxes}
