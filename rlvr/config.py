@@ -123,8 +123,9 @@ class StoppingConfig(BaseModel):
     )
     rule: Literal["trend", "best"] = Field(
         "trend",
-        description="plateau stop: trend = no counted gain for `patience` evaluations and no rising "
-        "trend over the last trend_window; best = no counted gain for `patience` evaluations",
+        description="plateau stop: trend = no counted gain for `patience` evaluations, no rising "
+        "trend over the last trend_window, and the latest evaluation not the highest yet; best = "
+        "no counted gain for `patience` evaluations",
     )
     trend_window: int = Field(
         6, ge=3, description="evaluations the validation trend of the plateau stop is fitted on"

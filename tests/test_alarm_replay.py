@@ -3,6 +3,8 @@
 `tests/data/hack_run.json` was recorded by `rlvr bench hack --record` on the real CPU policy: math
 trained on `scorer=length` (reward grows with reply length) while validation checks the answer.
 `tests/data/math_run.json` is a real default `make train TASK=math` run (verifier reward).
+`tests/data/email_seed1_runs.json` holds three default seed-1 `make train TASK=email` runs
+that stopped on the plateau rule, with their per-item validation scores and evaluation times.
 `tests/data/game2048_run.json` is a real default `rlvr train 2048 sampling=uniform` run that the
 independent-noise rule stopped as reward hacking on one validation dip, with per-item scores and
 the test split's verdict on its last checkpoint. The real runs are too slow for CI; their
@@ -145,3 +147,49 @@ def test_the_best_checkpoint_follows_a_rise_its_paired_noise_resolves(name, min_
     points = [EvalPoint(**point) for point in load(name)["history"]]
     delta = StoppingConfig().min_delta if min_delta is None else min_delta
     assert points[best_eval(points, delta)].step == best_step
+
+
+def plateau_stops(record: dict) -> list[int]:
+    """The steps at which the plateau stop fires, evaluation by evaluation, as the loop decides
+    (after the run's `min_budget_share` of its `max_minutes`), with the run's stopping config."""
+    from rlvr.config import StoppingConfig
+    from rlvr.training.stop_rules import budget_spent, plateau
+
+    rules = StoppingConfig(**record["stopping"])
+    points = [EvalPoint(**point) for point in record["history"]]
+    return [
+        points[k].step
+        for k, wall in enumerate(record["eval_wall_s"])
+        if budget_spent(points[k].step, 10**6, wall, record["max_minutes"])
+        >= rules.min_budget_share
+        and plateau(
+            points[: k + 1],
+            rules.patience,
+            rules.min_delta,
+            rules.rule,
+            rules.trend_window,
+            rules.trend_z,
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    ("run", "stops_at"),
+    [
+        # validation 0.375, 0.450, 0.350, 0.375, 0.400, 0.425, 0.500: its highest at the last
+        # evaluation, which the trend over six (+0.014 ± 0.015 an evaluation) did not resolve
+        ("email-20261130-000019", None),
+        # flat at 0.350 for five evaluations: a plateau, where the real run stopped
+        ("email-20261129-223329", 30),
+        # 0.450, 0.475, 0.500, 0.450, 0.450 in fp32: back down, where the real run stopped
+        ("email-20261129-233943", 12),
+    ],
+)
+def test_the_plateau_stop_does_not_end_a_run_at_its_highest_validation(run, stops_at):
+    record = load("email_seed1_runs.json")[run]
+    assert record["stop_reason"] == "plateau"
+    stops = plateau_stops(record)
+    assert (stops[0] if stops else None) == stops_at
+    if stops_at is None:  # the real run stopped there, under the rule without the new high
+        assert record["steps"] == record["history"][-1]["step"]
+        assert record["history"][-1]["val"] > max(p["val"] for p in record["history"][:-1])

@@ -208,6 +208,8 @@ TREND_HISTORIES = {
     "slow steady rise (math, 80 items)": (MATH_RISE, 80, True, False),
     "flat after a rise": ([0.40, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60, 0.60], 80, True, True),
     "noisy flat": ([0.50, 0.55, 0.45, 0.50, 0.55, 0.45, 0.50], 40, True, True),
+    "noisy, at a new high": ([0.50, 0.55, 0.45, 0.50, 0.55, 0.45, 0.56], 40, True, False),
+    "back to its high": ([0.50, 0.55, 0.45, 0.50, 0.55, 0.45, 0.55], 40, True, True),
     "falling": ([0.50, 0.52, 0.48, 0.45, 0.42, 0.40], 40, True, True),
     "rise no evaluation resolves": ([0.25, 0.275, 0.30, 0.30, 0.325, 0.35], 40, True, False),
     "a counted gain within patience": ([0.30, 0.80, 0.80, 0.80], 16, False, False),
