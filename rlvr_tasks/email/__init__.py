@@ -87,13 +87,12 @@ task = Task(
     # the largest was 0.0245 and the last gain -0.025 (records of 2026-11-29). The rate rises over
     # the first 4 steps: AdamW starts RL with fresh moments, and on an AVX512-BF16 CPU seed 0's
     # first three updates were its largest (KL 0.052, 0.028, 0.023), after which validation fell
-    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08. With the warm-up and the
-    # repeat cost (Options.repeat_cost) there, RL's test gain (best; last): seed 0 +0.200
-    # [+0.111, +0.290]; +0.192 [+0.097, +0.286], seed 1 +0.100 [+0.017, +0.182]; +0.083 [-0.000,
-    # +0.167], seed 2 +0.117 [+0.036, +0.196]; +0.150 [+0.061, +0.240] (17-24 minutes, 21-36 steps).
-    # A second seed-1 run gave +0.008 [-0.031, +0.046]; +0.075 [-0.000, +0.150], and seed 1 in
-    # fp32 (RLVR_PRECISION=fp32, as on AVX2-only CPUs) -0.025 [-0.074, +0.020]; +0.017 [-0.061,
-    # +0.094]: both stopped on the plateau rule with 10-11 of the 27 minutes unused.
+    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08. With the warm-up, the
+    # repeat cost (Options.repeat_cost) and a plateau stop that does not end a run at its highest
+    # validation, RL's test gain (best; last) on an AVX512-BF16 CPU: seed 0 +0.067 [+0.015,
+    # +0.123]; +0.208 [+0.109, +0.308], seed 1 +0.125 [+0.053, +0.197]; +0.183 [+0.102, +0.264],
+    # seed 2 +0.125 [+0.036, +0.211]; +0.167 [+0.071, +0.262], and seed 1 again +0.033 [-0.034,
+    # +0.100]; +0.183 [+0.102, +0.264] (20-26 minutes, 24-36 steps).
     # 1,200 questions: the test split's 120 paired questions resolve a gain of ~0.1 (on 40 RL's gain
     # moved +-0.15 by item draw alone). Validation on 40 of the 120 held out, every 3 steps: on 16
     # it moved by whole questions either way, and more would take RL steps from the 27 minutes
