@@ -151,24 +151,17 @@ def test_the_best_checkpoint_follows_a_rise_its_paired_noise_resolves(name, min_
 
 def plateau_stops(record: dict) -> list[int]:
     """The steps at which the plateau stop fires, evaluation by evaluation, as the loop decides
-    (after the run's `min_budget_share` of its `max_minutes`), with the run's stopping config."""
+    (rlvr.training.stop_rules.plateau_stop), with the run's stopping config and budget."""
     from rlvr.config import StoppingConfig
-    from rlvr.training.stop_rules import budget_spent, plateau
+    from rlvr.training.stop_rules import budget_spent, plateau_stop
 
     rules = StoppingConfig(**record["stopping"])
     points = [EvalPoint(**point) for point in record["history"]]
     return [
-        points[k].step
-        for k, wall in enumerate(record["eval_wall_s"])
-        if budget_spent(points[k].step, 10**6, wall, record["max_minutes"])
-        >= rules.min_budget_share
-        and plateau(
-            points[: k + 1],
-            rules.patience,
-            rules.min_delta,
-            rules.rule,
-            rules.trend_window,
-            rules.trend_z,
+        point.step
+        for k, (point, wall) in enumerate(zip(points, record["eval_wall_s"], strict=True))
+        if plateau_stop(
+            points[: k + 1], budget_spent(point.step, 1, wall, record["max_minutes"]), rules
         )
     ]
 

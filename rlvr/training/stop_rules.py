@@ -47,6 +47,14 @@ def at_new_high(points: list[EvalPoint]) -> bool:
     return len(points) >= 2 and points[-1].val > max(p.val for p in points[:-1])
 
 
+def plateau_stop(points: list[EvalPoint], spent: float, rules: StoppingConfig) -> bool:
+    """The plateau stop as the loop applies it after an evaluation: once `spent` (the budget's
+    share, `budget_spent`) reaches `rules.min_budget_share`, the plateau rule under `rules`."""
+    return spent >= rules.min_budget_share and plateau(
+        points, rules.patience, rules.min_delta, rules.rule, rules.trend_window, rules.trend_z
+    )
+
+
 def out_of_time(eval_walls: list[float], test_s: float, budget_s: float) -> bool:
     """Whether one more evaluation period (as long as the last one: its steps and validation)
     plus the test evaluation (`test_s`) would overrun the budget. `eval_walls` are the run's
@@ -86,9 +94,7 @@ def stop_after_eval(
     if hacking and rules.on_divergence == "stop":
         return StopReason.REWARD_HACKING
     spent = budget_spent(state.step, cfg.max_steps, evals[-1].wall_s or 0.0, cfg.max_minutes)
-    if spent >= rules.min_budget_share and plateau(
-        state.evals, rules.patience, rules.min_delta, rules.rule, rules.trend_window, rules.trend_z
-    ):
+    if plateau_stop(state.evals, spent, rules):
         return StopReason.PLATEAU
     if cfg.max_minutes is not None and out_of_time(
         [r.wall_s or 0.0 for r in evals],
