@@ -15,7 +15,7 @@ LOCK := requirements.lock
 WHEELS ?= /opt/wheels
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # uv's --find-links arguments for it, or one line naming WHEELS and TORCH_INDEX (exit 2).
-TORCH_LINKS = $(PYTHON) rlvr/lockfile.py links "$(WHEELS)" "$(TORCH_INDEX)"
+TORCH_LINKS = $(PYTHON) tools/lockfile.py links "$(WHEELS)" "$(TORCH_INDEX)"
 # uv installs the lock: parallel, cached, hash-checked. Bootstrapped once a machine with pip, from
 # its wheel checked by hash (x86-64 and aarch64 manylinux, x86-64 musllinux).
 UV_VERSION := 0.13.8
@@ -51,7 +51,7 @@ $(UV):
 export PYTHONDONTWRITEBYTECODE :=
 
 $(STAMP): pyproject.toml $(LOCK) Makefile | $(UV)
-	$(PYTHON) rlvr/lockfile.py check
+	$(PYTHON) tools/lockfile.py check
 	links=$$($(TORCH_LINKS)) || exit 2; \
 	  { test -x $(BIN)/python || $(UV) venv -q --python $(PYTHON) $(VENV); } && \
 	  $(UV) pip sync -q --python $(BIN)/python --require-hashes $$links $(LOCK)
@@ -63,7 +63,7 @@ lock: | $(UV)
 	links=$$($(TORCH_LINKS)) || exit 2; \
 	  $(UV) pip compile -q pyproject.toml $(LOCK_FLAGS) $$links \
 	  --override <(echo "torch==2.13.0+cpu") -o $(LOCK)
-	$(PYTHON) rlvr/lockfile.py stamp
+	$(PYTHON) tools/lockfile.py stamp
 
 train: $(STAMP)
 	$(BIN)/rlvr train $(TASK) $(ARGS)
@@ -107,10 +107,10 @@ docs: $(STAMP)
 	@echo "docs: site/index.html"
 
 # JupyterLab on the project's kernel (.venv's python) with notebooks/ as its root, on 127.0.0.1
-# only, behind a fresh token: the URL to open is printed once (rlvr/lab.py).
+# only, behind a fresh token: the URL to open is printed once (tools/lab.py).
 LAB_PORT ?= 8888
 lab: $(STAMP)
-	@$(BIN)/python -m rlvr.lab --port $(LAB_PORT)
+	@$(BIN)/python -m tools.lab --port $(LAB_PORT)
 
 # Each test group's seconds on this machine into tests/durations.json (the order `make test`
 # starts them in): rerun after adding or much changing a slow test module.

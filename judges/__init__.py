@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from rlvr.config import RunConfig
     from rlvr.types import Environment, Scorer
 
-# Submodules are imported inside the functions: `import judges.engine` (for `rlvr judge serve`)
+# Submodules are imported inside the functions: `import judges.local` (for `rlvr judge serve`)
 # must not pay for litellm and ART.
 
 
@@ -34,7 +34,7 @@ async def open_judge(cfg: RunConfig) -> AsyncIterator[JudgeClient]:
     127.0.0.1 (judges.server), started lazily by the first request and stopped when this context exits (normally,
     on an exception, or on Ctrl-C); any other id is a litellm model used directly."""
     from judges.client import LOCAL_JUDGE, JudgeClient, JudgeSettings
-    from judges.engine import KEY_ENV, EngineSettings, LocalEngine
+    from judges.local import KEY_ENV, EngineSettings, LocalEngine
 
     settings = JudgeSettings.from_config(cfg)
     engine = None

@@ -22,14 +22,14 @@ def judge_serve(
 ) -> None:
     """Start the local judge engine (rlvr's engine on 127.0.0.1) and keep it up until Ctrl-C.
     Runs use it with judge=local judge.base_url=<the printed URL>."""
-    from judges.engine import (
+    from judges.local import (
         JUDGE_MODEL,
         EngineError,
         EngineSettings,
         default_threads,
         serve_forever,
     )
-    from rlvr.cli import fail
+    from rlvr.cli.main import fail
     from rlvr.engine import ModelError, resolve_model
 
     try:
@@ -54,7 +54,7 @@ def bench_judge(
     import json
 
     from judges.bench import run_bench
-    from rlvr.cli import command_config, fail, known_errors
+    from rlvr.cli.main import command_config, fail, known_errors
 
     cfg = command_config(None, overrides or [])
     try:

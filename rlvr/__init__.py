@@ -22,32 +22,32 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 _EXPORTS = {
     "BudgetExhausted": "rlvr.types",
     "Call": "rlvr.agent",
-    "Compared": "rlvr.paired_gains",
+    "Compared": "rlvr.evaluation.paired_gains",
     "ConfigError": "rlvr.config",
     "Environment": "rlvr.types",
     "EnvironmentBase": "rlvr.types",
     "Item": "rlvr.types",
-    "PluginError": "rlvr.tasks.api",
+    "PluginError": "rlvr.task_api.api",
     "RunResult": "rlvr.training",
     "Sampling": "rlvr.types",
     "Scorer": "rlvr.types",
     "StopReason": "rlvr.training",
-    "Task": "rlvr.tasks.api",
-    "TestBlock": "rlvr.paired_gains",
+    "Task": "rlvr.task_api.api",
+    "TestBlock": "rlvr.evaluation.paired_gains",
     "RunConfig": "rlvr.config",
     "build_config": "rlvr.config",
-    "chat_turn": "rlvr.tasks.rollouts",
+    "chat_turn": "rlvr.task_api.rollouts",
     "completion_text": "rlvr.types",
-    "environment": "rlvr.tasks.api",
+    "environment": "rlvr.task_api.api",
     "final_reply": "rlvr.agent",
     "group_scorer": "rlvr.scoring.scorers",
     "mcp_tools": "rlvr.agent.mcp",
     "parse_overrides": "rlvr.config",
-    "resolve_task": "rlvr.tasks.plugins",
+    "resolve_task": "rlvr.task_api.plugins",
     "reward_scorer": "rlvr.scoring.scorers",
     "run_training": "rlvr.training",
-    "single_turn": "rlvr.tasks.rollouts",
-    "task_config": "rlvr.tasks.plugins",
+    "single_turn": "rlvr.task_api.rollouts",
+    "task_config": "rlvr.task_api.plugins",
     "tool_episode": "rlvr.agent",
 }
 __all__ = sorted(_EXPORTS)
@@ -76,11 +76,11 @@ if TYPE_CHECKING:  # for type checkers and editors; tests/test_package.py holds 
     from rlvr.agent import Call, final_reply, tool_episode  # noqa: F401
     from rlvr.agent.mcp import mcp_tools  # noqa: F401
     from rlvr.config import ConfigError, RunConfig, build_config, parse_overrides  # noqa: F401
-    from rlvr.paired_gains import Compared, TestBlock  # noqa: F401
+    from rlvr.evaluation.paired_gains import Compared, TestBlock  # noqa: F401
     from rlvr.scoring.scorers import group_scorer, reward_scorer  # noqa: F401
-    from rlvr.tasks.api import PluginError, Task, environment  # noqa: F401
-    from rlvr.tasks.plugins import resolve_task, task_config  # noqa: F401
-    from rlvr.tasks.rollouts import chat_turn, single_turn  # noqa: F401
+    from rlvr.task_api.api import PluginError, Task, environment  # noqa: F401
+    from rlvr.task_api.plugins import resolve_task, task_config  # noqa: F401
+    from rlvr.task_api.rollouts import chat_turn, single_turn  # noqa: F401
     from rlvr.training import RunResult, StopReason, run_training  # noqa: F401
     from rlvr.types import (  # noqa: F401
         BudgetExhausted,

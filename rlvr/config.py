@@ -335,7 +335,7 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # What to train on: an installed task name or a reference to your own (rlvr.tasks.plugins), and
+    # What to train on: an installed task name or a reference to your own (rlvr.task_api.plugins), and
     # that task's own options (validated by the task's options model; see `rlvr tasks`).
     task: str = Field(
         "math",

@@ -77,9 +77,9 @@ class AgentRun(BaseModel):
 
 @pytest.fixture(scope="session")
 def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
-    from tests import warm
-    from tests.test_agent import USER_AGENT
-    from tests.test_custom_task import TINY
+    from tests.helpers import warm
+    from tests.agent.test_agent import USER_AGENT
+    from tests.task_api.test_custom_task import TINY
 
     folder = tmp_path_factory.mktemp("agent")
     agent = folder / "elsewhere" / "capitals_agent.py"

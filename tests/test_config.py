@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from rlvr.cli import app
+from rlvr.cli.main import app
 from rlvr.config import ConfigError, RunConfig, parse_overrides
 
 

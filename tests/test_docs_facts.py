@@ -89,8 +89,8 @@ def split_ratios(groups: tuple[str, ...]) -> None:
 
 def ifeval_test_items(groups: tuple[str, ...]) -> None:
     from rlvr.training.split import split_sizes
-    from rlvr_tasks.ifeval import Options, task
-    from rlvr_tasks.ifeval.environment import IFEvalEnvironment, Level
+    from scenarios.ifeval import Options, task
+    from scenarios.ifeval.environment import IFEvalEnvironment, Level
 
     level = IFEvalEnvironment(Level(Options().difficulty), None).load()
     defaults = task.defaults
@@ -101,7 +101,7 @@ def ifeval_test_items(groups: tuple[str, ...]) -> None:
 
 def game2048_test_boards(groups: tuple[str, ...]) -> None:
     from rlvr.training.split import split_sizes
-    from rlvr_tasks.game2048 import Options, task
+    from scenarios.game2048 import Options, task
 
     sizes = split_sizes(
         Options().num_items, task.defaults["val_ratio"], task.defaults["test_ratio"]
@@ -110,13 +110,13 @@ def game2048_test_boards(groups: tuple[str, ...]) -> None:
 
 
 def sign_patterns(groups: tuple[str, ...]) -> None:
-    from rlvr.paired_gains import FLIPS
+    from rlvr.evaluation.paired_gains import FLIPS
 
     assert number(groups[0]) == FLIPS
 
 
 def gain_line(groups: tuple[str, ...]) -> None:
-    from rlvr.paired_gains import test_block
+    from rlvr.evaluation.paired_gains import test_block
     from rlvr.runs.report import gains
 
     start = {str(i): 0.0 for i in range(20)}
@@ -417,7 +417,7 @@ def test_every_file_a_run_writes_is_named_by_the_layout() -> None:
 
 
 def test_every_summary_key_the_docs_name_is_written() -> None:
-    from rlvr.paired_gains import test_block
+    from rlvr.evaluation.paired_gains import test_block
     from rlvr.runs.records import RunResult
     from rlvr.training import loop
 
@@ -469,7 +469,7 @@ def test_every_verifier_the_docs_list_is_in_the_library() -> None:
 
 @pytest.mark.parametrize("where", [HOW, CONFIG, WRITES, PERF])
 def test_every_path_the_docs_name_exists(where: str) -> None:
-    paths = re.findall(r"`((?:rlvr|judges|rlvr_tasks|tests)/[\w/.]*)`", section(where))
+    paths = re.findall(r"`((?:rlvr|judges|scenarios|tests)/[\w/.]*)`", section(where))
     assert paths or where in (CONFIG, WRITES)
     assert [p for p in paths if not (ROOT / p).exists()] == []
 

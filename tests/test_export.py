@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rlvr.cli import app
+from rlvr.cli.main import app
 from rlvr.config import RunConfig
 from rlvr.export import CardFacts, SplitSizes, model_card
 from rlvr.runs.checkpoints import NoCheckpoint, checkpoint_for
 from rlvr.runs.report import story_lines
 from rlvr.runs.store import read_metrics, read_summary
 from rlvr.serve import KEY_ENV, Endpoint, serve_key
-from tests import warm
+from tests.helpers import warm
 from tests.conftest import TinyRun
 
 runner = CliRunner()
@@ -365,7 +365,7 @@ def test_serve_answers_the_openai_client(exported_last: Path, run_copy: Path) ->
     prompts: list[Any] = [p for p, _ in pairs]  # the client's message types, as JSON
     max_tokens = json.loads((run_copy / "config.json").read_text())["max_tokens"]
     served = warm.start(
-        "rlvr.cli",
+        "rlvr.cli.main",
         "serve",
         str(run_copy),
         "--checkpoint",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import lockfile
+from tools import lockfile
 
 ROOT = lockfile.ROOT
 PIN = lockfile.torch_pin(lockfile.LOCK.read_text())

@@ -15,7 +15,7 @@ import pytest
 from rlvr import integrations as ig
 from rlvr.config import RunConfig
 from rlvr.runs import store
-from tests import warm
+from tests.helpers import warm
 
 CLOSED_PORT_URL = (
     "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused

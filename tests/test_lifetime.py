@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.warm import ROOT
+from tests.helpers.warm import ROOT
 
 # Registered first, so run last (atexit is last in, first out): whether the objects alive at exit
 # were frozen by then.
@@ -37,7 +37,7 @@ PROGRAMS = {
     "quick": "from rlvr.lifetime import quick_teardown\nquick_teardown()\n" + GARBAGE,
     "plain": GARBAGE,
     # the CLI's callback runs before any command, this one's error (exit 2) included
-    "cli": "from rlvr.cli import app\napp(['new', '/not/a/name'])",
+    "cli": "from rlvr.cli.main import app\napp(['new', '/not/a/name'])",
     "judge-server": "sys.argv = ['judges.server', '--fd', '-1']\n"
     "runpy.run_module('judges.server', run_name='__main__')",
 }

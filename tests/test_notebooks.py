@@ -19,7 +19,7 @@ from jupyter_client.provisioning import LocalProvisioner
 from nbclient import NotebookClient
 
 from rlvr import inspection as ri
-from tests import warm
+from tests.helpers import warm
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores

@@ -19,7 +19,7 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.runs.records import parse_row
-from rlvr.tasks.api import PluginError
+from rlvr.task_api.api import PluginError
 from rlvr.training.failures import RunFailed, as_one_line, first_line, one_line, where_raised
 
 KINDS = ["import", "options", "make", "load"]
@@ -208,7 +208,7 @@ def command_args(command: str, reference: str, tmp_path: Path) -> list[str]:
 def test_every_command_against_the_same_broken_task(
     tmp_path: Path, command: str, kind: str
 ) -> None:
-    from tests import warm
+    from tests.helpers import warm
 
     path, line = write_task(tmp_path, kind)
     args = command_args(command, f"{path}:task", tmp_path)
@@ -223,7 +223,7 @@ def test_every_command_against_the_same_broken_task(
     assert len(errors) == 1, done.stderr
     assert errors[0].startswith(f"error: {path}:{line}: "), errors[0]
     # the rest of stderr is at most the line saying which code a run directory makes it run
-    # (and the warm runner's own note that it ran rlvr.cli preloaded: tests/warm.py)
+    # (and the warm runner's own note that it ran rlvr.cli.main preloaded: tests/warm.py)
     others = [
         x
         for x in done.stderr.splitlines()
@@ -248,7 +248,7 @@ def test_every_command_against_the_same_broken_task(
 def test_a_bad_engine_setting_stops_a_run_before_it_writes_anything(
     tmp_path: Path, variable: str, value: str
 ) -> None:
-    from tests import warm
+    from tests.helpers import warm
 
     runs = tmp_path / "runs"
     done = warm.rlvr(

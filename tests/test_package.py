@@ -52,7 +52,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     [
         "import rlvr",
         "import rlvr.config; rlvr.config.RunConfig()",
-        "import sys; sys.argv = ['rlvr', '--help']; import rlvr.cli as c; c.app()",
+        "import sys; sys.argv = ['rlvr', '--help']; import rlvr.cli.main as c; c.app()",
     ],
     ids=["package", "config", "help"],
 )
@@ -83,7 +83,7 @@ def imported_modules(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize("outside", ["judges", "rlvr_tasks"])
+@pytest.mark.parametrize("outside", ["judges", "scenarios"])
 def test_rlvr_never_imports_judges_or_tasks(outside: str) -> None:
     """Judges, tasks and their commands plug in through entry points, as anyone's do."""
     importers = [
@@ -108,7 +108,7 @@ def test_no_module_shares_a_name_with_a_standard_module_rlvr_uses() -> None:
 
 def test_a_judged_run_without_a_judge_provider_is_one_line(monkeypatch) -> None:
     from rlvr.config import build_config
-    from rlvr.tasks import plugins
+    from rlvr.task_api import plugins
 
     monkeypatch.setattr(plugins, "_entry_points", lambda group: {})
     with pytest.raises(plugins.PluginError, match=r"judge=local: no judge provider is installed"):

@@ -21,7 +21,7 @@ import pytest
 from rlvr import redact
 from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.engine.models import CACHE_ENV, cache_root
-from tests.test_runlock import finished_summary
+from tests.runs.test_runlock import finished_summary
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
 WANDB_KEY = "PLANTEDwandb" + "0" * 28  # W&B keys are 40 characters
@@ -145,7 +145,7 @@ def test_url_query_parameters_named_like_credentials_are_redacted(url: str, clea
         ("sk-proj-PLANTEDabcdefghijklmnop", "[redacted]"),
         ("ghp_PLANTEDabcdefghijklmnop1234", "[redacted]"),
         ("data/key_points_v2.jsonl", "data/key_points_v2.jsonl"),  # a path, not a key
-        ("rlvr_tasks/sk-learn/items.jsonl", "rlvr_tasks/sk-learn/items.jsonl"),
+        ("scenarios/sk-learn/items.jsonl", "scenarios/sk-learn/items.jsonl"),
     ],
 )
 def test_data_loses_provider_shaped_keys_but_not_paths(value: str, clean: str) -> None:
@@ -167,7 +167,7 @@ def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
     credential of ours."""
     import asyncio
 
-    from judges.engine import EngineSettings, LocalEngine
+    from judges.local import EngineSettings, LocalEngine
     from judges.server import SERVER_KEY_ENV
 
     engine = LocalEngine(EngineSettings.default())
@@ -223,7 +223,7 @@ def test_cli_config_errors_do_not_quote_credentials(planted: None) -> None:
     # litellm's log handler takes sys.stderr when litellm is imported: imported inside CliRunner,
     # it would keep CliRunner's stream, closed after the call, and later tests' logging would fail.
     import judges.client  # noqa: F401
-    from rlvr.cli import app
+    from rlvr.cli.main import app
 
     for args in (["math", f"num_items={TINKER_KEY}"], ["math", f"group_size={OPENAI_KEY}"]):
         result = CliRunner().invoke(app, ["train", *args])
@@ -235,7 +235,7 @@ def test_cli_config_errors_do_not_quote_credentials(planted: None) -> None:
 def test_a_crash_prints_a_redacted_traceback(planted: None, capsys) -> None:
     import typer
 
-    from rlvr.cli import crash
+    from rlvr.cli.main import crash
 
     try:
         raise RuntimeError(f"provider refused key {OPENAI_KEY} at {BASE_URL}")
@@ -265,7 +265,7 @@ async def test_a_judge_401_echoing_the_key_leaks_it_nowhere(
     planted: None, caplog: pytest.LogCaptureFixture, capfd
 ) -> None:
     from judges.client import JudgeClient, JudgeFailure, JudgeSettings
-    from tests.fault_server import Fault, FaultServer
+    from tests.helpers.fault_server import Fault, FaultServer
 
     caplog.set_level(logging.DEBUG)
     with FaultServer() as server:
@@ -419,7 +419,7 @@ def test_every_command_prints_a_task_error_without_the_key(
     """A task whose code raises with the key in its message: `rlvr preflight` and `rlvr eval`
     (not only `train`) print the error redacted and exit non-zero (each command in a process of
     its own with this environment, forked warm: tests/warm.py)."""
-    from tests import warm
+    from tests.helpers import warm
 
     (tmp_path / "leaky.py").write_text(LEAKY_TASK)
     reference = f"{tmp_path / 'leaky.py'}:task"

@@ -35,7 +35,7 @@ from rlvr.engine import EngineCounters, TorchBackend
 from rlvr.engine.bench import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.runs import store
-from rlvr.tasks.plugins import task_config
+from rlvr.task_api.plugins import task_config
 from rlvr.training.backends import Policy
 from rlvr.training.evaluation import evaluate
 from rlvr.training.session import Session, open_finished, open_scratch

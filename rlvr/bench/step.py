@@ -26,7 +26,7 @@ from rlvr.engine.bench import PEAK_RSS, bare_generate_policy, bare_train_step, l
 from rlvr.inference.metrics import VllmMetric
 from rlvr.memory import EVALUATION, ROLLOUTS, UPDATE, WARM_START, RssWatch
 from rlvr.metrics import M, peak_rss_gb
-from rlvr.tasks.plugins import task_config
+from rlvr.task_api.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
 from rlvr.training.pool import record
 from rlvr.training.session import Session, open_session

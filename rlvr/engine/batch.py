@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from rlvr.engine.rows import RowState
+from rlvr.engine.token_sampling import RowState
 from rlvr.engine.weights import WeightsView
 
 # Room a buffer is laid out with, so that decode steps and joining rows seldom lay it out anew.

@@ -21,7 +21,7 @@ from rlvr.engine.device import release_memory
 from rlvr.engine.grammar import Matcher, grammar_for, llg_tokenizer
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.prefix import Prefix, PrefixCache, shared_prefixes, worth_reusing
-from rlvr.engine.rows import RowRules, RowState, never
+from rlvr.engine.token_sampling import RowRules, RowState, never
 from rlvr.engine.types import (
     PASS_COLUMNS,
     PREFILL_TOKENS,

@@ -1,5 +1,5 @@
 """An engine server in a child process: its lifecycle, shared by every engine run beside a run (the
-local judge's, judges.engine).
+local judge's, judges.local).
 
 Ports: the parent binds the listening socket (a free port, or the one asked for: taken is a clear
 `EngineError`) and the child inherits it, so no other process can take the port between choosing

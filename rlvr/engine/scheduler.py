@@ -22,7 +22,7 @@ import torch
 from rlvr.engine.batch import LiveBatch
 from rlvr.engine.decoding import Decoder
 from rlvr.engine.device import release_memory
-from rlvr.engine.rows import RowState
+from rlvr.engine.token_sampling import RowState
 from rlvr.engine.types import EngineCounters, Sampled, SampleRow
 from rlvr.engine.weights import WeightsView
 

@@ -3,7 +3,7 @@
 Training stays on rlvr's engine (transformers + peft, ART's loss); rollouts and evaluations sample
 from vLLM: a server this backend starts (`make vllm-env`'s environment) or the servers of
 `inference.urls`. After each optimizer step the checkpoint the trainer saved is loaded into every
-server as a LoRA adapter named `run@step` (rlvr.inference.pool), so the next rollouts, which name
+server as a LoRA adapter named `run@step` (rlvr.inference.servers), so the next rollouts, which name
 that step, sample the new policy.
 
 Each step's metrics carry the serving figures (`VllmMetric`), and `train/mismatch_kl`: the k3
@@ -32,7 +32,7 @@ from rlvr.engine import Precision, ServerThread, TorchBackend, resolve_model
 from rlvr.engine import types as engine_names
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
-from rlvr.inference.pool import Endpoint, ServerPool, create_router, served_base_name
+from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
 from rlvr.inference.server import ServerSpec, VllmServer
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rlvr.inspection.reader import InspectError, Run, _read, last_text, parse_field
-from rlvr.paired_gains import PairedGain, paired_gain
+from rlvr.evaluation.paired_gains import PairedGain, paired_gain
 from rlvr.runs import layout
 
 # The checkpoints the test split is evaluated at, by the names a person types; `best` is the

@@ -1,6 +1,6 @@
 """The typed records of a run directory: the rows of metrics.jsonl (a training step, an
 evaluation, the warm start), an alarm, why a run stopped, and the summary (`RunResult`, with the
-paired `test` block of rlvr.paired_gains).
+paired `test` block of rlvr.evaluation.paired_gains).
 
 Each metrics row is parsed once, where it is read (rlvr.runs.store), into its record type; code
 elsewhere tells rows apart by type. On disk every key stays what it always was: a record's fields
@@ -19,7 +19,7 @@ from typing import ClassVar, Self
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric
-from rlvr.paired_gains import TestBlock
+from rlvr.evaluation.paired_gains import TestBlock
 
 KIND_KEY = "kind"
 
@@ -271,7 +271,7 @@ class NoSignal(BaseModel):
 class RunResult(BaseModel):
     """What a run ended with: the facts of summary.json, which is this record on disk.
 
-    `test` is the paired test block (rlvr.paired_gains.TestBlock): test accuracy at the start, after
+    `test` is the paired test block (rlvr.evaluation.paired_gains.TestBlock): test accuracy at the start, after
     the warm start, at the best and the last checkpoint, each checkpoint's gain over the start
     and RL's own gain over the warm start, with 95% intervals and p-values (None where the run
     stopped before testing or the start could not be evaluated). Keys a person added to a

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.paired_gains import Compared, TestBlock
+from rlvr.evaluation.paired_gains import Compared, TestBlock
 from rlvr.runs import atomic
 from rlvr.runs.records import EvalRow, Row, RunResult, StepRow, WarmStartRow
 

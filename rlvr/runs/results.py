@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from rlvr.config import RunConfig
 from rlvr.metrics import M
-from rlvr.paired_gains import Compared, TestBlock
+from rlvr.evaluation.paired_gains import Compared, TestBlock
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.damage import RunDamaged
 from rlvr.runs.records import Row
@@ -48,7 +48,7 @@ class ResultsError(ValueError):
 
 class Gain(BaseModel):
     """A paired test gain with its sign-flip p-value and the 95% interval of that test
-    (rlvr.paired_gains)."""
+    (rlvr.evaluation.paired_gains)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -199,7 +199,7 @@ def command_of(cfg: RunConfig) -> tuple[str, bool]:
     config = cfg.model_dump(mode="json")
     task = cfg.task
     try:
-        from rlvr.tasks.plugins import task_config
+        from rlvr.task_api.plugins import task_config
 
         base = task_config(task).model_dump(mode="json")
     except Exception:  # a task that no longer resolves: compare with the bare config

@@ -2,7 +2,7 @@
 
 Both runs' final checkpoints were scored on their test split at the end of the run
 (`trajectories/test.parquet`, one greedy rollout per item). Runs of the same task, seed and split
-hold the same test items, so the comparison is paired per item (`rlvr.paired_gains`); runs tested on
+hold the same test items, so the comparison is paired per item (`rlvr.evaluation.paired_gains`); runs tested on
 different items are refused rather than compared unpaired.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from rlvr.paired_gains import PairedGain, paired_gain
+from rlvr.evaluation.paired_gains import PairedGain, paired_gain
 from rlvr.runs import layout
 
 

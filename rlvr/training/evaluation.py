@@ -11,7 +11,7 @@ import art
 from pydantic import BaseModel, ConfigDict
 
 from rlvr import art_private
-from rlvr.tasks.rollout_model import RolloutModel
+from rlvr.task_api.rollout_model import RolloutModel
 from rlvr.training.backends import Policy
 from rlvr.training.failures import Failure, FailureLog, failures_of, require_some
 from rlvr.training.progress import LINES_PER_PHASE, Progress

@@ -24,13 +24,13 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.deprecations import task_keyword
 from rlvr.memory import EVALUATION, WARM_START
 from rlvr.metrics import M, peak_rss_gb
-from rlvr.paired_gains import TestBlock, test_block
-from rlvr.passk import SampledEval, sampled_eval
+from rlvr.evaluation.paired_gains import TestBlock, test_block
+from rlvr.evaluation.passk import SampledEval, sampled_eval
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store
 from rlvr.runs.records import RunResult, StepRow, StopReason
 from rlvr.runs.report import plot_report
-from rlvr.tasks.api import Task
+from rlvr.task_api.api import Task
 from rlvr.training.alarms import judge_alarm
 from rlvr.training.checkpoints import checkpoint_path, keep_checkpoints, save_best
 from rlvr.training.evaluation import rollout_groups
@@ -301,7 +301,7 @@ async def evaluate_samples(
 ) -> SampledEval:
     """`samples` answers per item of a finished run's split from its best checkpoint, sampled at
     `temperature` and scored by the task's ground truth: pass@k, pass^k and avg@k
-    (rlvr.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
+    (rlvr.evaluation.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
     task = task_keyword("evaluate_samples", task, scenario)  # deprecated alias
     if samples < 1:
         raise ConfigError(f"--samples {samples}: expected at least 1")

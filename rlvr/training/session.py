@@ -4,7 +4,7 @@
 `open_finished` opens a finished run the same way, read only, to evaluate it again (`rlvr eval`),
 and `open_scratch` the run a config describes in a temporary directory (preflight, benchmarks).
 
-`open_session` resolves what the caller gave into the run's parts (`rlvr.tasks.plugins.resolve_run`:
+`open_session` resolves what the caller gave into the run's parts (`rlvr.task_api.plugins.resolve_run`:
 the built Environment, the Scorer, the judge), runs the checks that can still reject the config and
 splits the items, all before a run directory is written; it then claims the run directory (one
 writer: rlvr.runs.runlock), recovers a killed run, opens the tracker and the policy, and yields a
@@ -29,8 +29,8 @@ from rlvr.memory import EVALUATION, RUN_INTERVAL_S, RssWatch
 from rlvr.metrics import M, peak_rss_gb
 from rlvr.runs import layout, runlock, store
 from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
-from rlvr.tasks.api import Task
-from rlvr.tasks.plugins import RunParts, resolve_run
+from rlvr.task_api.api import Task
+from rlvr.task_api.plugins import RunParts, resolve_run
 from rlvr.training.alarms import Thresholds, validation_alarms
 from rlvr.training.backends import (
     ART_DIR,

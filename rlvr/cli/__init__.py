@@ -1,0 +1,1 @@
+"""The command line: `rlvr` (main) and its help text (help)."""

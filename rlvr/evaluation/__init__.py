@@ -1,0 +1,1 @@
+"""Evaluation statistics: paired gains with the sign-flip test, and pass@k."""

@@ -1,0 +1,1 @@
+"""Project tooling, not the runtime: the docs hook, the lock helper and the lab launcher."""
