@@ -2,7 +2,7 @@
 breaks here and only here (pinned: openpipe-art 0.5.18, see requirements.lock).
 
 - `delete_checkpoints`: `Backend._delete_checkpoint_files`, which LocalBackend, TinkerBackend and
-  rlvr's TorchBackend implement (ART's public `model.delete_checkpoints` keeps only the best by a
+  rlvr's LocalTorchBackend implement (ART's public `model.delete_checkpoints` keeps only the best by a
   metric name, not the checkpoints a run names).
 - `train_sft`: `Backend._train_sft`, the path of ART's public `model.train_sft`, which takes
   trajectories and yields per-batch metrics without logging them as a training step.

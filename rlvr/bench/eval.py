@@ -31,7 +31,7 @@ import torch
 from openai.types.chat import ChatCompletionMessageParam
 
 from rlvr.agent import EpisodeMetric
-from rlvr.engine import EngineCounters, TorchBackend
+from rlvr.engine import EngineCounters, LocalTorchBackend
 from rlvr.engine.bench import PEAK_RSS, RATIO, bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.runs import store
@@ -123,7 +123,7 @@ async def run_eval_bench(
         cfg, environment, policy = run.cfg, run.environment, run.policy
         chosen = (run.split.val + run.split.test)[:items]
         sampling = Sampling.from_config(cfg, "val", step=step)
-        if not isinstance(policy.backend, TorchBackend):
+        if not isinstance(policy.backend, LocalTorchBackend):
             raise ValueError(
                 f"rlvr bench eval measures rlvr's own engine (backend=local), not {cfg.backend}"
             )

@@ -21,7 +21,7 @@ import torch
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.engine import Engine, TorchBackend, pack_groups
+from rlvr.engine import Engine, LocalTorchBackend, pack_groups
 from rlvr.engine.bench import PEAK_RSS, bare_generate_policy, bare_train_step, log
 from rlvr.inference.metrics import VllmMetric
 from rlvr.memory import EVALUATION, ROLLOUTS, UPDATE, WARM_START, RssWatch
@@ -93,7 +93,7 @@ async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -
     run.state.pool = record(run.state.pool, row.outcomes)
     figures: dict[str, object] = {name: row.value(key) for name, key in REPORTED.items()}
     backend = run.policy.backend
-    if bare and isinstance(backend, TorchBackend):
+    if bare and isinstance(backend, LocalTorchBackend):
         with watch.phase(BARE):
             figures |= await bare_figures(backend.engine(run.policy.model), run, batch)
     log(

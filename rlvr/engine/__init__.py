@@ -8,7 +8,7 @@ importing one light part (the frozen decoder a judge process serves) does not pa
 - serve: `create_app`, `serve`, `serve_frozen`, `ServerThread`, `Route`, `ApiError`, and
   `EngineProcess` for an engine in a child process;
 - decode: `Decoder`, `frozen_decoder`, `load_model`, `BaseWeights`, `pack_frozen`;
-- train a step: `TorchBackend` (an `art.Backend`), `Engine`, `pack_groups`;
+- train a step: `LocalTorchBackend` (an `art.Backend`), `Engine`, `pack_groups`;
 - merge: `pack_frozen` over a merged model, `check_adapter` for a checkpoint's adapter;
 - models: `resolve_model`, `ModelError`, `ALIASES`;
 - bench: `run_serve_bench`, `run_train_bench`, `run_turns_bench`.
@@ -36,7 +36,7 @@ _EXPORTS = {
     "Route": "rlvr.engine.server",
     "ServerThread": "rlvr.engine.server",
     "THREADS_ENV": "rlvr.engine.types",
-    "TorchBackend": "rlvr.engine.backend",
+    "LocalTorchBackend": "rlvr.engine.backend",
     "check_adapter": "rlvr.engine.adapters",
     "check_environment": "rlvr.engine.loaded_model",
     "create_app": "rlvr.engine.server",
@@ -73,7 +73,7 @@ def __dir__() -> list[str]:
 # this block to _EXPORTS.
 if TYPE_CHECKING:
     from rlvr.engine.adapters import check_adapter as check_adapter
-    from rlvr.engine.backend import TorchBackend as TorchBackend
+    from rlvr.engine.backend import LocalTorchBackend as LocalTorchBackend
     from rlvr.engine.backend import pack_groups as pack_groups
     from rlvr.engine.bench import run_serve_bench as run_serve_bench
     from rlvr.engine.bench import run_train_bench as run_train_bench

@@ -1,9 +1,10 @@
-"""TorchBackend: ART's `Backend` protocol on transformers + peft, for a CPU or a single GPU.
+"""LocalTorchBackend: the ART Backend of `backend=local` with `inference.engine=torch`: ART's
+`Backend` protocol on rlvr's torch engine (transformers + peft), for a CPU or a single GPU.
 
 Ordinary ART client code runs unchanged:
 
     model = art.TrainableModel(name="m", project="p", base_model="smollm2-135m")
-    await model.register(TorchBackend(path=".art"))
+    await model.register(LocalTorchBackend(path=".art"))
     client = model.openai_client()            # batched, OpenAI-compatible, 127.0.0.1
     ...rollouts put the returned Choices into their trajectories...
     result = await backend.train(model, groups, learning_rate=1e-4)
@@ -81,8 +82,9 @@ def settings_from(model: art.TrainableModel[Any, Any]) -> tuple[LoraSettings, Op
     return LoraSettings(**peft), OptimSettings(**trainer)
 
 
-class TorchBackend:
-    """Serves and trains `art.TrainableModel`s in this process with transformers + peft."""
+class LocalTorchBackend:
+    """`backend=local`, `inference.engine=torch`: serves and trains `art.TrainableModel`s in this
+    process with rlvr's torch engine."""
 
     def __init__(
         self, path: str = ".art", device: str | None = None, precision: Precision | None = None

@@ -1,4 +1,4 @@
-"""Benchmarks of the local policy (TorchBackend), each against the bare torch work it wraps.
+"""Benchmarks of the local policy (LocalTorchBackend), each against the bare torch work it wraps.
 
 - serve: completion tokens/s of N concurrent requests through the OpenAI endpoint (logprobs on, as
   rollouts ask) / a bare batched `model.generate` of the same N prompts with the same (merged)
@@ -36,7 +36,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.engine.adapters import AdapterStore
-from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.decoding import Decoder
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.lora_engine import Engine
@@ -81,14 +81,14 @@ def _prompts(requests: int) -> list[str]:
 
 async def _registered(
     path: str, model_name: str, threads: int | None
-) -> tuple[TorchBackend, art.TrainableModel[Any, Any]]:
+) -> tuple[LocalTorchBackend, art.TrainableModel[Any, Any]]:
     if threads:
         torch.set_num_threads(threads)
-    backend = TorchBackend(path=path)
+    backend = LocalTorchBackend(path=path)
     model: art.TrainableModel[Any, Any] = art.TrainableModel(
         name="bench", project="bench", base_model=model_name
     )
-    # TorchBackend implements ART's Backend; its train() names the keyword arguments it takes.
+    # LocalTorchBackend implements ART's Backend; its train() names the keyword arguments it takes.
     await model.register(cast("art.Backend", backend))
     return backend, model
 

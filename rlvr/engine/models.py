@@ -306,20 +306,20 @@ def tokenizer_from_fields(reader: GGUFReader, default_system: str) -> PreTrained
     tokens: list[str] = _value(reader, "tokenizer.ggml.tokens")
     types: list[int] = _value(reader, "tokenizer.ggml.token_type")
     merges = [tuple(merge.split(" ", 1)) for merge in _value(reader, "tokenizer.ggml.merges")]
-    backend = Tokenizer(
+    bpe = Tokenizer(
         models.BPE(
             vocab={token: i for i, token in enumerate(tokens)}, merges=merges, fuse_unk=False
         )
     )
-    backend.pre_tokenizer = pre_tokenizers.Sequence(
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
         [
             pre_tokenizers.Digits(individual_digits=True),
             pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         ]
     )
-    backend.decoder = decoders.ByteLevel()
+    bpe.decoder = decoders.ByteLevel()
     control = 3
-    backend.add_special_tokens(
+    bpe.add_special_tokens(
         [
             AddedToken(tokens[i], special=True, normalized=False)
             for i, t in enumerate(types)
@@ -327,7 +327,7 @@ def tokenizer_from_fields(reader: GGUFReader, default_system: str) -> PreTrained
         ]
     )
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+        tokenizer_object=bpe,
         bos_token=tokens[_value(reader, "tokenizer.ggml.bos_token_id")],
         eos_token=tokens[_value(reader, "tokenizer.ggml.eos_token_id")],
         pad_token=tokens[_value(reader, "tokenizer.ggml.padding_token_id")],

@@ -1,4 +1,4 @@
-"""VllmBackend: rlvr's TorchBackend training, vLLM serving (`inference=vllm`).
+"""LocalVllmBackend: rlvr's LocalTorchBackend training, vLLM serving (`inference=vllm`).
 
 Training stays on rlvr's engine (transformers + peft, ART's loss); rollouts and evaluations sample
 from vLLM: a server this backend starts (`make vllm-env`'s environment) or the servers of
@@ -28,12 +28,12 @@ from art.types import LocalTrainResult, TrainSFTConfig
 from art.utils.output_dirs import get_model_dir
 
 from rlvr.config import InferenceConfig
-from rlvr.engine import Precision, ServerThread, TorchBackend, resolve_model
+from rlvr.engine import LocalTorchBackend, Precision, ServerThread, resolve_model
 from rlvr.engine import types as engine_names
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
-from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
 from rlvr.inference.server import ServerSpec, VllmServer
+from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +41,9 @@ GIB = 1024**3
 LOG_NAME = "vllm-server.log"
 
 
-class VllmBackend(TorchBackend):
-    """ART's Backend protocol: TorchBackend's training, vLLM's serving (module docstring)."""
+class LocalVllmBackend(LocalTorchBackend):
+    """`backend=local`, `inference.engine=vllm`: ART's Backend protocol with LocalTorchBackend's
+    training and vLLM's serving (module docstring)."""
 
     def __init__(
         self,
@@ -87,7 +88,7 @@ class VllmBackend(TorchBackend):
         trajectory_groups: Iterable[art.TrajectoryGroup],
         **kwargs: Any,
     ) -> LocalTrainResult:
-        """TorchBackend's step, then its checkpoint loaded into every vLLM server."""
+        """LocalTorchBackend's step, then its checkpoint loaded into every vLLM server."""
         pool = self.pool(model)
         pool.require_one()
         result = await super().train(model, trajectory_groups, **kwargs)

@@ -1,6 +1,7 @@
 """Which ART backend trains the policy, chosen by `cfg.backend`; everything else is ART's client.
 
-- local       rlvr's TorchBackend: transformers + peft on this machine's CPU or GPU
+- local       rlvr's LocalTorchBackend: transformers + peft on this machine's CPU or GPU
+              (LocalVllmBackend with inference.engine=vllm: the same training, vLLM's serving)
 - art-local   ART's LocalBackend (vLLM + Unsloth on a CUDA GPU; `pip install rlvr[gpu]`)
 - tinker      ART's TinkerBackend (remote; TINKER_API_KEY in the environment)
 - serverless  ART's ServerlessBackend (W&B Serverless; WANDB_API_KEY in the environment)
@@ -51,17 +52,19 @@ def _make_backend(cfg: RunConfig, art_path: Path) -> tuple[art.Backend, str]:
     """(backend, base_model) for the configured backend."""
     if cfg.backend == "local" and cfg.inference.engine == "vllm":
         from rlvr.engine import resolve_model
-        from rlvr.inference.backend import VllmBackend
+        from rlvr.inference.backend import LocalVllmBackend
 
-        # Trains like TorchBackend; rollouts sample from vLLM (rlvr.inference).
-        vllm = VllmBackend(path=str(art_path), inference=cfg.inference, lora_rank=cfg.lora_rank)
+        # Trains like LocalTorchBackend; rollouts sample from vLLM (rlvr.inference).
+        vllm = LocalVllmBackend(
+            path=str(art_path), inference=cfg.inference, lora_rank=cfg.lora_rank
+        )
         return cast("art.Backend", vllm), str(resolve_model(cfg.model))
     if cfg.backend == "local":
-        from rlvr.engine import TorchBackend, resolve_model
+        from rlvr.engine import LocalTorchBackend, resolve_model
 
-        # TorchBackend implements ART's Backend; its train() names the keyword arguments it takes
+        # LocalTorchBackend implements ART's Backend; its train() names the keyword arguments it takes
         # where the protocol declares **kwargs, so a type checker cannot match the two.
-        backend = cast("art.Backend", TorchBackend(path=str(art_path)))
+        backend = cast("art.Backend", LocalTorchBackend(path=str(art_path)))
         return backend, str(resolve_model(cfg.model))
     if cfg.backend == "art-local":
         from art.local import LocalBackend
@@ -102,7 +105,7 @@ def rewind_policy(cfg: RunConfig, run_dir: Path, policy_step: int) -> list[int]:
     return newer
 
 
-# Backends whose train() takes ART's allow_training_without_logprobs (rlvr's TorchBackend, ART's
+# Backends whose train() takes ART's allow_training_without_logprobs (rlvr's LocalTorchBackend, ART's
 # LocalBackend); the others train sampled turns with logprobs only.
 TRAINS_WITHOUT_LOGPROBS = ("local", "art-local")
 
@@ -117,7 +120,7 @@ def step_learning_rate(cfg: RunConfig, step: int) -> float:
 
 def train_kwargs(cfg: RunConfig, step: int) -> dict[str, Any]:
     """Keyword arguments of RL step `step`'s `backend.train`, in the names each backend's
-    signature uses (ART's LocalBackend and TinkerBackend, rlvr's TorchBackend: `loss_fn`;
+    signature uses (ART's LocalBackend and TinkerBackend, rlvr's LocalTorchBackend: `loss_fn`;
     ServerlessBackend: `ppo`). Options a backend cannot honour were refused when the config was
     validated."""
     loss = {
@@ -177,9 +180,9 @@ async def open_policy(
 def engine_counters(policy: Policy) -> EngineCounters | None:
     """The running totals of rlvr's own engine behind `policy` (tokens prompted, cached,
     prefilled, decoded, trained); None for ART's backends, which report no such figures."""
-    from rlvr.engine import TorchBackend
+    from rlvr.engine import LocalTorchBackend
 
-    if not isinstance(policy.backend, TorchBackend):
+    if not isinstance(policy.backend, LocalTorchBackend):
         return None
     return policy.backend.counters(policy.model)
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from rlvr.engine.backend import TorchBackend
+from rlvr.engine.backend import LocalTorchBackend
 from rlvr.engine.models import DEFAULT_MODEL
 from rlvr.engine.server import TIMEOUT_HEADER, ChatRequest, build_rows
 
@@ -61,7 +61,7 @@ KINDS = {
 
 
 class Endpoint:
-    def __init__(self, backend: TorchBackend, model: art.TrainableModel, url: str, key: str):
+    def __init__(self, backend: LocalTorchBackend, model: art.TrainableModel, url: str, key: str):
         self.backend, self.model, self.url = backend, model, url
         self.headers = {"Authorization": f"Bearer {key}"}
 
@@ -90,7 +90,7 @@ class Endpoint:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def endpoint(tmp_path_factory):
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     model = art.TrainableModel(name="policy", project="tests", base_model=DEFAULT_MODEL)
     await model.register(backend)
     url, key = await backend._prepare_backend_for_training(model)

@@ -1,4 +1,4 @@
-"""TorchBackend with the real SmolLM2-135M: ART client code, real sampling, real GRPO steps.
+"""LocalTorchBackend with the real SmolLM2-135M: ART client code, real sampling, real GRPO steps.
 
 One backend (one loaded model per model name) is shared by the module; tests that train use their
 own model names so each starts at step 0. Everything goes through `model.openai_client()` over
@@ -18,7 +18,7 @@ import pytest_asyncio
 import torch
 from art.preprocessing.tokenize import tokenize_trajectory_groups
 
-from rlvr.engine.backend import TorchBackend
+from rlvr.engine.backend import LocalTorchBackend
 from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 from rlvr.engine.toolcalls import call_prefix
 from tests.helpers.real_policy import logprobs_alone
@@ -45,12 +45,12 @@ TOOLS = [
 async def backend(tmp_path_factory):
     # Exactness tests of the serving/training logic: fp32, whatever the CPU (bf16 bounds are
     # tested in test_precision.py).
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     yield backend
     await backend.close()
 
 
-async def registered(backend: TorchBackend, name: str) -> art.TrainableModel:
+async def registered(backend: LocalTorchBackend, name: str) -> art.TrainableModel:
     model = art.TrainableModel(name=name, project="tests", base_model=DEFAULT_MODEL)
     await model.register(backend)
     return model
@@ -90,7 +90,7 @@ def prompt_ids(content: str) -> list[int]:
     )
 
 
-def checkpoint(backend: TorchBackend, model: art.TrainableModel, step: int) -> Path:
+def checkpoint(backend: LocalTorchBackend, model: art.TrainableModel, step: int) -> Path:
     return backend.engine(model).adapters.checkpoint_dir(step)
 
 
@@ -384,7 +384,7 @@ async def test_grpo_steps_raise_a_simple_preference(backend) -> None:
 
 
 async def test_a_new_backend_resumes_at_the_stored_step(tmp_path) -> None:
-    first = TorchBackend(path=str(tmp_path))
+    first = LocalTorchBackend(path=str(tmp_path))
     model = await registered(first, "restart")
     group = await rollout_group(
         model, "Name a color.", [1, 2, 3, 4], lambda seed, _: float(seed % 2)
@@ -393,7 +393,7 @@ async def test_a_new_backend_resumes_at_the_stored_step(tmp_path) -> None:
     served = (await ask(model, "Say hello.", temperature=0, max_tokens=8)).choices[0]
     await first.close()
 
-    second = TorchBackend(path=str(tmp_path))
+    second = LocalTorchBackend(path=str(tmp_path))
     again = await registered(second, "restart")
     try:
         assert await again.get_step() == 1 and again.get_inference_name() == "restart@1"

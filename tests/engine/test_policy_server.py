@@ -1,6 +1,6 @@
 """The policy endpoint's request handling and the engine's pure helpers, without loading a model.
 
-The server here is the real one (TorchBackend.serve: FastAPI + uvicorn on 127.0.0.1, real HTTP),
+The server here is the real one (LocalTorchBackend.serve: FastAPI + uvicorn on 127.0.0.1, real HTTP),
 with no model registered yet; requests that need a model are in test_policy_backend.py.
 """
 
@@ -11,9 +11,9 @@ import pytest
 import pytest_asyncio
 import torch
 
-from rlvr.engine.backend import TorchBackend
-from rlvr.engine.token_sampling import draw, top_p_filter
+from rlvr.engine.backend import LocalTorchBackend
 from rlvr.engine.server import ApiError, parse_model_name
+from rlvr.engine.token_sampling import draw, top_p_filter
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
@@ -22,7 +22,7 @@ ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def served(tmp_path_factory):
     """One real endpoint for the module (its server thread answers every test's requests)."""
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")))
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")))
     url = await backend.serve()
     yield url, {"Authorization": f"Bearer {backend.api_key}"}
     await backend.close()
@@ -64,7 +64,7 @@ async def test_every_request_needs_the_runs_bearer_key(
 
 
 async def test_two_backends_have_different_keys(tmp_path) -> None:
-    first, second = TorchBackend(path=str(tmp_path)), TorchBackend(path=str(tmp_path))
+    first, second = LocalTorchBackend(path=str(tmp_path)), LocalTorchBackend(path=str(tmp_path))
     assert first.api_key != second.api_key and len(first.api_key) >= 32
 
 

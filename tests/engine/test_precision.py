@@ -23,7 +23,7 @@ import pytest
 import pytest_asyncio
 import torch
 
-from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.decoding import as_decoded
 from rlvr.engine.device import _cpu_has_native_bf16, choose_autocast, native_bf16, run_head_in_fp32
 from rlvr.engine.models import DEFAULT_MODEL
@@ -155,7 +155,7 @@ async def trained(request, tmp_path_factory):
     """One real GRPO step at each precision, on rollouts sampled from a non-trivial adapter (a
     fresh one adds nothing: merged, it is the base): (precision, engine, groups, its metrics)."""
     precision = request.param
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision=precision)
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision=precision)
     model = art.TrainableModel(name=f"p-{precision}", project="tests", base_model=DEFAULT_MODEL)
     torch.manual_seed(0)  # the fresh adapter's A matrices: the same step every run
     await model.register(backend)

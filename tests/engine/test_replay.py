@@ -98,11 +98,11 @@ def test_the_adapter_seed_leaves_the_process_generator_alone() -> None:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def policy(tmp_path_factory):
-    from rlvr.engine.backend import TorchBackend
+    from rlvr.engine.backend import LocalTorchBackend
     from rlvr.engine.models import DEFAULT_MODEL
     from rlvr.training.backends import Policy
 
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     model = art.TrainableModel(name="replay", project="tests", base_model=DEFAULT_MODEL)
     await model.register(backend)
     yield Policy(model=model, backend=backend)

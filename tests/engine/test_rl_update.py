@@ -15,7 +15,7 @@ import pytest_asyncio
 import torch
 from openai.types.chat.chat_completion import Choice
 
-from rlvr.engine.backend import TorchBackend, pack_groups
+from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.trainer import OBJECTIVE_KEY, _trimmed, trained_positions
 from tests.engine.test_policy_backend import registered
 
@@ -27,7 +27,7 @@ OBSERVATIONS = ["LOOKUP result: Paris is the capital of France.", "Now answer in
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def backend(tmp_path_factory):
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     yield backend
     await backend.close()
 

@@ -1,4 +1,4 @@
-"""One real rollout of an environment with the real SmolLM2-135M policy on a fresh TorchBackend (for
+"""One real rollout of an environment with the real SmolLM2-135M policy on a fresh LocalTorchBackend (for
 the slow tier's "a real episode is well-formed" tests), and a sequence's log-probabilities computed
 alone, the reference the trainer's shared passes are held to."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import art
 import torch
 
-from rlvr.engine.backend import TorchBackend
+from rlvr.engine.backend import LocalTorchBackend
 from rlvr.engine.models import resolve_model
 from rlvr.types import Environment, Item, Sampling
 
@@ -25,7 +25,7 @@ async def real_rollout(
         base_model=str(resolve_model("smollm2-135m")),
         base_path=str(tmp_path),
     )
-    backend = TorchBackend(path=str(tmp_path))
+    backend = LocalTorchBackend(path=str(tmp_path))
     try:
         await model.register(backend)
         return await environment.rollout(model, item, sampling)

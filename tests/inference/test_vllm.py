@@ -30,8 +30,8 @@ from rlvr.engine.models import resolve_model
 from rlvr.engine.server import ServerThread
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
-from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
 from rlvr.inference.server import PYTHON_ENV, ServerSpec, VllmServer, group_rss_bytes
+from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
 from rlvr.inference.supervise import GROUP_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -271,10 +271,10 @@ def test_bad_urls_are_one_line(case: str, owner: Owner, monkeypatch: pytest.Monk
         "wrong key": "refused the key (401)",
     }[case]
     monkeypatch.setenv("RLVR_INFERENCE_API_KEY", key)
-    from rlvr.inference.backend import VllmBackend
+    from rlvr.inference.backend import LocalVllmBackend
 
     cfg = parse_overrides([f"inference.urls=[{url}]"])
-    backend = VllmBackend(path="/nonexistent", inference=cfg.inference)
+    backend = LocalVllmBackend(path="/nonexistent", inference=cfg.inference)
     with pytest.raises(InferenceError) as raised:
         backend._open_endpoints(None)  # type: ignore[arg-type]  # servers are checked first
     assert says in str(raised.value) and "\n" not in str(raised.value)

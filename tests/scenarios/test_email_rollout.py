@@ -2,7 +2,7 @@
 
 The fast tests drive the rollout (the episode layer with the inbox tools) with scripted policy
 replies (fault injection: malformed arguments, unknown tools, a refused request). The slow test runs the real
-SmolLM2-135M through rlvr's TorchBackend.
+SmolLM2-135M through rlvr's LocalTorchBackend.
 """
 
 from __future__ import annotations
@@ -233,9 +233,11 @@ async def test_easy_level_shows_the_evidence() -> None:
 
 @pytest.mark.slow
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
-    """SmolLM2-135M served by rlvr's TorchBackend plays real episodes: each yields a valid
+    """SmolLM2-135M served by rlvr's LocalTorchBackend plays real episodes: each yields a valid
     trajectory (trainable Choices with logprobs, observations, metrics) and can be checked."""
-    backend_module = pytest.importorskip("rlvr.engine.backend", reason="TorchBackend not built yet")
+    backend_module = pytest.importorskip(
+        "rlvr.engine.backend", reason="LocalTorchBackend not built yet"
+    )
     from rlvr.engine.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -247,7 +249,7 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
         base_model=str(resolve_model("smollm2-135m")),
         base_path=str(tmp_path),
     )
-    backend = backend_module.TorchBackend(path=str(tmp_path))
+    backend = backend_module.LocalTorchBackend(path=str(tmp_path))
     try:
         await model.register(backend)
         sampling = Sampling(temperature=1.0, max_tokens=24)

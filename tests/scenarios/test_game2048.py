@@ -413,7 +413,7 @@ def test_defaults_and_options() -> None:
 
 @pytest.mark.slow
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
-    """SmolLM2-135M served by rlvr's TorchBackend plays one short game: a well-formed multi-turn
+    """SmolLM2-135M served by rlvr's LocalTorchBackend plays one short game: a well-formed multi-turn
     trajectory (Choices with logprobs, a board after each move) whose replay matches."""
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -295,9 +295,9 @@ async def test_empty_reply_scores_zero(reply: str | None) -> None:
 
 @pytest.mark.slow
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
-    """SmolLM2-135M served by rlvr's TorchBackend answers two IFEval prompts: each trajectory is
+    """SmolLM2-135M served by rlvr's LocalTorchBackend answers two IFEval prompts: each trajectory is
     one trainable Choice with logprobs, its metrics agree with the reward and the check."""
-    from rlvr.engine.backend import TorchBackend
+    from rlvr.engine.backend import LocalTorchBackend
     from rlvr.engine.models import resolve_model
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -309,7 +309,7 @@ async def test_rollout_on_real_model(tmp_path: Path) -> None:
         base_model=str(resolve_model("smollm2-135m")),
         base_path=str(tmp_path),
     )
-    backend = TorchBackend(path=str(tmp_path))
+    backend = LocalTorchBackend(path=str(tmp_path))
     try:
         await model.register(backend)
         sampling = Sampling(temperature=1.0, max_tokens=48)

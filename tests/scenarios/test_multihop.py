@@ -2,7 +2,7 @@
 tools and the final answer, scripted episodes (fault injection) and one real rollout.
 
 The scripted tests drive the rollout with `ScriptedPolicy` (the email tests' stand-in for
-`art.Model`); the slow test runs the real SmolLM2-135M through rlvr's TorchBackend.
+`art.Model`); the slow test runs the real SmolLM2-135M through rlvr's LocalTorchBackend.
 """
 
 from __future__ import annotations
@@ -556,7 +556,7 @@ def test_bad_options_are_one_line_errors(key: str, value: str) -> None:
 
 @pytest.mark.slow
 async def test_rollout_on_real_model(tmp_path: Path) -> None:
-    """SmolLM2-135M served by rlvr's TorchBackend plays one real medium episode: the trajectory
+    """SmolLM2-135M served by rlvr's LocalTorchBackend plays one real medium episode: the trajectory
     holds trainable Choices with logprobs, its observations and the retrieval metrics."""
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -36,7 +36,7 @@ def test_bad_loss_options_are_one_line_errors(pairs: list[str], message: str) ->
 
 def _train_signature(backend: str) -> inspect.Signature:
     if backend == "local":
-        from rlvr.engine.backend import TorchBackend as cls
+        from rlvr.engine.backend import LocalTorchBackend as cls
     elif backend == "art-local":
         from art.local import LocalBackend as cls
     elif backend == "tinker":
@@ -106,10 +106,10 @@ def test_a_backend_refuses_what_it_cannot_honour_in_one_line(backend: str, pair:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def batch(tmp_path_factory):
     """A real backend and one sampled group with signal, shared by the option cases."""
-    from rlvr.engine.backend import TorchBackend
+    from rlvr.engine.backend import LocalTorchBackend
     from rlvr.engine.models import DEFAULT_MODEL
 
-    backend = TorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
+    backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     sampler = art.TrainableModel(name="sampler", project="tests", base_model=DEFAULT_MODEL)
     await sampler.register(backend)
     messages = [{"role": "user", "content": "Name a color."}]

@@ -186,9 +186,9 @@ async def test_arts_checkpoint_deletions_stay_off_the_console(
     from art.utils.output_dirs import get_model_dir
 
     from rlvr import art_private
-    from rlvr.engine.backend import TorchBackend
+    from rlvr.engine.backend import LocalTorchBackend
 
-    backend = TorchBackend(path=str(tmp_path / ".art"))
+    backend = LocalTorchBackend(path=str(tmp_path / ".art"))
     model = art.TrainableModel(name="m", project="p", base_model="smollm2-135m")
     await backend.register(model)  # the backend's part of registering: no engine is loaded
     checkpoints = Path(get_model_dir(model=model, art_path=str(tmp_path / ".art"))) / "checkpoints"
