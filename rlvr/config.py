@@ -82,6 +82,9 @@ class JudgeConfig(BaseModel):
     )
 
 
+PlateauRule = Literal["trend", "best"]  # how the plateau stop reads the validation history
+
+
 class StoppingConfig(BaseModel):
     """When a run stops or raises an alarm (`stopping.KEY=value`; rlvr.training.stop_rules)."""
 
@@ -121,7 +124,7 @@ class StoppingConfig(BaseModel):
         description="alarm judge_disagrees: mean gap between the training reward and ground truth "
         "on the same rollouts over divergence_window steps (above the sampling noise too)",
     )
-    rule: Literal["trend", "best"] = Field(
+    rule: PlateauRule = Field(
         "trend",
         description="plateau stop: trend = no counted gain for `patience` evaluations, no rising "
         "trend over the last trend_window, and the latest evaluation not the highest yet; best = "

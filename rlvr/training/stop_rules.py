@@ -15,7 +15,7 @@ The step budget (max_steps) and the judge's spend cap end the loop where they ru
 
 from __future__ import annotations
 
-from rlvr.config import RunConfig, StoppingConfig
+from rlvr.config import PlateauRule, RunConfig, StoppingConfig
 from rlvr.runs.records import AlarmName, EvalRow, NoSignal, Row, StepRow, StopReason
 from rlvr.training.state import RunState, Tested, early_tested, tested
 from rlvr.training.trends import EvalPoint, best_eval, val_trend
@@ -30,7 +30,12 @@ def budget_spent(step: int, max_steps: int, wall_s: float, max_minutes: float | 
 
 
 def plateau(
-    points: list[EvalPoint], patience: int, min_delta: float, rule: str, window: int, z: float
+    points: list[EvalPoint],
+    patience: int,
+    min_delta: float,
+    rule: PlateauRule,
+    window: int,
+    z: float,
 ) -> bool:
     """The plateau stop: no counted gain for `patience` evaluations and, under the `trend` rule,
     no rising validation trend over the last `window` evaluations and no new high at the latest."""
