@@ -11,9 +11,6 @@ import importlib
 import os
 from typing import TYPE_CHECKING
 
-from rlvr.deprecations import RENAMED_EXPORTS as _RENAMED
-from rlvr.deprecations import warn_renamed as _warn_renamed
-
 # litellm (imported by ART) fetches a price map from the network at import unless told not to;
 # this machine class is offline, and the bundled map is what we want anyway.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -54,12 +51,6 @@ __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> object:
-    # An old public name (rlvr.deprecations) warns on every use (never cached here) and
-    # resolves to the new object; old names stay out of __all__.
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        _warn_renamed(f"rlvr.{name}", f"rlvr.{new}")
-        return __getattr__(new)
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'rlvr' has no attribute {name!r}")

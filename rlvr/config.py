@@ -586,13 +586,3 @@ def parse_overrides(pairs: list[str], base: Mapping[str, object] | None = None) 
         unset = means_none(raw) and accepts_none(key)
         values[key] = None if unset else raw
     return build_config(values)
-
-
-def __getattr__(name: str) -> object:
-    """`TrainConfig`, RunConfig's old name (rlvr.deprecations): it shadowed ART's
-    `art.TrainConfig`, which configures one optimizer step, not a run."""
-    from rlvr.deprecations import RENAMED_IN_CONFIG, renamed_attribute
-
-    if name not in RENAMED_IN_CONFIG:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return renamed_attribute("rlvr", name, RENAMED_IN_CONFIG, globals())  # its public name

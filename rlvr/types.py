@@ -203,12 +203,3 @@ def completion_text(trajectory: art.Trajectory) -> str:
                 return "".join(part.get("text", "") for part in content if isinstance(part, dict))
             return ""
     return ""
-
-
-if not TYPE_CHECKING:  # unseen by type checkers, so a misspelt import still fails there
-
-    def __getattr__(name: str) -> object:
-        """The old names of the Environment protocol, for one release (rlvr.deprecations)."""
-        from rlvr.deprecations import RENAMED_IN_TYPES, renamed_attribute
-
-        return renamed_attribute(__name__, name, RENAMED_IN_TYPES, globals())

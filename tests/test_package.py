@@ -113,16 +113,3 @@ def test_a_judged_run_without_a_judge_provider_is_one_line(monkeypatch) -> None:
     monkeypatch.setattr(plugins, "_entry_points", lambda group: {})
     with pytest.raises(plugins.PluginError, match=r"judge=local: no judge provider is installed"):
         plugins.open_judge(build_config({"task": "math", "judge": "local"}))
-
-
-@pytest.mark.parametrize("where", ["rlvr", "rlvr.config"])
-def test_the_old_config_name_still_works_with_a_warning(where: str) -> None:
-    import importlib
-
-    from rlvr.config import RunConfig
-
-    module = importlib.import_module(where)
-    with pytest.warns(DeprecationWarning, match="rlvr.TrainConfig is now rlvr.RunConfig"):
-        old = module.TrainConfig
-    assert old is RunConfig
-    assert "TrainConfig" not in module.__dict__.get("__all__", [])

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, get_args
+from typing import Any, get_args
 
 import art
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -29,7 +29,6 @@ from rlvr.config import (
     known_key,
     renamed_message,
 )
-from rlvr.deprecations import OLD_FACTORY_ARG, warn_renamed
 from rlvr.error_lines import did_you_mean, first_error, means_none
 from rlvr.types import (
     ENVIRONMENT_HOOKS,
@@ -69,9 +68,6 @@ def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any
             continue
         if name in available:
             kwargs[name] = available[name]
-        elif name == OLD_FACTORY_ARG and "environment" in available:
-            warn_renamed(f"{ref}: factory parameter '{name}'", "'environment'")
-            kwargs[name] = available["environment"]
         elif param.default is param.empty:
             raise PluginError(
                 f"{ref}: factory parameter '{name}' cannot be filled; a factory takes any of "
@@ -378,12 +374,3 @@ def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> RunConfig:
     config = {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
     parsed = task.parse_options(options)
     return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})
-
-
-if not TYPE_CHECKING:  # unseen by type checkers, so a misspelt import still fails there
-
-    def __getattr__(name: str) -> object:
-        """The old names of the function form, for one release (rlvr.deprecations)."""
-        from rlvr.deprecations import RENAMED_IN_TASK_API, renamed_attribute
-
-        return renamed_attribute(__name__, name, RENAMED_IN_TASK_API, globals())

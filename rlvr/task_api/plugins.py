@@ -35,7 +35,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from rlvr.config import ConfigError, RunConfig
-from rlvr.deprecations import OLD_TASK_GROUP, warn_renamed
 from rlvr.scoring.scorers import GatedScorer, WeightedScorer, group_scorer, reward_scorer
 from rlvr.task_api.api import PluginError, Task, call_factory, config_for
 from rlvr.task_api.imports import VF_PREFIX, import_target
@@ -97,18 +96,15 @@ def as_task(obj: Any, ref: str) -> Task:
 
 
 def task_names() -> list[str]:
-    """The installed tasks (entry-point group rlvr.tasks, and for one release its old name)."""
-    return sorted({*_entry_points(TASK_GROUP), *_entry_points(OLD_TASK_GROUP)})
+    """The installed tasks (entry-point group rlvr.tasks)."""
+    return sorted(_entry_points(TASK_GROUP))
 
 
 def resolve_task(name: str) -> Task:
     """The Task for an installed task name, a file/module reference, or a verifiers
     environment (`vf:MODULE_OR_FILE`, rlvr.task_api.vf_env)."""
-    if name in _entry_points(TASK_GROUP):  # a name in both groups: the new group's
+    if name in _entry_points(TASK_GROUP):
         return as_task(_load_entry_point(TASK_GROUP, name), name)
-    if name in _entry_points(OLD_TASK_GROUP):
-        warn_renamed(f"task {name}: entry-point group {OLD_TASK_GROUP}", TASK_GROUP)
-        return as_task(_load_entry_point(OLD_TASK_GROUP, name), name)
     if name.startswith(VF_PREFIX):
         from rlvr.task_api.vf_env import vf_task
 

@@ -21,11 +21,10 @@ from typing import Literal
 import art
 
 from rlvr.config import ConfigError, RunConfig
-from rlvr.deprecations import task_keyword
-from rlvr.memory import EVALUATION, WARM_START
-from rlvr.metrics import M, peak_rss_gb
 from rlvr.evaluation.paired_gains import TestBlock, test_block
 from rlvr.evaluation.passk import SampledEval, sampled_eval
+from rlvr.memory import EVALUATION, WARM_START
+from rlvr.metrics import M, peak_rss_gb
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store
 from rlvr.runs.records import RunResult, StepRow, StopReason
@@ -61,7 +60,6 @@ async def run_training(
     task: Environment | Task | None = None,
     scorer: Scorer | str | None = None,
     resume: Path | None = None,
-    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> RunResult:
     """Train until validation plateaus (or max_steps, a divergence alarm, the judge budget), then
     evaluate the best checkpoint on the test split once, beside the starting model.
@@ -69,7 +67,6 @@ async def run_training(
     `task`: a Task, or your own Environment (e.g. from `rlvr.environment(...)`); default: the task
     `cfg.task` names. `scorer`: your own Scorer or a scorer spec; default: `cfg.scorer`.
     `resume` continues a run directory from its last completed step (its config.json wins)."""
-    task = task_keyword("run_training", task, scenario)  # deprecated alias
     install_log_redaction()  # no credential reaches a log line, whoever logs it
     if resume is not None:
         cfg = store.read_config(resume)
@@ -267,12 +264,9 @@ async def evaluate_run(
     run_dir: Path,
     split_name: Literal["val", "test"] = "test",
     task: Environment | Task | None = None,
-    *,
-    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> float:
     """Evaluate a finished run's best checkpoint on its validation or test split again
     (`task`: the object it was trained with, where config.json names no installed task)."""
-    task = task_keyword("evaluate_run", task, scenario)  # deprecated alias
     best_step = store.read_summary(run_dir).best_step
     async with open_finished(run_dir, task) as run:
         items = {"test": run.split.test, "val": run.split.val}[split_name]
@@ -296,13 +290,10 @@ async def evaluate_samples(
     temperature: float,
     split_name: Literal["val", "test"] = "test",
     task: Environment | Task | None = None,
-    *,
-    scenario: Environment | Task | None = None,  # deprecated alias of task
 ) -> SampledEval:
     """`samples` answers per item of a finished run's split from its best checkpoint, sampled at
     `temperature` and scored by the task's ground truth: pass@k, pass^k and avg@k
     (rlvr.evaluation.passk). The rollouts go to trajectories/eval-<split>-samples.parquet."""
-    task = task_keyword("evaluate_samples", task, scenario)  # deprecated alias
     if samples < 1:
         raise ConfigError(f"--samples {samples}: expected at least 1")
     best_step = store.read_summary(run_dir).best_step
