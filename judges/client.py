@@ -65,8 +65,8 @@ UNSERVED = "openai/vllm-judge-not-served-yet"
 LOCAL_MODEL_ID = "openai/smollm2-135m-judge"
 REMOTE_TIMEOUT_S = 120.0
 # A CPU judge batching long rubric answers takes minutes per call, and a call cut short is decoded
-# again from scratch (rubric_if's calls at 120 s timed out and were retried); the engine itself
-# never hangs.
+# again from scratch (rubric_if's calls at REMOTE_TIMEOUT_S timed out and were retried); the
+# engine itself never hangs.
 LOCAL_TIMEOUT_S = 600.0
 # Scores this far outside [0, 1] are clamped (rounding, over-enthusiasm); further out the judge used
 # another scale (0-10, 0-100) and its number means nothing here, so the reply is invalid.

@@ -92,8 +92,9 @@ class StoppingConfig(BaseModel):
 
     patience: int = Field(3, ge=1, description="evaluations without gain before stopping")
     # 0 by default: every run's evaluations carry per-item scores, so the paired standard error
-    # sizes what counts, on any scale; a fixed floor sized for accuracies (0.02) pinned the best
-    # checkpoint at the start of a fractional check whose resolved rise was 0.015.
+    # sizes what counts, on any scale; a fixed floor sized for accuracies pinned the best
+    # checkpoint at the start of a fractional check whose rises were resolved but smaller
+    # (docs/concepts/stopping.md).
     min_delta: float = Field(
         0.0,
         ge=0,

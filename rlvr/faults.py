@@ -1,6 +1,7 @@
 """Test-only crash injection: `RLVR_FAULT=<point>:<step>` makes this process SIGKILL itself at
 that point of that step, as the OOM killer or a pulled plug would (no cleanup, no atexit, no
-finally). Unset (always, outside tests/test_crash_safety.py) every check is one dict lookup.
+finally). Unset (always, outside tests/training/test_crash_safety.py) every check is one dict
+lookup.
 
 `step` is the training step being done (1, 2, ...). For the two policy points it is the policy
 checkpoint step being written, which is the same number while every step trains.

@@ -63,7 +63,7 @@ def approx_tokens(text: str) -> int:
     ASCII punctuation mark and a run of line breaks one each, a space is free before a word or a
     punctuation mark (BPE merges it) and one token elsewhere, any other character one per UTF-8
     byte. On the email and multihop tasks' prompts and observations it is never below SmolLM2's
-    real count and about a quarter above it overall (tests/test_budget.py checks both)."""
+    real count and about a quarter above it overall (tests/agent/test_budget.py checks both)."""
     count = 0
     for piece in _PIECES.finditer(text):
         kind = piece.lastgroup

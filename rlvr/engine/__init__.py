@@ -1,6 +1,7 @@
 """rlvr's engine: one causal LM on one device that serves, samples, trains a step, merges and
 benches, behind the interfaces ART and OpenAI clients speak (an `art.Backend` and an
-OpenAI-compatible endpoint). It imports nothing of the RL side (tests/test_engine_boundary.py).
+OpenAI-compatible endpoint). It imports nothing of the RL side
+(tests/engine/test_engine_boundary.py).
 
 The names below are what the rest of rlvr uses. They resolve on first use (PEP 562), so that
 importing one light part (the frozen decoder a judge process serves) does not pay for ART and PEFT.
@@ -69,8 +70,8 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *_EXPORTS])
 
 
-# For type checkers and editors (`name as name` re-exports it); tests/test_engine_boundary.py holds
-# this block to _EXPORTS.
+# For type checkers and editors (`name as name` re-exports it);
+# tests/engine/test_engine_boundary.py holds this block to _EXPORTS.
 if TYPE_CHECKING:
     from rlvr.engine.adapters import check_adapter as check_adapter
     from rlvr.engine.backend import LocalTorchBackend as LocalTorchBackend

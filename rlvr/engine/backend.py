@@ -321,7 +321,7 @@ def with_end_of_turn(mask: list[int], token_ids: list[int], ends: list[int]) -> 
 
     ART masks a dict assistant message's content tokens only (a sampled choice carries its own
     end token): supervised on that, a model never learns to stop, and every warm-started reply
-    ran to max_tokens (measured: 100 % truncation on email)."""
+    ran to max_tokens."""
     return [
         1 if flag or (i > 0 and mask[i - 1] and token_ids[i] in ends) else 0
         for i, flag in enumerate(mask)

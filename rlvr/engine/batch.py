@@ -22,9 +22,8 @@ from rlvr.engine.token_sampling import RowState
 from rlvr.engine.weights import WeightsView
 
 # Room a buffer is laid out with, so that decode steps and joining rows seldom lay it out anew.
-# Room is memory held by every layer: 16 email rows evaluated with half the width free on the left
-# and 8 rows below peaked at 3.39 GB, with an eighth and 2 rows at 2.98 GB, in the same time
-# (75-80 s; docs/concepts/cpu-engine.md, Memory).
+# Room is memory held by every layer: an eighth of the width and 2 rows held less than half the
+# width and 8 rows, in the same time (docs/concepts/cpu-engine.md, Memory).
 RIGHT_ROOM = 128  # columns free to the right: decode steps between two layouts
 ROW_ROOM = 2  # rows free below
 LEFT_ROOM_SHARE = 0.125  # columns free to the left, a share of the width: for wider newcomers

@@ -30,9 +30,9 @@ _LIBC = _libc()
 # glibc serves a block from its own mapping, handed back when freed, only above a threshold that
 # rises to the largest block freed so far (up to 32 MB); smaller blocks come from the heap, whose
 # freed pieces stay resident. The engine holds it per phase. Sampling: 256 KB, since the key/value
-# blocks of finished rows left holes (a 1-step email run's rollouts peaked at 3.9 GB instead of
-# 4.9, decoding as fast). Training: 4 MB, since mapping every activation afresh made a
-# forward-backward ~40 % slower (page faults) for ~1 GB less (docs/performance.md, Memory).
+# blocks of finished rows left holes that stayed resident, and decoding is as fast. Training: 4 MB,
+# since mapping every activation afresh costs a page fault each (docs/concepts/cpu-engine.md,
+# Memory).
 M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 MMAP_THRESHOLD_BYTES: dict[Phase, int] = {
     "prefill": 256 * 1024,
@@ -61,11 +61,9 @@ def hold_mmap_threshold(phase: Phase) -> None:
 # oneDNN, behind torch's bf16 and packed CPU matrix products, keeps a compiled kernel and its
 # buffers per product shape in two caches: torch's ideep cache (LRU_CACHE_CAPACITY) and oneDNN's
 # own (ONEDNN_PRIMITIVE_CACHE_CAPACITY), 1,024 shapes each by default. Every prefill and training
-# row brings a new shape (its token count), so both caches grew for the whole run: a default email
-# run on an AVX512-BF16 CPU went from 4.3 GB at its first step to 6.3 GB at its twelfth (4.3 GB
-# at 256 shapes). Building a kernel again costs little: 40 email evaluation items took 23-27 s at
-# 32 shapes against 27-30 s at 256 and 25-29 s at 1,024, and peaked 0.25 GB lower than at 256
-# (a fresh process, 3 evaluations each). A person's own setting is kept.
+# row brings a new shape (its token count), so at their default both caches grow for the whole run,
+# while building a kernel again costs little time (docs/concepts/cpu-engine.md, Memory). A
+# person's own setting is kept.
 KERNEL_CACHE_ENVS = ("LRU_CACHE_CAPACITY", "ONEDNN_PRIMITIVE_CACHE_CAPACITY")
 KERNEL_CACHE_SHAPES = 32
 
@@ -116,7 +114,7 @@ def choose_autocast(
     units a training step and a prompt's prefill (large matrix products) are faster in bf16 but
     decoding (small matrix products, a token a row) is not, so those CPUs run mixed. CUDA runs bf16 throughout where the GPU has it. The figures:
     docs/concepts/cpu-engine.md, "Precision, per phase"; the sampler/trainer log-prob gap of each choice is measured
-    in tests/test_precision.py.
+    in tests/engine/test_precision.py.
     """
     forced = precision or os.environ.get(PRECISION_ENV, "").strip().lower()
     if forced not in ("", "fp32", "bf16", "mixed"):

@@ -28,9 +28,9 @@ import torch
 from rlvr.engine.packed_weights import pack, packed_linear
 
 # Merged sets kept at once: one. A run's own sampling is all on the live weights until its final
-# test block, which evaluates the best and the last checkpoint one after the other: with a second
-# set kept there, 40 email items on each peaked at 4.23 GB against 3.82 GB (fp32), to save a
-# re-merge of about a second. Requests that alternate between two checkpoints merge at each switch.
+# test block, which evaluates the best and the last checkpoint one after the other: a second set
+# kept there raises its peak memory to save a re-merge of about a second
+# (docs/concepts/cpu-engine.md, Memory). Requests that alternate between two checkpoints merge at each switch.
 MERGED_KEPT = 1
 
 

@@ -22,9 +22,8 @@ from rlvr.engine.types import whole_number
 
 BUDGET_ENV = "RLVR_PREFIX_CACHE_MB"  # 0 turns the cache off
 # 128 MB holds the entries a multi-turn episode reuses (its next turn comes soon after, so LRU keeps
-# it): email's 40-item evaluation took 60 s at 128 MB and at 384 MB and peaked 0.32 GB lower, a
-# step's rollouts 44 s and 45 s, 0.29 GB lower; at 64 MB it took 6 % longer, with the cache off
-# twice as long.
+# it): a larger cache was no faster and held more memory, a smaller one slower
+# (docs/concepts/cpu-engine.md, Memory).
 DEFAULT_BUDGET_MB = 128
 MIN_REUSE = 16  # shorter shared prefixes are not worth the copy
 

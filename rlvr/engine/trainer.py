@@ -582,9 +582,9 @@ class Trainer:
         """Forward + backward of some rows (one tree); returns sums for the step's metrics and
         the rows' log-probabilities as computed before the update ([rows, S], no graph)."""
         tree = cheapest_tree(sequences, self.tree_tokens)  # once, for the reference pass too
-        # An update's trees are what held a step's memory (an email update peaked at 3.9-5.0 GB
-        # with every activation kept, 2.7-3.2 GB recomputed); a warm-start batch's trees are
-        # smaller (SFT_TREE_TOKENS) and keep theirs, since recomputing made it ~40 % slower.
+        # An update's trees are what held a step's memory, so an update recomputes its
+        # activations; a warm-start batch's trees are smaller (SFT_TREE_TOKENS) and keep theirs,
+        # since recomputing made it slower (docs/concepts/cpu-engine.md, Memory).
         scored = self.forward_logprobs(
             inputs, sequences, tree, temperature, recompute=recompute_wanted()
         )

@@ -26,13 +26,13 @@ THREADS_ENV = "RLVR_TORCH_THREADS"  # torch CPU threads; 1 is fastest on a busy 
 # A training pass computes the tree of at most this many tokens of its sequences
 # (rlvr.engine.prefix_tree.tree_chunks; a longer sequence alone). An RL update recomputes each
 # layer's activations in backward (RLVR_RECOMPUTE), so its tree holds about a layer input a
-# token, and this mostly sets how much of a group's prompt is shared: at 512 an email RL update
-# forwarded 2-3x the tokens and took 56-95 s against 27-39 s; at 2048 it forwarded 6 % fewer
-# than at 1024 and peaked 0.4 GB higher (docs/concepts/cpu-engine.md).
+# token, and this mostly sets how much of a group's prompt is shared: a smaller tree forwards
+# several times the tokens, a larger one saves few and holds more memory
+# (docs/concepts/cpu-engine.md, Memory).
 TREE_TOKENS = 1024
 # A warm-start batch's trees hold at most this many: demonstrations share only their system prompt,
-# so smaller trees cost no time there (4 email batches: 123 s against 132 s at 1024) and cap the
-# warm start's peak (3.30 GB against 4.26 GB); its activations are kept (rlvr.engine.trainer).
+# so smaller trees cost no time there and cap the warm start's peak memory; its activations are
+# kept (rlvr.engine.trainer).
 SFT_TREE_TOKENS = 512
 TREE_TOKENS_ENV = "RLVR_TREE_TOKENS"  # a smaller budget for a machine with less memory
 
@@ -71,8 +71,8 @@ def sft_tree_tokens() -> int:
 
 
 # A prompt batch is prefilled in column slices of about this many tokens (rows x columns): the
-# attention weights of one forward are rows x heads x slice x context, so prefilling 16 distinct
-# ~900-token email prompts at once peaked 1 GB above the rest of a step.
+# attention weights of one forward are rows x heads x slice x context, so prefilling a batch of
+# long distinct prompts at once would set a step's peak memory.
 PREFILL_TOKENS = 4096
 # The fixed cost of one forward pass, in the token columns a pass computes for one row: a pass of a
 # few tokens still streams every weight and walks every layer, while a row padded to a longer row's

@@ -163,7 +163,7 @@ def server_env(key: str) -> dict[str, str]:
     # Binding OpenMP threads to cores would pin vLLM onto the cores the trainer uses too.
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     # More OpenMP threads than free cores make every parallel region wait for a descheduled
-    # thread: on a busy 2-core machine, 2 threads decoded 10 tokens in 14-47 s, 1 thread in 1 s.
+    # thread, which on a busy small machine makes decoding many times slower.
     env["OMP_NUM_THREADS"] = str(server_threads(env))
     return env
 

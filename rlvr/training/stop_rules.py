@@ -46,9 +46,9 @@ def plateau(
 
 def at_new_high(points: list[EvalPoint]) -> bool:
     """Whether the latest validation is above every earlier one. Noise must not move the restored
-    checkpoint, but stopping has the opposite risk: a default seed-1 email run stopped at its
-    highest validation (0.500 against an earlier 0.450 its paired noise could not tell apart),
-    with 11 of its 27 minutes unused and its best checkpoint left at step 3."""
+    checkpoint, but stopping has the opposite risk: a run stopped at its highest validation
+    leaves its budget unused where the policy may still be rising (docs/concepts/stopping.md;
+    replayed in tests/training/test_alarm_replay.py)."""
     return len(points) >= 2 and points[-1].val > max(p.val for p in points[:-1])
 
 
@@ -76,8 +76,7 @@ def remaining_tests(state: RunState, rows: list[Row], rules: StoppingConfig) -> 
     and the warm start unless their validations tested them already; the next checkpoint, which
     will be the last; and the best one, unless it is the start or the warm start (counted
     already). Whether the best stays or becomes the next checkpoint, that is all: counting the
-    best and the last apart stopped a default seed-1 email run, whose best stayed the warm start,
-    with 6 of its 27 minutes unused."""
+    best and the last apart would count one test too many and stop a run with budget unused."""
     early = early_tested(rows)
     steps = tested(rows, -1, -2)
     missing = [t for t in (Tested.START, Tested.AFTER_WARM_START) if t in steps and t not in early]

@@ -76,31 +76,25 @@ task = Task(
     name="email",
     make=make,
     options=Options,
-    # The agent level (medium: search, read, answer; nothing in the prompt) is the default. 12
-    # warm-start steps of 8 oracle episodes: after half as many the policy searched and read but
-    # still answered every validation question wrong. max_tokens 96: at 48 half the turns were
-    # cut. Training samples at 0.7: at 1.0 the sampled answers were far worse than greedy.
-    # The scorer is the ground-truth verifier, since the local 135M judge cannot judge this task;
-    # with a real judge, use scorer=ruler_ref.
-    # Learning rate 1.5e-4: at rlvr's 3e-4 one seed-0 update moved the policy by KL 0.169 a token
-    # (train/update_kl; the hint's limit is 0.05) and RL's last test gain was -0.100; at 1.5e-4
-    # the largest was 0.0245 and the last gain -0.025 (records of 2026-11-29). The rate rises over
-    # the first 4 steps: AdamW starts RL with fresh moments, and on an AVX512-BF16 CPU seed 0's
-    # first three updates were its largest (KL 0.052, 0.028, 0.023), after which validation fell
-    # from 0.175 to 0.050 and the training reward from 0.37 to 0.08. With the warm-up, the
-    # repeat cost (Options.repeat_cost) and a plateau stop that does not end a run at its highest
-    # validation, RL's test gain (best; last) on an AVX512-BF16 CPU: seed 0 +0.067 [+0.015,
-    # +0.123]; +0.208 [+0.109, +0.308], seed 1 +0.125 [+0.053, +0.197]; +0.183 [+0.102, +0.264],
-    # seed 2 +0.125 [+0.036, +0.211]; +0.167 [+0.071, +0.262], and seed 1 again +0.033 [-0.034,
-    # +0.100]; +0.183 [+0.102, +0.264] (20-26 minutes, 24-36 steps).
-    # 1,200 questions: the test split's 120 paired questions resolve a gain of ~0.1 (on 40 RL's gain
-    # moved +-0.15 by item draw alone). Validation on 40 of the 120 held out, every 3 steps: on 16
-    # it moved by whole questions either way, and more would take RL steps from the 27 minutes
-    # (2-core AVX2 CPU, RL's last gain on 120 at 7e8cde5's behaviour: seed 0 +0.308 [+0.207,
-    # +0.410] in 9 steps, seed 2 +0.075 [-0.016, +0.164] in 6, seed 1 -0.083 [-0.175, +0.014] in 3).
-    # 16 episodes in flight: an evaluation with 32 peaked at 4.47 GB for 72 s, with 16 at 3.86 GB
-    # for 78 s (40 validation items, the cached keys and values of ~1,500-token episodes).
-    # Figures: results/records/email-*.json (docs: Results).
+    # The agent level (medium: search, read, answer; nothing in the prompt) is the default, scored
+    # by the ground-truth verifier since the local 135M judge cannot judge this task (with a real
+    # judge, use scorer=ruler_ref). Why each default, in short (docs/guide/tool-agents.md, "The
+    # email task's defaults", says more):
+    # - sft_steps 12 of 8 oracle episodes: after half as many the policy searched and read but
+    #   still answered wrong.
+    # - max_tokens 96, since fewer cut many turns; temperature 0.7, since sampling at 1.0 answered
+    #   far worse than greedy.
+    # - learning_rate 1.5e-4: rlvr's 3e-4 moved the policy in one update far past the update-KL
+    #   hint's limit (results/records/email-2026-11-29-email-20261129-032133.json, halved).
+    # - lr_warmup_steps 4: AdamW starts RL with fresh moments, which made RL's first updates its
+    #   largest (results/records/email-2026-11-29-email-20261129-200755.json, warmed up).
+    # - num_items 1,200 (Options) holds out 120 paired test questions, enough to resolve a gain of
+    #   about 0.1; max_val_items 40 every 3 steps, since a smaller validation moved by whole
+    #   questions and a larger one makes every run longer.
+    # - rollout_concurrency 16: less memory than 32 in flight for about the same evaluation time
+    #   (docs/concepts/cpu-engine.md, Memory).
+    # Runs at these defaults: results/records/email-2026-11-30-email-20261130-013443.json and the
+    # other email records of its day (docs: Results).
     defaults={
         "rollout_concurrency": 16,
         "max_val_items": 40,

@@ -237,8 +237,8 @@ class EmailEnvironment(EnvironmentBase):
         """The training reward: the episode's final answer scored with credit for citing the
         supporting emails (scoring module docstring), less `repeat_cost` for each repeated call.
         A repeat shows nothing new, and without its cost a group whose answers were all wrong
-        gave no signal against repeating: on seed 1, once a lucky batch had rewarded repeats,
-        they spread to 1.8 a validation episode and validation fell from 0.475 to 0.325."""
+        gives no signal against repeating, so repeats a lucky batch rewarded spread and
+        validation fell (docs/guide/tool-agents.md, "Calls that repeat")."""
         answer = final_answer(trajectory)
         return score_answer(
             item.answer or "",

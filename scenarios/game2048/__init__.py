@@ -7,8 +7,8 @@ Items are seeded starting boards (item id = seed). See `environment` for the rew
 Difficulty is the board `size`, the `target` tile and `max_turns`. Every turn re-reads the whole
 chat, so on CPU the turn count is the cost: the defaults (3x3, target 8, 6 turns) keep episodes
 short while the 135M policy's groups still mix games that make the tile and games that do not
-(random legal play makes the 8 tile in 69 % of 6-move games, the policy in about a third of them;
-at `target=16 max_turns=10` it made none). Harder settings:
+(random legal play makes the 8 tile in most 6-move games, the untrained policy in fewer; at
+`target=16 max_turns=10` it made none). Harder settings:
 `target=16 max_turns=12`, `size=4`.
 """
 

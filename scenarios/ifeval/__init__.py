@@ -44,9 +44,9 @@ task = Task(
     options=Options,
     # Half the level is held out for test, since a +0.10 paired gain needs ~73 test items to
     # clear its 95% interval (the easy level's 148 prompts: 44 train, 30 validation, 74 test).
-    # At max_tokens 96 and rlvr's learning rate 3e-4, 58-90% of the training replies were cut and
-    # no update moved the policy by more than KL 0.0014 a token (train/update_kl), with RL's gain
-    # unresolved (+0.041 [-0.033, +0.121], last, on 74 items; the record of 2026-11-29).
+    # max_tokens 128 and learning rate 1e-3: at 96 and rlvr's 3e-4 most training replies were cut
+    # and the updates barely moved the policy (train/update_kl), with RL's gain unresolved
+    # (results/records/ifeval-2026-11-29-ifeval-20261129-041751.json).
     defaults={
         "max_tokens": 128,
         "learning_rate": 1e-3,

@@ -77,15 +77,15 @@ task = Task(
     make=make,
     options=Options,
     # No judge (scorer=verifier). The hard level (2- and 3-hop) is the default: after the warm
-    # start the medium level was answered 0.68-0.83 right and half of RL's groups were all-1,
-    # leaving RL nothing to learn; at hard the warm start reaches ~0.3-0.4 and RL has room. 600
-    # questions give 60 test items and 32 validating, so a +0.10 change can be told from noise;
-    # 22 minutes on 2 cores hold the warm start, about 6 steps of 2 groups of 8, 4 validations
-    # and the test split. Training samples at 0.7: at 1.0 the 135M policy rambles on the long
-    # prompt and groups lose their signal. The untrained model never answers exactly (it gives
-    # the bridge entity or a sentence), so a warm start on the oracle's demonstrations comes
-    # first: 12 steps of 8, since 24 demonstrations taught nothing and 96 the whole protocol.
-    # Figures: results/records/multihop-*.json (docs: Results).
+    # start the medium level was answered mostly right and half of RL's groups were all-1,
+    # leaving RL nothing to learn, while at hard RL has room. 600 questions give 60 test items
+    # and 32 validating, so a +0.10 change can be told from noise; 22 minutes hold the warm
+    # start, a few RL steps of 2 groups of 8, their validations and the test split. Training
+    # samples at 0.7: at 1.0 the 135M policy rambles on the long prompt and groups lose their
+    # signal. The untrained model never answers exactly (it gives the bridge entity or a
+    # sentence), so a warm start on the oracle's demonstrations comes first: 12 steps of 8,
+    # since 24 demonstrations taught nothing and 96 the whole protocol. A run at these defaults:
+    # results/records/multihop-2026-11-26-rlvr-train-multihop-difficulty-hard-num-338bd4.json.
     defaults={
         "sft_steps": 12,
         "sft_batch_size": 8,
