@@ -1,13 +1,13 @@
 """Everything that asks an LLM for a reward.
 
 - `open_judge(cfg)` — the run's judge client as an async context manager; for `judge=local` it owns
-  the local judge engine (started on first use, always stopped on exit).
+  the local judge (started on first use, always stopped on exit).
 - `ruler_scorer`, `rubric_scorer` — the scorer factories registered as `scorer=ruler` (ART's RULER
   ranks a group in one call) and `scorer=rubric` (per-criterion pass rate, one call per response)
   in the `rlvr.scorers` entry-point group.
 
-Modules: `client` (JudgeClient: dialects, parsing, retries, limits, cost, spend cap), `engine`
-(the local engine's lifecycle), `server` (its child process: rlvr's batched engine with structured
+Modules: `client` (JudgeClient: dialects, parsing, retries, limits, cost, spend cap), `local`
+(the local judge's lifecycle), `server` (its child process: rlvr's batched engine with structured
 output), `ruler`, `rubric`, `rubric_data` (the Tinker recipe's dataset
 format and HealthBench), `bench` (`rlvr bench judge`).
 """
@@ -30,27 +30,27 @@ if TYPE_CHECKING:
 
 @contextlib.asynccontextmanager
 async def open_judge(cfg: RunConfig) -> AsyncIterator[JudgeClient]:
-    """The run's judge. `judge=local` without `judge.base_url` gets a private engine on
+    """The run's judge. `judge=local` without `judge.base_url` gets a private local judge on
     127.0.0.1 (judges.server), started lazily by the first request and stopped when this context exits (normally,
     on an exception, or on Ctrl-C); any other id is a litellm model used directly."""
     from judges.client import LOCAL_JUDGE, JudgeClient, JudgeSettings
-    from judges.local import KEY_ENV, EngineSettings, LocalEngine
+    from judges.local import KEY_ENV, LocalJudge, LocalJudgeSettings
 
     settings = JudgeSettings.from_config(cfg)
-    engine = None
+    local = None
     if cfg.judge.model == LOCAL_JUDGE and cfg.judge.base_url is None:
-        engine = LocalEngine(EngineSettings.default(threads=cfg.judge.threads))
+        local = LocalJudge(LocalJudgeSettings.default(threads=cfg.judge.threads))
     client = JudgeClient(
         settings,
-        engine.ensure_started if engine else None,
+        local.ensure_started if local else None,
         seed=cfg.seed,
-        endpoint_key=engine.key if engine else os.environ.get(KEY_ENV),
+        endpoint_key=local.key if local else os.environ.get(KEY_ENV),
     )
     try:
         yield client
     finally:
-        if engine is not None:
-            engine.stop()
+        if local is not None:
+            local.stop()
 
 
 def ruler_scorer(judge: JudgeClient, environment: Environment) -> Scorer:

@@ -1,5 +1,5 @@
 """`rlvr bench judge`: what judging costs, measured with real calls on the configured judge (the
-local engine by default).
+local judge by default).
 
 - `ruler_tokens_ratio`: RULER prompt tokens per trajectory when a group of 8 is ranked in one call,
   divided by the prompt tokens of judging each trajectory alone (RULER on a group of one: the

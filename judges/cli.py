@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-judge_app = typer.Typer(no_args_is_help=True, help="The local judge engine.")
+judge_app = typer.Typer(no_args_is_help=True, help="The local judge.")
 
 
 @judge_app.command("serve")
@@ -20,12 +20,12 @@ def judge_serve(
         typer.Option(help="rlvr model name or model directory (default: smollm2-135m)"),
     ] = None,
 ) -> None:
-    """Start the local judge engine (rlvr's engine on 127.0.0.1) and keep it up until Ctrl-C.
+    """Start the local judge (rlvr's engine on 127.0.0.1) and keep it up until Ctrl-C.
     Runs use it with judge=local judge.base_url=<the printed URL>."""
     from judges.local import (
         JUDGE_MODEL,
-        EngineError,
-        EngineSettings,
+        LocalJudgeSettings,
+        ServerProcessError,
         default_threads,
         serve_forever,
     )
@@ -33,12 +33,12 @@ def judge_serve(
     from rlvr.engine import ModelError, resolve_model
 
     try:
-        settings = EngineSettings(
+        settings = LocalJudgeSettings(
             model=model or JUDGE_MODEL, threads=threads or default_threads(), port=port
         )
         resolve_model(settings.model)  # a bad name is one line here, not a child's traceback
         serve_forever(settings)
-    except (ModelError, EngineError) as error:
+    except (ModelError, ServerProcessError) as error:
         fail(str(error))
 
 
@@ -49,7 +49,7 @@ def bench_judge(
     group_size: Annotated[int, typer.Option(help="RULER group size")] = 8,
 ) -> None:
     """RULER prompt tokens per trajectory (group vs alone) and rubric calls per trajectory, with
-    real calls on the configured judge (default: the local engine). Prints one JSON line last."""
+    real calls on the configured judge (default: the local judge). Prints one JSON line last."""
     import asyncio
     import json
 

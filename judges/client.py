@@ -4,14 +4,14 @@ A judge call sends chat messages plus a JSON schema and gets back a validated Py
 client owns everything that makes a weak or flaky judge safe to train on:
 
 - structured output in the dialect the target accepts (`Dialect`): OpenAI-style `json_schema` for
-  hosted providers, vLLM and the local engine; llama.cpp's `{"type": "json_object", "schema": ...}`
+  hosted providers, vLLM and the local judge; llama.cpp's `{"type": "json_object", "schema": ...}`
   for a llama.cpp server (it answers `json_schema` with HTTP 500);
 - lenient parsing (code fences, prose around the object, raw newlines in strings) and then the
   caller's validation; anything that fails is `InvalidOutput` and is retried like a 5xx;
 - retries with exponential backoff and jitter on 429, 5xx, timeouts, dropped connections and
   invalid output; client errors (400, 401, 404) are not retried;
 - a concurrency limit and a requests-per-minute limit;
-- tokens and cost per call (litellm's price where it knows the model, 0 for the local engine) and a
+- tokens and cost per call (litellm's price where it knows the model, 0 for the local judge) and a
   spend cap that raises `rlvr.types.BudgetExhausted` before the call that would exceed it;
 - counters for every outcome, read by the scorers' `pop_metrics()` under `judge/...` keys.
 
@@ -61,7 +61,7 @@ T = TypeVar("T")
 LOCAL_JUDGE = "local"
 # judge=vllm before the run's vLLM servers are up (JudgeClient.serve_from names the real one).
 UNSERVED = "openai/vllm-judge-not-served-yet"
-# The name the local engine is addressed by (judges.server.SERVED_NAME, through litellm's openai/).
+# The name the local judge is addressed by (judges.server.SERVED_NAME, through litellm's openai/).
 LOCAL_MODEL_ID = "openai/smollm2-135m-judge"
 REMOTE_TIMEOUT_S = 120.0
 # A CPU judge batching long rubric answers takes minutes per call, and a call cut short is decoded
@@ -122,12 +122,12 @@ class JudgeSettings(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     model: str  # litellm model id sent on the wire
-    api_base: str | None = None  # None: the provider's own, or the local engine's once started
+    api_base: str | None = None  # None: the provider's own, or the local judge's once started
     dialect: Dialect = Dialect.JSON_SCHEMA
-    # The target decodes by the whole schema (the local engine; a llama.cpp server): schemas pin
+    # The target decodes by the whole schema (the local judge; a llama.cpp server): schemas pin
     # every position (ids as constants, bounded strings) so a weak judge has nothing to get wrong.
     pinned: bool = False
-    free: bool = False  # local engine: cost 0, never priced
+    free: bool = False  # local judge: cost 0, never priced
     temperature: float = 0.0
     max_retries: int = 3
     timeout_s: float = REMOTE_TIMEOUT_S
@@ -141,7 +141,7 @@ class JudgeSettings(BaseModel):
         from rlvr.config import VLLM_JUDGE
 
         served = cfg.judge.model == VLLM_JUDGE  # the run's vLLM servers, named by serve_from
-        # Both are engines of this machine: free, slow on a CPU, decoding by the whole schema.
+        # Both are servers on this machine: free, slow on a CPU, decoding by the whole schema.
         local = cfg.judge.model == LOCAL_JUDGE or served
         dialect = {
             "auto": Dialect.JSON_SCHEMA,
@@ -319,8 +319,8 @@ class JudgeClient:
     """Asks a judge for validated JSON. Shared by every scorer and check of a run.
 
     `endpoint`, when given, is awaited before each request and returns the API base URL: that is
-    how the local engine starts lazily (a run that never calls the judge never starts it). After a
-    refused connection it is awaited with `verify=True`, which replaces an engine that died.
+    how the local judge starts lazily (a run that never calls the judge never starts it). After a
+    refused connection it is awaited with `verify=True`, which replaces a local judge that died.
     """
 
     def __init__(
@@ -331,7 +331,7 @@ class JudgeClient:
         seed: int = 0,
         endpoint_key: str | None = None,
     ) -> None:
-        """`endpoint_key`: the bearer key of a local engine (its own per-run key), sent instead
+        """`endpoint_key`: the bearer key of a local judge (its own per-run key), sent instead
         of any provider key."""
         load_dotenv(find_dotenv(usecwd=True), override=False)
         self.settings = settings
@@ -346,7 +346,7 @@ class JudgeClient:
 
     @property
     def endpoint_key(self) -> str:
-        """The key requests to this judge's own endpoint carry (the local engine's, or a
+        """The key requests to this judge's own endpoint carry (the local judge's, or a
         placeholder for keyless servers): for callers sending it other requests, as the bench."""
         return self._endpoint_key or "not-needed"
 
@@ -375,8 +375,8 @@ class JudgeClient:
         self._endpoint_key = api_key
 
     async def api_base(self, verify: bool = False) -> str | None:
-        """Where requests go; for the local engine this starts it (once) and waits until it
-        answers. `verify` replaces a local engine that no longer answers."""
+        """Where requests go; for the local judge this starts it (once) and waits until it
+        answers. `verify` replaces a local judge that no longer answers."""
         return await self._endpoint(verify) if self._endpoint else self.settings.api_base
 
     def count(self, key: str, amount: float = 1) -> None:
@@ -400,7 +400,7 @@ class JudgeClient:
                 "judge=vllm: asked before the run's vLLM servers were up (the judge answers from "
                 "the run's policy servers once the policy is open)",
             )
-        # Outside the retry loop: a local engine that cannot start is a setup error, not a fault
+        # Outside the retry loop: a local judge that cannot start is a setup error, not a fault
         # to retry. One that died is started again here, by the next request.
         api_base = await self.api_base()
         self.count(JudgeMetric.CALLS)
@@ -426,7 +426,7 @@ class JudgeClient:
                     # Not chained: the original error's text may quote the key (a 401 does).
                     raise JudgeFailure(kind, message) from None
                 if kind is FaultKind.CONNECTION:
-                    # Nothing listening: a local engine that died is started again (new port).
+                    # Nothing listening: a local judge that died is started again (new port).
                     api_base = await self.api_base(verify=True)
                 retries += 1
                 self.count(JudgeMetric.RETRIES)
@@ -445,7 +445,7 @@ class JudgeClient:
         parse: Callable[[Any], tuple[T, int]],
         attempts: int,
     ) -> JudgeReply[T]:
-        # The local engine and keyless self-hosted servers still need a non-empty key on the wire.
+        # The local judge and keyless self-hosted servers still need a non-empty key on the wire.
         needs_placeholder_key = self.settings.free or (
             api_base is not None and not _provider_key_present(self.settings.model)
         )

@@ -8,7 +8,7 @@ a litellm custom provider whose `acompletion`
 1. reads the trajectory ids RULER put in its prompt (`<trajectory id="k">` lines),
 2. pins ART's schema to them (judges.ruler_schema): exactly that many scores, in order, each in [0, 1] — as `prefixItems`
    with constant ids, bounded explanations and a 0.05 score grid for a judge whose decoding follows
-   the whole schema (the local engine, a llama.cpp server: a weak model gets nothing to get
+   the whole schema (the local judge, a llama.cpp server: a weak model gets nothing to get
    wrong), as `minItems`/`maxItems`, an id `enum` and `minimum`/`maximum` for hosted providers,
 3. sends it through `JudgeClient.complete` (dialect, retries, limits, cost, spend cap), which
    validates the reply (count, ids as a permutation, scores clamped within tolerance) and

@@ -1,7 +1,7 @@
-"""The local judge engine's server: rlvr's engine serving the judge model as it is
+"""The local judge's server: rlvr's engine serving the judge model as it is
 (rlvr.engine.server.serve_frozen), with ART's RULER schema pinned to each request's trajectories.
 
-`judges.local.LocalEngine` runs it as a child process, `python -m judges.server --fd N ...`: the
+`judges.local.LocalJudge` runs it as a child process, `python -m judges.server --fd N ...`: the
 listening socket is bound by the parent and inherited (no port is picked, released and bound
 again, so no other process can take it in between), and the bearer key arrives in the environment
 (`SERVER_KEY_ENV`), never on the command line, which other users can read.

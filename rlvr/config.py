@@ -60,7 +60,7 @@ class JudgeConfig(BaseModel):
     timeout_s: float | None = Field(
         None,
         gt=0,
-        description="seconds per judge call; default 120, or 600 for the local engine (its batched "
+        description="seconds per judge call; default 120, or 600 for the local judge (its batched "
         "CPU answers to long rubrics take minutes: a call cut at 120 s is decoded again from scratch)",
     )
     max_usd: float | None = Field(None, ge=0, description="spend cap; the run stops at it")
@@ -78,7 +78,7 @@ class JudgeConfig(BaseModel):
         1.0, gt=0, description="first retry delay; doubles per retry, with jitter"
     )
     threads: int | None = Field(
-        None, ge=1, description="local judge engine CPU threads (default: half the cores)"
+        None, ge=1, description="local judge CPU threads (default: half the cores)"
     )
 
 

@@ -80,7 +80,7 @@ def redact_text(text: str, secrets: tuple[str, ...] | None = None) -> str:
 
 
 def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child process rlvr starts (a judge engine, a server): everything
+    """The environment for a child process rlvr starts (a local judge, a server): everything
     but credential variables (*_API_KEY, *_TOKEN, *_SECRET, ...), which no child of ours needs."""
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items() if not is_secret_env(k)}

@@ -325,7 +325,7 @@ FACTS = [
     (HOW, r"`TREE_TOKENS` \((\d+)\)", tree_tokens),
     (HOW, r"`cheapest_tree`: a pass counts as (\d+) token columns", pass_columns),
     (HOW, r"`rlvr bench hack` trains (\w+) on `scorer=(\w+)`", hack_bench),
-    (CONFIG, r"`judge\.timeout_s` \((\d+) s; (\d+) s for the local engine", judge_timeouts),
+    (CONFIG, r"`judge\.timeout_s` \((\d+) s; (\d+) s for the local judge", judge_timeouts),
     (CONFIG, r"`loss_fn` \((\w+)/(\w+)\)", choices_of(RunConfig, "loss_fn")),
     (
         CONFIG,

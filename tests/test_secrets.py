@@ -162,22 +162,22 @@ def test_child_processes_get_no_credential_variables(planted: None, monkeypatch)
 
 
 @pytest.mark.slow
-def test_the_judge_engine_child_inherits_no_key(planted: None) -> None:
-    """The real judge server child: its /proc environment has the engine's own bearer key and no
+def test_the_local_judge_child_inherits_no_key(planted: None) -> None:
+    """The real judge server child: its /proc environment has the local judge's own bearer key and no
     credential of ours."""
     import asyncio
 
-    from judges.local import EngineSettings, LocalEngine
+    from judges.local import LocalJudge, LocalJudgeSettings
     from judges.server import SERVER_KEY_ENV
 
-    engine = LocalEngine(EngineSettings.default())
+    local_judge = LocalJudge(LocalJudgeSettings.default())
     try:
-        asyncio.run(engine.ensure_started())
-        environ = Path(f"/proc/{engine.pid}/environ").read_bytes().decode(errors="replace")
+        asyncio.run(local_judge.ensure_started())
+        environ = Path(f"/proc/{local_judge.pid}/environ").read_bytes().decode(errors="replace")
     finally:
-        engine.stop()
-    assert_clean(environ, "judge engine environment")
-    assert f"{SERVER_KEY_ENV}={engine.key}" in environ.split("\0")
+        local_judge.stop()
+    assert_clean(environ, "local judge environment")
+    assert f"{SERVER_KEY_ENV}={local_judge.key}" in environ.split("\0")
 
 
 # --- config, errors, logs -------------------------------------------------------------------

@@ -4,7 +4,7 @@ The same chat requests (the serve benchmark's prompts, T=1, logprobs on, `max_to
 each concurrency to four targets, alternating, medians reported in completion tokens/s:
 
 - rlvr / lora: rlvr's policy endpoint with the run's LoRA adapter (merged, as rollouts sample);
-- rlvr / base: the base weights on rlvr's engine (the judge engine's way);
+- rlvr / base: the base weights on rlvr's engine (the local judge's way);
 - vllm / lora: a vLLM server started here, the same adapter loaded at runtime, sampled through
   vLLM's LoRA kernels;
 - vllm / base: that server's base model.

@@ -7,7 +7,7 @@ The names below are what the rest of rlvr uses. They resolve on first use (PEP 5
 importing one light part (the frozen decoder a judge process serves) does not pay for ART and PEFT.
 
 - serve: `create_app`, `serve`, `serve_frozen`, `ServerThread`, `Route`, `ApiError`, and
-  `EngineProcess` for an engine in a child process;
+  `ServerProcess` for a model server in a child process;
 - decode: `Decoder`, `frozen_decoder`, `load_model`, `BaseWeights`, `pack_frozen`;
 - train a step: `LocalTorchBackend` (an `art.Backend`), `Engine`, `pack_groups`;
 - merge: `pack_frozen` over a merged model, `check_adapter` for a checkpoint's adapter;
@@ -30,8 +30,8 @@ _EXPORTS = {
     "Engine": "rlvr.engine.lora_engine",
     "GrammarError": "rlvr.engine.grammar",
     "EngineCounters": "rlvr.engine.types",
-    "EngineError": "rlvr.engine.process",
-    "EngineProcess": "rlvr.engine.process",
+    "ServerProcessError": "rlvr.engine.process",
+    "ServerProcess": "rlvr.engine.process",
     "ModelError": "rlvr.engine.models",
     "Precision": "rlvr.engine.types",
     "Route": "rlvr.engine.server",
@@ -91,8 +91,8 @@ if TYPE_CHECKING:
     from rlvr.engine.models import ALIASES as ALIASES
     from rlvr.engine.models import ModelError as ModelError
     from rlvr.engine.models import resolve_model as resolve_model
-    from rlvr.engine.process import EngineError as EngineError
-    from rlvr.engine.process import EngineProcess as EngineProcess
+    from rlvr.engine.process import ServerProcess as ServerProcess
+    from rlvr.engine.process import ServerProcessError as ServerProcessError
     from rlvr.engine.server import ApiError as ApiError
     from rlvr.engine.server import ChatRequest as ChatRequest
     from rlvr.engine.server import Route as Route

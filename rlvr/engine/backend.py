@@ -1,4 +1,4 @@
-"""LocalTorchBackend: the ART Backend of `backend=local` with `inference.engine=torch`: ART's
+"""LocalTorchBackend: the ART Backend of `backend=local` with `inference.engine=rlvr`: ART's
 `Backend` protocol on rlvr's torch engine (transformers + peft), for a CPU or a single GPU.
 
 Ordinary ART client code runs unchanged:
@@ -83,7 +83,7 @@ def settings_from(model: art.TrainableModel[Any, Any]) -> tuple[LoraSettings, Op
 
 
 class LocalTorchBackend:
-    """`backend=local`, `inference.engine=torch`: serves and trains `art.TrainableModel`s in this
+    """`backend=local`, `inference.engine=rlvr`: serves and trains `art.TrainableModel`s in this
     process with rlvr's torch engine."""
 
     def __init__(

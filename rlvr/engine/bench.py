@@ -170,7 +170,7 @@ async def _endpoint(
 
 
 def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[str, Target]]:
-    """A second endpoint beside the policy's: the base weights as the judge engine serves them
+    """A second endpoint beside the policy's: the base weights as the local judge serves them
     (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
     layers instead of merged (`unmerged`)."""
     from rlvr.engine.frozen_decoder import frozen_decoder

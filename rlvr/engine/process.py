@@ -1,8 +1,8 @@
-"""An engine server in a child process: its lifecycle, shared by every engine run beside a run (the
+"""A model server in a child process: its lifecycle, shared by every server run beside a run (the
 local judge's, judges.local).
 
 Ports: the parent binds the listening socket (a free port, or the one asked for: taken is a clear
-`EngineError`) and the child inherits it, so no other process can take the port between choosing
+`ServerProcessError`) and the child inherits it, so no other process can take the port between choosing
 and serving it. Auth: each process has its own random bearer key, handed to the child in its
 environment (never on the command line, which other users can read). Environment: the child gets
 `rlvr.redact.child_env()` (no *_API_KEY / *_TOKEN / *_SECRET).
@@ -38,11 +38,11 @@ HOST = "127.0.0.1"
 _PR_SET_PDEATHSIG = 1
 
 
-class EngineError(RuntimeError):
-    """An engine process could not be started; the message says why."""
+class ServerProcessError(RuntimeError):
+    """A server process could not be started; the message says why."""
 
 
-def listen(port: int | None, what: str = "an engine") -> socket.socket:
+def listen(port: int | None, what: str = "a server") -> socket.socket:
     """A listening socket on 127.0.0.1 (`port`, or a free one), for the child to serve on."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -51,7 +51,7 @@ def listen(port: int | None, what: str = "an engine") -> socket.socket:
         sock.listen(128)
     except OSError:
         sock.close()
-        raise EngineError(
+        raise ServerProcessError(
             f"port {port} on {HOST} is already taken ({what} left from an earlier run? "
             f"`ss -ltnp 'sport = :{port}'` names it); stop it or choose another port"
         ) from None
@@ -73,7 +73,7 @@ _PRCTL = _load_prctl()
 
 def _die_with_parent(parent_pid: int) -> None:
     """Runs in the child between fork and exec: ask for SIGKILL when the parent dies. Linux
-    sends it when the *thread* that forked exits: engines are started from the event loop's
+    sends it when the *thread* that forked exits: servers are started from the event loop's
     thread, which lives as long as the run."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -81,17 +81,17 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-_LIVE: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()
 
 
 @atexit.register
 def _stop_all() -> None:
-    for engine in list(_LIVE):
-        engine.stop()
+    for server in list(_LIVE):
+        server.stop()
 
 
-class EngineProcess:
-    """One engine server child process, started by `command(fd)` on an inherited listening
+class ServerProcess:
+    """One model server child process, started by `command(fd)` on an inherited listening
     socket with its bearer key in `key_env`. `ensure_started()` is idempotent and safe to await
     from concurrent tasks; `stop()` is idempotent and synchronous (usable from atexit)."""
 
@@ -106,7 +106,7 @@ class EngineProcess:
     ) -> None:
         self.command = command
         self.key_env = key_env
-        self.name = name  # in messages: "judge engine exited at start: ..."
+        self.name = name  # in messages: "local judge exited at start: ..."
         self.asked_port = port
         self.startup_timeout_s = startup_timeout_s
         self.port: int | None = None
@@ -122,7 +122,7 @@ class EngineProcess:
     @property
     def base_url(self) -> str:
         if self.port is None:
-            raise EngineError(f"the {self.name} is not started")
+            raise ServerProcessError(f"the {self.name} is not started")
         return f"http://{HOST}:{self.port}/v1"
 
     @property
@@ -134,7 +134,7 @@ class EngineProcess:
         return self._process is not None and self._process.poll() is None
 
     async def ensure_started(self, verify: bool = False) -> str:
-        """The base URL, starting the engine if it is not running. `verify` (after a refused
+        """The base URL, starting the server if it is not running. `verify` (after a refused
         connection) also asks the server: one that does not answer is replaced. A killed server can
         look alive for a moment: its main thread is already a zombie while the others unwind."""
         if self._lock is None:
@@ -161,7 +161,7 @@ class EngineProcess:
             listener.close()  # the child holds it now; if the child dies, the port is free again
         try:
             await self._wait_ready()
-        except EngineError:
+        except ServerProcessError:
             self.stop()
             raise
 
@@ -181,7 +181,7 @@ class EngineProcess:
                 stderr=subprocess.STDOUT,
                 env=env,
                 pass_fds=(listener.fileno(),),
-                # Own session: a terminal's Ctrl-C reaches us, and we stop the engine in order.
+                # Own session: a terminal's Ctrl-C reaches us, and we stop the server in order.
                 start_new_session=True,
                 preexec_fn=(lambda: _die_with_parent(parent))
                 if sys.platform.startswith("linux") and _PRCTL is not None
@@ -195,12 +195,12 @@ class EngineProcess:
         async with httpx.AsyncClient(timeout=2.0, headers=self.headers) as http:
             while time.monotonic() < deadline:
                 if not self.running:
-                    raise EngineError(f"{self.name} exited at start: {self.log_tail()}")
+                    raise ServerProcessError(f"{self.name} exited at start: {self.log_tail()}")
                 with contextlib.suppress(httpx.HTTPError):
                     if (await http.get(f"{self.base_url}/models")).status_code == 200:
                         return
                 await asyncio.sleep(0.25)
-        raise EngineError(
+        raise ServerProcessError(
             f"{self.name} did not answer within {self.startup_timeout_s:g}s: {self.log_tail()}"
         )
 

@@ -170,7 +170,7 @@ def server_env(key: str) -> dict[str, str]:
 
 def server_threads(env: dict[str, str]) -> int:
     """vLLM's CPU threads: RLVR_VLLM_THREADS, else RLVR_TORCH_THREADS (rlvr's own), else half
-    the cores, as the local judge engine takes (the trainer keeps the rest)."""
+    the cores, as the local judge takes (the trainer keeps the rest)."""
     for name in (THREADS_ENV_VLLM, THREADS_ENV):
         value = env.get(name, "").strip()
         if value.isdigit() and int(value) > 0:

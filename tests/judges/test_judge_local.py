@@ -1,8 +1,8 @@
-"""The judges against the real local engine: rlvr's engine serving SmolLM2-135M on 127.0.0.1
+"""The judges against the real local judge: rlvr's engine serving SmolLM2-135M on 127.0.0.1
 (judges.server, a child process), with structured output.
 
-One engine serves the scoring tests of this module; the lifecycle tests start their own, since
-what they check is that an engine starts lazily and never outlives its owner.
+One local judge serves the scoring tests of this module; the lifecycle tests start their own, since
+what they check is that a local judge starts lazily and never outlives its owner.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from art.rewards import ruler_score_group
 
 from judges import open_judge
 from judges.client import LOCAL_MODEL_ID, JudgeClient, JudgeSettings
-from judges.local import EngineError, EngineSettings, LocalEngine
+from judges.local import LocalJudge, LocalJudgeSettings, ServerProcessError
 from judges.rubric import RubricScorer
 from judges.ruler import RulerScorer
 from judges.server import SERVED_NAME
@@ -40,26 +40,26 @@ QUESTION = "What is the capital of France? Answer in one short sentence."
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[LocalEngine]:
-    running = LocalEngine(EngineSettings.default())
+def local_judge() -> Iterator[LocalJudge]:
+    running = LocalJudge(LocalJudgeSettings.default())
     asyncio.run(running.ensure_started())
     yield running
     running.stop()
 
 
-def local_client(engine: LocalEngine) -> JudgeClient:
-    cfg = RunConfig(judge={"model": "local", "base_url": engine.base_url, "timeout_s": 600})
-    return JudgeClient(JudgeSettings.from_config(cfg), endpoint_key=engine.key)
+def local_client(local_judge: LocalJudge) -> JudgeClient:
+    cfg = RunConfig(judge={"model": "local", "base_url": local_judge.base_url, "timeout_s": 600})
+    return JudgeClient(JudgeSettings.from_config(cfg), endpoint_key=local_judge.key)
 
 
-async def sample_answers(engine: LocalEngine, n: int) -> list[str]:
+async def sample_answers(local_judge: LocalJudge, n: int) -> list[str]:
     """Real policy answers: SmolLM2 at T=1 from the same server (seeded)."""
     answers = []
     for seed in range(n):
         response = await litellm.acompletion(
             model=LOCAL_MODEL_ID,
-            api_base=engine.base_url,
-            api_key=engine.key,
+            api_base=local_judge.base_url,
+            api_key=local_judge.key,
             messages=[{"role": "user", "content": QUESTION}],
             temperature=1.0,
             max_tokens=32,
@@ -85,11 +85,11 @@ def group_of(answers: list[str]) -> art.TrajectoryGroup:
     )
 
 
-async def test_ruler_scores_a_group_of_four_real_trajectories(engine: LocalEngine) -> None:
-    answers = await sample_answers(engine, 4)
+async def test_ruler_scores_a_group_of_four_real_trajectories(local_judge: LocalJudge) -> None:
+    answers = await sample_answers(local_judge, 4)
     assert len(set(answers)) > 1  # a real group, not one answer four times
     group = group_of(answers)
-    scorer = RulerScorer(local_client(engine))
+    scorer = RulerScorer(local_client(local_judge))
     scored = await scorer.score(group, Item(id="capital", prompt=QUESTION))
     metrics = scorer.pop_metrics()
 
@@ -123,18 +123,18 @@ ANSWERS = [
 
 @pytest.mark.parametrize("size", [2, 3, 8])
 async def test_arts_own_ruler_scores_a_group_on_the_local_judge(
-    engine: LocalEngine, size: int
+    local_judge: LocalJudge, size: int
 ) -> None:
-    """The call an ART user writes, unchanged, pointed at the engine `rlvr judge serve` runs:
-    ART asks for a plain list of scores, the engine pins it to the group's trajectories. A small
-    max_tokens keeps it cheap: the engine sizes the explanations to fit it."""
+    """The call an ART user writes, unchanged, pointed at the local judge `rlvr judge serve` runs:
+    ART asks for a plain list of scores, the local judge pins it to the group's trajectories. A small
+    max_tokens keeps it cheap: the local judge sizes the explanations to fit it."""
     group = group_of(ANSWERS[:size])
     judged = await ruler_score_group(
         group,
         f"hosted_vllm/{SERVED_NAME}",
         extra_litellm_params={
-            "api_base": engine.base_url,
-            "api_key": engine.key,
+            "api_base": local_judge.base_url,
+            "api_key": local_judge.key,
             "max_tokens": 40 * size,
         },
     )
@@ -148,15 +148,15 @@ async def test_arts_own_ruler_scores_a_group_on_the_local_judge(
 
 
 async def test_a_ruler_reply_that_cannot_fit_max_tokens_is_a_400_naming_it(
-    engine: LocalEngine,
+    local_judge: LocalJudge,
 ) -> None:
     with pytest.raises(Exception, match="max_tokens: 20 cannot hold a RULER reply scoring 3"):
         await ruler_score_group(
             group_of(ANSWERS[:3]),
             f"hosted_vllm/{SERVED_NAME}",
             extra_litellm_params={
-                "api_base": engine.base_url,
-                "api_key": engine.key,
+                "api_base": local_judge.base_url,
+                "api_key": local_judge.key,
                 "max_tokens": 20,
                 "num_retries": 0,
             },
@@ -172,10 +172,12 @@ FIVE_CRITERIA = [
 ]
 
 
-async def test_rubric_gives_pass_rate_and_verdicts_for_five_criteria(engine: LocalEngine) -> None:
+async def test_rubric_gives_pass_rate_and_verdicts_for_five_criteria(
+    local_judge: LocalJudge,
+) -> None:
     answers = ["The capital of France is Paris, home of the Eiffel Tower.", "I believe it is Lyon."]
     item = Item(id="capital-rubric", prompt=QUESTION, data={"criteria": FIVE_CRITERIA})
-    scorer = RubricScorer(local_client(engine))
+    scorer = RubricScorer(local_client(local_judge))
     scored = await scorer.score(group_of(answers), item)
     metrics = scorer.pop_metrics()
 
@@ -194,7 +196,7 @@ async def test_rubric_gives_pass_rate_and_verdicts_for_five_criteria(engine: Loc
         assert sum(line.startswith("rubric ") for line in t.logs) == 5
 
 
-# --- engine lifecycle --------------------------------------------------------------------
+# --- local judge lifecycle --------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -202,14 +204,16 @@ async def test_rubric_gives_pass_rate_and_verdicts_for_five_criteria(engine: Loc
     [
         ({}, 401),
         ({"Authorization": "Bearer not-the-key"}, 401),
-        (None, 200),  # the engine's own key
+        (None, 200),  # the local judge's own key
     ],
 )
-def test_the_engine_answers_only_its_own_key(engine: LocalEngine, headers, status: int) -> None:
+def test_the_local_judge_answers_only_its_own_key(
+    local_judge: LocalJudge, headers, status: int
+) -> None:
     response = httpx.get(
-        f"{engine.base_url}/models",
+        f"{local_judge.base_url}/models",
         timeout=10,
-        headers=engine.headers if headers is None else headers,
+        headers=local_judge.headers if headers is None else headers,
     )
     assert response.status_code == status
 
@@ -224,12 +228,12 @@ def test_the_engine_answers_only_its_own_key(engine: LocalEngine, headers, statu
     ids=["unknown-type", "no-schema", "bad-schema"],
 )
 def test_a_bad_response_format_is_a_400_naming_it(
-    engine: LocalEngine, response_format: dict, field: str
+    local_judge: LocalJudge, response_format: dict, field: str
 ) -> None:
     response = httpx.post(
-        f"{engine.base_url}/chat/completions",
+        f"{local_judge.base_url}/chat/completions",
         timeout=30,
-        headers=engine.headers,
+        headers=local_judge.headers,
         json={
             "model": LOCAL_MODEL_ID.partition("/")[2],
             "messages": [{"role": "user", "content": "hi"}],
@@ -240,21 +244,28 @@ def test_a_bad_response_format_is_a_400_naming_it(
     assert response.json()["error"]["message"].startswith(field)
 
 
-async def test_two_engines_serve_side_by_side_each_on_its_own_key(engine: LocalEngine) -> None:
-    """Each engine's port is bound by its owner and inherited by its child (never picked, released
-    and bound again), so a second engine cannot land on the first one's port."""
-    second = LocalEngine(EngineSettings.default())
+async def test_two_local_judges_serve_side_by_side_each_on_its_own_key(
+    local_judge: LocalJudge,
+) -> None:
+    """Each local judge's port is bound by its owner and inherited by its child (never picked, released
+    and bound again), so a second local judge cannot land on the first one's port."""
+    second = LocalJudge(LocalJudgeSettings.default())
     try:
         await second.ensure_started()
-        assert second.port != engine.port and second.key != engine.key
+        assert second.port != local_judge.port and second.key != local_judge.key
         assert httpx.get(f"{second.base_url}/models", headers=second.headers).status_code == 200
-        assert httpx.get(f"{second.base_url}/models", headers=engine.headers).status_code == 401
-        assert httpx.get(f"{engine.base_url}/models", headers=engine.headers).status_code == 200
+        assert (
+            httpx.get(f"{second.base_url}/models", headers=local_judge.headers).status_code == 401
+        )
+        assert (
+            httpx.get(f"{local_judge.base_url}/models", headers=local_judge.headers).status_code
+            == 200
+        )
     finally:
         second.stop()
 
 
-def engine_children() -> list[int]:
+def judge_children() -> list[int]:
     """Pids of judge servers whose parent is this process."""
     pids = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -289,7 +300,7 @@ TINY_SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "req
 
 
 async def ask_tiny(judge, question: str):
-    """One small yes/no request through the judge client (starting the engine if needed)."""
+    """One small yes/no request through the judge client (starting the local judge if needed)."""
     return await judge.complete(
         [{"role": "user", "content": question}],
         name="tiny",
@@ -298,39 +309,39 @@ async def ask_tiny(judge, question: str):
     )
 
 
-async def test_engine_starts_on_first_use_restarts_when_dead_and_stops_on_exit() -> None:
-    """Lazily started by the first request; a killed engine is started again by the next one;
-    the engine running at exit stops with the judge."""
-    before = set(engine_children())
+async def test_local_judge_starts_on_first_use_restarts_when_dead_and_stops_on_exit() -> None:
+    """Lazily started by the first request; a killed local judge is started again by the next one;
+    the local judge running at exit stops with the judge."""
+    before = set(judge_children())
     async with open_judge(RunConfig(judge="local")) as judge:
-        assert set(engine_children()) == before  # nothing started yet
+        assert set(judge_children()) == before  # nothing started yet
         reply = await ask_tiny(judge, "Is 2 + 2 = 4? Answer in JSON.")
         assert isinstance(reply.value, bool)
-        (started,) = set(engine_children()) - before
+        (started,) = set(judge_children()) - before
         base = await judge.api_base()
         assert base is not None and base.startswith("http://127.0.0.1:")
         os.kill(started, signal.SIGKILL)
         assert wait_gone(started)
         reply = await ask_tiny(judge, "Is the sky blue? Answer in JSON.")
         assert isinstance(reply.value, bool)
-        (again,) = set(engine_children()) - before
+        (again,) = set(judge_children()) - before
         assert again != started
     assert wait_gone(again)
 
 
-async def test_engine_never_starts_when_the_judge_is_not_used() -> None:
-    before = set(engine_children())
+async def test_local_judge_never_starts_when_the_judge_is_not_used() -> None:
+    before = set(judge_children())
     async with open_judge(RunConfig(judge="local")):
         await asyncio.sleep(0.2)
-    assert set(engine_children()) == before
+    assert set(judge_children()) == before
 
 
-async def test_engine_stops_when_the_run_raises() -> None:
-    before = set(engine_children())
+async def test_local_judge_stops_when_the_run_raises() -> None:
+    before = set(judge_children())
     with pytest.raises(RuntimeError, match="boom"):
         async with open_judge(RunConfig(judge="local")) as judge:
             await judge.api_base()
-            (started,) = set(engine_children()) - before
+            (started,) = set(judge_children()) - before
             raise RuntimeError("boom")
     assert wait_gone(started)
 
@@ -350,7 +361,7 @@ asyncio.run(main())
 """
 
 
-def child_engine_pid(owner: int) -> int:
+def child_judge_pid(owner: int) -> int:
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
@@ -359,25 +370,25 @@ def child_engine_pid(owner: int) -> int:
             continue
         if int(fields[1]) == owner and b"judges.server" in cmdline:
             return int(stat.parent.name)
-    raise AssertionError(f"process {owner} has no engine child")
+    raise AssertionError(f"process {owner} has no local judge child")
 
 
 @pytest.mark.parametrize(
     "sig",
     [
-        signal.SIGINT,  # Ctrl-C: KeyboardInterrupt unwinds open_judge, which stops the engine
+        signal.SIGINT,  # Ctrl-C: KeyboardInterrupt unwinds open_judge, which stops the local judge
         signal.SIGTERM,  # default action kills the owner without cleanup: PR_SET_PDEATHSIG
     ],
     ids=["ctrl-c", "sigterm"],
 )
-def test_engine_never_outlives_its_owner(sig: signal.Signals) -> None:
+def test_local_judge_never_outlives_its_owner(sig: signal.Signals) -> None:
     owner = warm.start("-c", OWNER)  # a process of its own, forked warm (tests/warm.py)
     try:
         assert owner.readline().strip() == "ready", owner.read_stderr()[-2000:]
-        engine_pid = child_engine_pid(owner.pid)
+        judge_pid = child_judge_pid(owner.pid)
         owner.send_signal(sig)
         owner.wait(timeout=60)
-        assert wait_gone(engine_pid), f"engine {engine_pid} outlived its owner after {sig.name}"
+        assert wait_gone(judge_pid), f"local judge {judge_pid} outlived its owner after {sig.name}"
     finally:
         owner.close()
 
@@ -392,29 +403,29 @@ def test_judge_serve_command_answers_and_stops() -> None:
     try:
         assert serve.stdout is not None
         line = serve.stdout.readline()
-        assert line.startswith("judge engine ready at http://127.0.0.1:"), line
+        assert line.startswith("local judge ready at http://127.0.0.1:"), line
         base_url = line.split()[4]
         assert "RLVR_JUDGE_API_KEY" in serve.stdout.readline()
         key = serve.stdout.readline().split()[-1]
         art_call = serve.stdout.readline()  # what an ART user's RULER call points at
         assert f'"hosted_vllm/{SERVED_NAME}"' in art_call and f'"{base_url}"' in art_call
-        engine_pid = child_engine_pid(serve.pid)
+        judge_pid = child_judge_pid(serve.pid)
         auth = {"Authorization": f"Bearer {key}"}
         assert httpx.get(f"{base_url}/models", timeout=10, headers=auth).status_code == 200
         assert httpx.get(f"{base_url}/models", timeout=10).status_code == 401
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=60) == 0
-        assert wait_gone(engine_pid)
+        assert wait_gone(judge_pid)
     finally:
         if serve.poll() is None:
             serve.kill()
 
 
-async def test_an_engine_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
+async def test_a_local_judge_that_cannot_start_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "not-a-model"
     bad.mkdir()
     (bad / "config.json").write_text("this is not a model config")
-    engine = LocalEngine(EngineSettings(model=str(bad), threads=1, startup_timeout_s=120))
-    with pytest.raises(EngineError, match="exited at start"):
-        await engine.ensure_started()
-    assert not engine.running
+    local_judge = LocalJudge(LocalJudgeSettings(model=str(bad), threads=1, startup_timeout_s=120))
+    with pytest.raises(ServerProcessError, match="exited at start"):
+        await local_judge.ensure_started()
+    assert not local_judge.running

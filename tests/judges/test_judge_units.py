@@ -262,7 +262,7 @@ def test_trajectory_ids_come_from_tag_lines_only() -> None:
 
 @pytest.fixture(scope="module")
 def grammar_tokenizer():
-    """llguidance's view of the judge model's tokenizer (the local engine compiles schemas so)."""
+    """llguidance's view of the judge model's tokenizer (the local judge compiles schemas so)."""
     from transformers import AutoTokenizer
 
     from rlvr.engine.grammar import llg_tokenizer
@@ -373,7 +373,7 @@ def test_a_max_tokens_below_the_skeleton_is_refused_naming_it() -> None:
 
 @pytest.mark.slow
 def test_a_budgeted_ruler_schema_compiles_and_its_longest_reply_fits(grammar_tokenizer) -> None:
-    """The pinned schema with a max_tokens budget compiles for the local engine, and the longest
+    """The pinned schema with a max_tokens budget compiles for the local judge, and the longest
     reply it admits (every explanation at its bound, the widest scores) fits max_tokens in the
     judge model's own tokens."""
     from transformers import AutoTokenizer

@@ -241,16 +241,16 @@ def test_rewind_leaves_remote_backends_alone(tmp_path: Path) -> None:
 
 
 async def test_a_taken_judge_port_is_a_clear_error(tmp_path: Path) -> None:
-    from judges.local import EngineError, EngineSettings, LocalEngine
+    from judges.local import LocalJudge, LocalJudgeSettings, ServerProcessError
 
     with socket.socket() as stale:
         stale.bind(("127.0.0.1", 0))
         stale.listen()
         port = stale.getsockname()[1]
-        engine = LocalEngine(EngineSettings(threads=1, port=port))
-        with pytest.raises(EngineError, match=f"port {port} on 127.0.0.1 is already taken"):
-            await engine.ensure_started()
-        assert not engine.running
+        local_judge = LocalJudge(LocalJudgeSettings(threads=1, port=port))
+        with pytest.raises(ServerProcessError, match=f"port {port} on 127.0.0.1 is already taken"):
+            await local_judge.ensure_started()
+        assert not local_judge.running
     # Nothing of ours listens there now (another xdist worker may be given the number later).
     assert not [pid for pid in listeners({port}) if os.getpid() in (pid, parent_of(pid))]
 
