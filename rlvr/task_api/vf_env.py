@@ -58,7 +58,7 @@ def is_file(target: str) -> bool:
     return target.endswith(".py") or "/" in target or "\\" in target
 
 
-def import_verifiers(ref: str) -> Any:
+def import_vf(ref: str) -> Any:
     """verifiers' classic surface (`import verifiers as vf`), or one line naming the extra."""
     try:
         import verifiers as vf
@@ -152,7 +152,7 @@ def own_signal_handlers() -> Iterator[None]:
 
 def build_environment(ref: str, given: Mapping[str, Any]) -> Any:
     """The Environment `load_environment(**args)` builds; every failure is one line."""
-    vf = import_verifiers(ref)
+    vf = import_vf(ref)
     load = loader_of(env_module(ref), ref)
     args = env_args(load, given, ref)
     with own_signal_handlers():
@@ -205,7 +205,7 @@ def arguments_catalog(ref: str) -> list[str]:
 def vf_task(ref: str) -> Task:
     """The Task of a `vf:` reference (module docstring); the environment is built with the run.
     Without the extra this is where it says so, before the environment's module is imported."""
-    import_verifiers(ref)
+    import_vf(ref)
     return Task(
         name=task_name(ref),
         make=functools.partial(make_environment, ref),
