@@ -33,7 +33,7 @@ from rlvr.engine import types as engine_names
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.server import ServerSpec, VllmServer
-from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
+from rlvr.inference.servers import Endpoint, VllmServers, create_router, served_base_name
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class LocalVllmBackend(LocalTorchBackend):
         super().__init__(path=path, device=device, precision=precision)
         self._inference = inference
         self._lora_rank = lora_rank
-        self._pools: dict[str, ServerPool] = {}
+        self._servers: dict[str, VllmServers] = {}
         self._retried_seen = 0
 
     # ------------------------------------------------------------------ ART's Backend protocol
@@ -65,16 +65,16 @@ class LocalVllmBackend(LocalTorchBackend):
         self, model: art.TrainableModel[Any, Any], config: dev.OpenAIServerConfig | None = None
     ) -> tuple[str, str]:
         engine = await self._engine(model)
-        if model.name not in self._pools:
+        if model.name not in self._servers:
             endpoints = await asyncio.to_thread(self._open_endpoints, model)
-            self._pools[model.name] = ServerPool(
+            self._servers[model.name] = VllmServers(
                 model.name,
                 endpoints,
                 checkpoint_dir=engine.adapters.checkpoint_dir,
                 live_step=lambda: engine.adapters.live_step,
             )
         if self._server is None:
-            server = ServerThread(create_router(self._pools[model.name], self.api_key))
+            server = ServerThread(create_router(self._servers[model.name], self.api_key))
             await asyncio.to_thread(server.start)
             self._server = server
         return self._server.base_url, self.api_key
@@ -89,10 +89,10 @@ class LocalVllmBackend(LocalTorchBackend):
         **kwargs: Any,
     ) -> LocalTrainResult:
         """LocalTorchBackend's step, then its checkpoint loaded into every vLLM server."""
-        pool = self.pool(model)
-        pool.require_one()
+        servers = self.servers(model)
+        servers.require_one()
         result = await super().train(model, trajectory_groups, **kwargs)
-        load_s = await asyncio.to_thread(pool.load_everywhere, result.step)
+        load_s = await asyncio.to_thread(servers.load_everywhere, result.step)
         metrics = {**result.metrics, VllmMetric.ADAPTER_LOAD_S.value: load_s}
         if engine_names.SAMPLER_KL in result.metrics:
             metrics[VllmMetric.MISMATCH_KL] = result.metrics[engine_names.SAMPLER_KL]
@@ -108,8 +108,8 @@ class LocalVllmBackend(LocalTorchBackend):
     ) -> AsyncIterator[dict[str, float]]:
         async for metrics in super()._train_sft(model, trajectories, config, dev_config, verbose):
             yield metrics
-        pool = self.pool(model)
-        await asyncio.to_thread(pool.load_everywhere, await self._get_step(model))
+        servers = self.servers(model)
+        await asyncio.to_thread(servers.load_everywhere, await self._get_step(model))
 
     async def _delete_checkpoint_files(
         self, model: art.TrainableModel[Any, Any], steps_to_keep: list[int]
@@ -118,31 +118,31 @@ class LocalVllmBackend(LocalTorchBackend):
         before = {int(p.name) for p in root.glob("[0-9]*") if p.name.isdigit()}
         await super()._delete_checkpoint_files(model, steps_to_keep)
         after = {int(p.name) for p in root.glob("[0-9]*") if p.name.isdigit()}
-        if model.name in self._pools:
+        if model.name in self._servers:
             await asyncio.to_thread(
-                self._pools[model.name].unload_everywhere, sorted(before - after)
+                self._servers[model.name].unload_everywhere, sorted(before - after)
             )
 
     async def close(self) -> None:
         await super().close()  # the router first: no request reaches a stopping server
-        pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            await asyncio.to_thread(pool.close)
+        every, self._servers = list(self._servers.values()), {}
+        for servers in every:
+            await asyncio.to_thread(servers.close)
 
     # ------------------------------------------------------------------ helpers
 
-    def pool(self, model: art.Model[Any, Any]) -> ServerPool:
+    def servers(self, model: art.Model[Any, Any]) -> VllmServers:
         """The servers behind a registered model."""
-        return self._pools[model.name]
+        return self._servers[model.name]
 
     def serving_metrics(self, model: art.Model[Any, Any]) -> dict[str, float]:
         """Startup seconds, resident memory, live servers and requests re-sent since the last
         call (the step's figures)."""
-        pool = self.pool(model)
-        started = [e.server for e in pool.endpoints if e.server is not None]
-        retried, self._retried_seen = pool.retried - self._retried_seen, pool.retried
+        servers = self.servers(model)
+        started = [e.server for e in servers.endpoints if e.server is not None]
+        retried, self._retried_seen = servers.retried - self._retried_seen, servers.retried
         figures = {
-            VllmMetric.SERVERS.value: float(len(pool.alive())),
+            VllmMetric.SERVERS.value: float(len(servers.alive())),
             VllmMetric.RETRIED.value: float(retried),
         }
         if started:

@@ -63,7 +63,7 @@ def is_identity_adapter(checkpoint: Path) -> bool:
 
 
 class Endpoint:
-    """One vLLM server as the pool sees it (mutable: the pool's lock guards it)."""
+    """One vLLM server as VllmServers sees it (mutable: VllmServers' lock guards it)."""
 
     def __init__(self, url: str, key: str, base_name: str, server: VllmServer | None) -> None:
         self.url = root_url(url)
@@ -105,7 +105,7 @@ def served_base_name(url: str, key: str) -> str:
     return str(bases[0])
 
 
-class ServerPool:
+class VllmServers:
     """Routes requests over endpoints and keeps each step's adapter on every one (module
     docstring). `checkpoint_dir(step)` is where the trainer saved `step`; `live_step()` the step
     a name without `@step` means."""
@@ -217,7 +217,7 @@ class ServerPool:
             return [e for e in self.endpoints if e.alive]
 
     def mark_dead(self, endpoint: Endpoint, error: BaseException) -> None:
-        """Take a server out of the pool, saying so once."""
+        """Take a server out of the routing, saying so once."""
         with self._lock:
             if not endpoint.alive:
                 return
@@ -295,7 +295,7 @@ class ServerPool:
         return 503, _error(self.none_left(), "service_unavailable")
 
     def close(self) -> None:
-        """Stop the servers this pool started (servers it was given keep running)."""
+        """Stop the servers started here (servers it was given keep running)."""
         for endpoint in self.endpoints:
             if endpoint.server is not None:
                 endpoint.server.stop()
@@ -315,7 +315,7 @@ def _error(message: str, kind: str) -> JsonObject:
     return {"error": {"message": message, "type": kind}}
 
 
-def create_router(pool: ServerPool, key: str) -> FastAPI:
+def create_router(servers: VllmServers, key: str) -> FastAPI:
     """The run's endpoint: OpenAI's chat and completions routes and /v1/models, bearer `key`."""
     app = FastAPI()
     clients: dict[int, httpx.AsyncClient] = {}
@@ -338,7 +338,10 @@ def create_router(pool: ServerPool, key: str) -> FastAPI:
     async def models(request: Request) -> JSONResponse:
         if not authorised(request):
             return JSONResponse(_error("bad API key", "authentication_error"), 401)
-        names = [pool.model_name, *(pool.adapter_name(s) for s in range(pool.live_step() + 1))]
+        names = [
+            servers.model_name,
+            *(servers.adapter_name(s) for s in range(servers.live_step() + 1)),
+        ]
         return JSONResponse(
             {"object": "list", "data": [{"id": n, "object": "model"} for n in names]}
         )
@@ -351,7 +354,7 @@ def create_router(pool: ServerPool, key: str) -> FastAPI:
             return JSONResponse(_error(f"/v1/{path} is not routed", "not_found_error"), 404)
         body = await request.json()
         try:
-            status, answer = await pool.forward(client(), path, body)
+            status, answer = await servers.forward(client(), path, body)
         except LookupError as error:
             return JSONResponse(_error(str(error), "not_found_error"), 404)
         except InferenceError as error:

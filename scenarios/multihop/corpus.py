@@ -288,8 +288,8 @@ def _distractors(
     """Hard negatives: passages that mention a hop's answer but are not on the chain."""
     supporting = {h.passage_id for h in hops}
     mentions = [pid for h in hops for pid in mentioned_in[h.answer] if pid not in supporting]
-    pool = list(dict.fromkeys(mentions))
-    return tuple(sorted(rng.sample(pool, min(DISTRACTORS_PER_QUESTION, len(pool)))))
+    candidates = list(dict.fromkeys(mentions))
+    return tuple(sorted(rng.sample(candidates, min(DISTRACTORS_PER_QUESTION, len(candidates)))))
 
 
 def generate_corpus(seed: int, people: int = 60) -> Corpus:

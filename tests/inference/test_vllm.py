@@ -31,7 +31,7 @@ from rlvr.engine.server import ServerThread
 from rlvr.inference.errors import InferenceError
 from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.server import PYTHON_ENV, ServerSpec, VllmServer, group_rss_bytes
-from rlvr.inference.servers import Endpoint, ServerPool, create_router, served_base_name
+from rlvr.inference.servers import Endpoint, VllmServers, create_router, served_base_name
 from rlvr.inference.supervise import GROUP_LINE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -428,8 +428,8 @@ def test_the_judge_asks_the_run_servers_with_guided_decoding(owner: Owner) -> No
 
     cfg = parse_overrides(["inference=vllm", "judge=vllm", "judge.max_retries=0"])
     endpoints = [Endpoint(s.url, s.key, "base", None) for s in owner.servers]
-    pool = ServerPool("m", endpoints, lambda step: Path("/nonexistent"), lambda: 0)
-    router = ServerThread(create_router(pool, "router-key"))
+    vllm_servers = VllmServers("m", endpoints, lambda step: Path("/nonexistent"), lambda: 0)
+    router = ServerThread(create_router(vllm_servers, "router-key"))
     router.start()
     judge = JudgeClient(JudgeSettings.from_config(cfg))
     assert isinstance(judge, ServedJudge)
@@ -477,8 +477,8 @@ def test_a_server_killed_mid_step(owner: Owner) -> None:
     """16 requests over two servers; one server is SIGKILLed while it answers: every request is
     answered by the other, the re-sent ones are counted, the loss is said once."""
     endpoints = [Endpoint(s.url, s.key, "base", None) for s in owner.servers]
-    pool = ServerPool("m", endpoints, lambda step: Path("/nonexistent"), lambda: 0)
-    router = ServerThread(create_router(pool, "router-key"))
+    vllm_servers = VllmServers("m", endpoints, lambda step: Path("/nonexistent"), lambda: 0)
+    router = ServerThread(create_router(vllm_servers, "router-key"))
     router.start()
     victim = owner.servers[1]
 
@@ -506,11 +506,14 @@ def test_a_server_killed_mid_step(owner: Owner) -> None:
     finally:
         router.stop()
     assert [a.status_code for a in answers] == [200] * 16
-    assert pool.retried >= 1 and pool.lost == [victim.url.rstrip("/")]
+    assert vllm_servers.retried >= 1 and vllm_servers.lost == [victim.url.rstrip("/")]
     assert wait_gone(victim.pgid)
     # With no server left a request fails with one line naming the lost ones.
-    alone = ServerPool(
-        "m", [Endpoint(victim.url, victim.key, "base", None)], pool.checkpoint_dir, lambda: 0
+    alone = VllmServers(
+        "m",
+        [Endpoint(victim.url, victim.key, "base", None)],
+        vllm_servers.checkpoint_dir,
+        lambda: 0,
     )
     status, body = asyncio.run(_forward(alone))
     assert (
@@ -518,10 +521,10 @@ def test_a_server_killed_mid_step(owner: Owner) -> None:
     )
 
 
-async def _forward(pool: ServerPool) -> tuple[int, Any]:
+async def _forward(vllm_servers: VllmServers) -> tuple[int, Any]:
     async with httpx.AsyncClient(timeout=60) as client:
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
-        return await pool.forward(client, "chat/completions", body)
+        return await vllm_servers.forward(client, "chat/completions", body)
 
 
 @pytest.mark.slow
