@@ -14,7 +14,6 @@ from typing import Any
 import torch
 from art.utils.output_dirs import get_step_checkpoint_dir
 
-from rlvr import faults
 from rlvr.engine.device import release_memory
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.merged_weights import MERGED_KEPT, MergedSet, merge
@@ -27,7 +26,7 @@ from rlvr.engine.types import (
 )
 from rlvr.engine.weights import WeightsTag, WeightsView
 from rlvr.runs import atomic
-from rlvr.runs.damage import RunDamaged
+from rlvr.runs.damage import RunDamaged, fault_point
 
 ADAPTER_CONFIG = "adapter_config.json"
 
@@ -159,7 +158,7 @@ class AdapterStore:
         target = self.checkpoint_dir(step)
         with atomic.writing_dir(target) as staging:
             self.loaded.model.save_pretrained(staging, selected_adapters=[LIVE_ADAPTER])
-            faults.maybe_crash(faults.FaultPoint.CHECKPOINT, step)
+            fault_point(f"checkpoint:{step}")  # adapter written, optimizer not
             torch.save(optimizer.state_dict(), staging / OPTIMIZER_FILE)
         self.live_step = step
         return target

@@ -34,7 +34,6 @@ from art.preprocessing.pack import PackedTensors
 from art.types import TrainConfig
 from torch.optim.optimizer import StateDict
 
-from rlvr import faults
 from rlvr.engine.adapters import AdapterStore
 from rlvr.engine.batch import CacheLayer
 from rlvr.engine.device import release_memory
@@ -58,6 +57,7 @@ from rlvr.engine.types import (
     tree_tokens,
     width_groups,
 )
+from rlvr.runs.damage import fault_point
 
 
 def _trimmed(packed: PackedTensors, device: torch.device) -> dict[str, torch.Tensor]:
@@ -483,7 +483,7 @@ class Trainer:
             }
             if config.kl_penalty_coef > 0:
                 metrics[KL_REF] = totals["kl_ref"] / tokens
-            faults.maybe_crash(faults.FaultPoint.OPTIMIZER, step)
+            fault_point(f"optimizer:{step}")  # weights updated, checkpoint not written
             self.adapters.save(step, self.optimizer)
             release_memory()
             self._count(totals["tokens"], sum(map(len, sequences)), int(totals["tree"]), started)

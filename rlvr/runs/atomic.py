@@ -21,8 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlvr import faults
-from rlvr.runs.damage import space_guard
+from rlvr.runs.damage import fault_point, space_guard
 
 TMP_SUFFIX = ".tmp"
 ASIDE_SUFFIX = f".old{TMP_SUFFIX}"
@@ -111,10 +110,10 @@ def writing_dir(path: Path) -> Iterator[Path]:
     if path.exists():
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(path, aside)
-        faults.maybe_crash(faults.FaultPoint.ASIDE, path.name)
+        fault_point(f"aside:{path.name}")
     os.replace(tmp, path)
     fsync_dir(path.parent)
-    faults.maybe_crash(faults.FaultPoint.SWAPPED, path.name)
+    fault_point(f"swapped:{path.name}")
     shutil.rmtree(aside, ignore_errors=True)
 
 

@@ -8,6 +8,11 @@ with ENOSPC, safetensors' "No space left on device", torch's zip writer's bare "
 shutil's collected copy errors), so a write that failed while its filesystem has less than
 `NEARLY_FULL` bytes free counts as one too. A write is never half-visible (atomic), so the run
 directory stays resumable: `rlvr train --resume RUN` once there is room.
+
+`fault_point(name)` marks where a kill or a full disk is tested (`rollouts:STEP`,
+`optimizer:STEP`, `checkpoint:STEP`, `metrics:STEP`, `aside:DIR`, `swapped:DIR`,
+`disk_full:SITE`): it calls `fault_hook`, which is None in every run and which only the tests'
+injector (tests/helpers/faults.py) sets.
 """
 
 from __future__ import annotations
@@ -15,15 +20,24 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlvr import faults
 from rlvr.runs import layout
 
 NEARLY_FULL = 1 << 20  # bytes free below which a failed write is taken for a full disk
 _FULL_WORDS = ("no space left on device", "os error 28", "errno 28", "storagefull")
+
+# The seam for fault injection (module docstring): called with the point's name; it may kill the
+# process or raise, as a crash or a full disk there would.
+fault_hook: Callable[[str], None] | None = None
+
+
+def fault_point(name: str) -> None:
+    """A named point where the tests inject a fault; nothing happens unless `fault_hook` is set."""
+    if fault_hook is not None:
+        fault_hook(name)
 
 
 class RunDamaged(ValueError):
@@ -149,7 +163,7 @@ def space_guard(path: Path) -> Iterator[None]:
     before the caller removes what it half wrote, while the filesystem is still full)."""
     try:
         site = write_site(path)
-        faults.maybe_fill(site, path)
+        fault_point(f"disk_full:{site}")
         yield
     except DiskFull:
         raise

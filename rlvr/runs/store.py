@@ -27,11 +27,10 @@ import polars as pl
 from openai.types.chat.chat_completion import Choice
 from pydantic import JsonValue, ValidationError
 
-from rlvr import faults
 from rlvr.config import SAVED_RUN, RunConfig
 from rlvr.redact import redact_data, redact_rows
 from rlvr.runs import atomic, layout, runlock
-from rlvr.runs.damage import RunDamaged, space_guard
+from rlvr.runs.damage import RunDamaged, fault_point, space_guard
 from rlvr.runs.records import Row, RunResult, StepRow, parse_row
 
 log = logging.getLogger(__name__)
@@ -90,15 +89,17 @@ class MetricsError(RunDamaged):
 def append_metrics(run_dir: Path, row: Row) -> None:
     """Append one row as one fsynced line (O(1) per step, and `tail -f` friendly)."""
     line = (json.dumps(redact_data(_json_safe(row.on_disk()))) + "\n").encode()
-    torn = faults.armed(faults.FaultPoint.METRICS, row.step)  # test hook: die mid-line
     path = run_dir / METRICS
-    # A line cut short by a full disk is a torn last line, which `recover` cuts off on resume.
+    half = len(line) // 2
+    # A line cut short by a full disk or a kill is a torn last line, which `recover` cuts off on
+    # resume; the line goes in two writes so that the tests can kill the process between them.
     with space_guard(path), path.open("ab") as f:
-        f.write(line[: len(line) // 2] if torn else line)
+        f.write(line[:half])
+        f.flush()
+        fault_point(f"metrics:{row.step}")
+        f.write(line[half:])
         f.flush()
         os.fsync(f.fileno())
-    if torn:
-        faults.crash()
 
 
 def parse_metrics(text: str, source: Path | str = METRICS) -> tuple[list[Row], int]:

@@ -18,7 +18,6 @@ import art
 from openai.types.chat.chat_completion import Choice
 from pydantic import BaseModel, ConfigDict
 
-from rlvr import faults
 from rlvr.inference.metrics import serving_metrics
 from rlvr.memory import ROLLOUTS, UPDATE
 from rlvr.metrics import (
@@ -33,6 +32,7 @@ from rlvr.metrics import (
     trajectory_metric_means,
 )
 from rlvr.runs import store
+from rlvr.runs.damage import fault_point
 from rlvr.runs.records import StepRow
 from rlvr.training import pool
 from rlvr.training.backends import (
@@ -114,7 +114,7 @@ async def train_step(run: Session, step: int) -> tuple[StepRow, list[store.Table
     started, counted = time.monotonic(), engine_counters(run.policy)
     with run.memory.phase(ROLLOUTS):
         batch = await gather_batch(run, step)
-    faults.maybe_crash(faults.FaultPoint.ROLLOUTS, step + 1)  # test-only hook (rlvr.faults)
+    fault_point(f"rollouts:{step + 1}")  # nothing of the step is stored yet
     with run.memory.phase(UPDATE):
         update = await update_policy(run, batch.trainable, step + 1)
     row = step_row(run, step + 1, batch, update, started).with_values(

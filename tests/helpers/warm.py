@@ -28,6 +28,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from tests.helpers import faults
+
 ROOT = Path(__file__).resolve().parents[1]
 # What a run imports on first use too (the policy client's chat resources, PEFT where the engine
 # loads, pyplot for report.png): each forked run would import them again.
@@ -71,14 +73,16 @@ def _child(
 ) -> None:
     """In the forked child: its own session, the caller's environment (as it is now, not as it
     was when the forkserver started) and import path, stdout and stderr to files (line-buffered,
-    so a kill loses at most a partial line), then the module as __main__. Its exit status is
-    the module's (multiprocessing turns SystemExit into it)."""
+    so a kill loses at most a partial line), the tests' fault injector (RLVR_FAULT:
+    tests/helpers/faults.py), then the module as __main__. Its exit status is the module's
+    (multiprocessing turns SystemExit into it)."""
     os.setsid()
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(environ)
     sys.path[:0] = path
     importlib.invalidate_caches()
+    faults.install()
     for fd, target in ((1, out), (2, err)):
         handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(handle, fd)

@@ -20,16 +20,21 @@ from typing import Any
 import pytest
 import typer
 
-from rlvr import faults
 from rlvr.config import RunConfig
 from rlvr.metrics import M
-from rlvr.runs import atomic, layout, store
+from rlvr.runs import atomic, damage, layout, store
 from rlvr.runs.damage import DiskFull, as_disk_full, human_bytes, says_disk_full, stored_bytes
 from rlvr.runs.records import RunResult, StopReason, parse_row
 from rlvr.runs.report import plot_report
-from tests.helpers import warm
+from tests.helpers import faults, warm
 
 FULL = "No space left on device"
+
+
+@pytest.fixture
+def injector(monkeypatch: pytest.MonkeyPatch) -> None:
+    """RLVR_FAULT honoured in this process, as in every run a test starts (tests/helpers/warm.py)."""
+    monkeypatch.setattr(damage, "fault_hook", faults.inject)
 
 
 def a_run(tmp_path: Path) -> Path:
@@ -88,7 +93,7 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("site", list(WRITES))
 def test_each_write_site_says_a_full_disk_in_one_line_and_loses_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, site: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, injector: None, site: str
 ) -> None:
     run_dir = a_run(tmp_path)
     before = snapshot(run_dir)
@@ -106,8 +111,19 @@ def test_each_write_site_says_a_full_disk_in_one_line_and_loses_nothing(
     WRITES[site](run_dir)  # room again: the same write goes through
 
 
-def test_a_finished_run_refused_a_write_is_told_to_run_the_command_again(
+def test_rlvr_alone_ignores_the_fault_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the tests' injector a run honours no RLVR_FAULT: the seam is None."""
+    assert damage.fault_hook is None
+    run_dir = a_run(tmp_path)
+    monkeypatch.setenv(faults.FAULT_ENV, f"{faults.FaultPoint.DISK_FULL}:config")
+    store.write_config(run_dir, RunConfig(task="math", seed=7))
+    assert store.read_config(run_dir).seed == 7
+
+
+def test_a_finished_run_refused_a_write_is_told_to_run_the_command_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, injector: None
 ) -> None:
     run_dir = a_run(tmp_path)
     store.write_summary(run_dir, finished(run_dir, 1))
@@ -117,7 +133,7 @@ def test_a_finished_run_refused_a_write_is_told_to_run_the_command_again(
 
 
 def test_a_new_run_refused_its_config_is_told_to_start_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, injector: None
 ) -> None:
     run_dir = tmp_path / "math-new"
     run_dir.mkdir()

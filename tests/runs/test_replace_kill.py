@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import faults
 from rlvr.runs import store
-from tests.helpers import warm
+from tests.helpers import faults, warm
 
 WRITER = """
 import sys

@@ -18,12 +18,11 @@ import pytest
 from pydantic import BaseModel, ConfigDict
 from typer.testing import CliRunner
 
-from rlvr import faults
 from rlvr.cli.main import app
 from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import layout, store
-from tests.helpers import warm
+from tests.helpers import faults, warm
 
 pytestmark = pytest.mark.slow  # real training runs
 

@@ -1,6 +1,6 @@
 """Crash safety: atomic writers, torn metrics lines, incomplete checkpoints, policy rewind; a real
-training run SIGKILLed at each fault point (rlvr.faults) and resumed with --resume; servers that
-never outlive a killed owner and bind 127.0.0.1 only.
+training run SIGKILLed at each fault point (tests/helpers/faults.py) and resumed with --resume;
+servers that never outlive a killed owner and bind 127.0.0.1 only.
 
 The fault chain is ONE run directory (math, 3 steps, evaluation at 0, 2 and 3): a fresh run is
 killed during step 2's rollouts, each resume is killed at the next point of step 2 (optimizer,
@@ -26,13 +26,12 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from rlvr import faults
 from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import atomic, store
 from rlvr.runs.records import StepRow, parse_row
 from rlvr.training.backends import ART_DIR, rewind_policy
-from tests.helpers import warm
+from tests.helpers import faults, warm
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "RLVR_CRASH_TEST_MARK"  # in the environment of every process a launched run starts

@@ -1,14 +1,16 @@
-"""Test-only crash injection: `RLVR_FAULT=<point>:<step>` makes this process SIGKILL itself at
-that point of that step, as the OOM killer or a pulled plug would (no cleanup, no atexit, no
-finally). Unset (always, outside tests/training/test_crash_safety.py) every check is one dict
-lookup.
+"""Fault injection for the tests: `RLVR_FAULT=<point>:<step>` makes a process that installed the
+injector SIGKILL itself at that point of that step, as the OOM killer or a pulled plug would (no
+cleanup, no atexit, no finally); `RLVR_FAULT=disk_full:<site>` instead makes the first write to
+a site of the run directory (its first part: metrics, trajectories, checkpoints, .art, report,
+summary, config) fail as a full disk would (ENOSPC).
+
+rlvr calls `rlvr.runs.damage.fault_point(name)` at each point and knows nothing of this module:
+`install()` sets it as `rlvr.runs.damage.fault_hook`. Every process a test starts through
+tests/helpers/warm.py installs it; a test in its own process installs it with the `injector`
+fixture of its module.
 
 `step` is the training step being done (1, 2, ...). For the two policy points it is the policy
 checkpoint step being written, which is the same number while every step trains.
-
-`RLVR_FAULT=disk_full:<site>` instead makes the first write to a site of the run directory (its
-first part: metrics, trajectories, checkpoints, .art, report, summary, config) fail as a full
-disk would (ENOSPC), to test that each write site says so in one line.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import errno
 import os
 import signal
 from enum import StrEnum
-from pathlib import Path
 from typing import NoReturn
+
+from rlvr.runs import damage
 
 FAULT_ENV = "RLVR_FAULT"
 
@@ -43,12 +46,15 @@ def crash() -> NoReturn:
     raise SystemExit(137)  # not reached: SIGKILL cannot be caught
 
 
-def maybe_crash(point: FaultPoint, step: object) -> None:
-    if armed(point, step):
-        crash()
+def inject(name: str) -> None:
+    """The hook: at the point `RLVR_FAULT` names (read at each call, as a forked child's
+    environment is its own), a full disk for `disk_full:<site>`, else a SIGKILL."""
+    if os.environ.get(FAULT_ENV) != name:
+        return
+    if name.startswith(f"{FaultPoint.DISK_FULL}:"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    crash()
 
 
-def maybe_fill(site: str, path: Path) -> None:
-    """Raise ENOSPC for a write to `path` when `RLVR_FAULT=disk_full:<site>` names its site."""
-    if os.environ.get(FAULT_ENV) == f"{FaultPoint.DISK_FULL}:{site}":
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+def install() -> None:
+    damage.fault_hook = inject
