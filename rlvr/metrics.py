@@ -120,11 +120,11 @@ class M(StrEnum):
     TEST_CHECKPOINT = "test/checkpoint"
     VAL_TREND = "val/trend"  # least-squares validation slope per evaluation over the trend window
     VAL_TREND_SE = "val/trend_se"  # its standard error from the items' sampling noise
-    # Which items a step drew (rlvr.training.pool) and what their groups showed.
-    OUTCOMES = "sampling/outcomes"  # per scored group: item id, mean training reward, signal
-    SIGNAL_GROUPS = "sampling/signal_groups"  # groups with reward spread (the ones trained on)
-    REFILLED = "sampling/refilled_groups"  # groups drawn to replace groups without signal
-    EXTRA_ROLLOUTS = "sampling/extra_rollouts"  # rollouts those refills cost
+    # Which items a step drew (the item draw: rlvr.training.pool) and what their groups showed.
+    OUTCOMES = "draw/outcomes"  # per scored group: item id, mean training reward, signal
+    SIGNAL_GROUPS = "draw/signal_groups"  # groups with reward spread (the ones trained on)
+    REFILLED = "draw/refilled_groups"  # groups drawn to replace groups without signal
+    EXTRA_ROLLOUTS = "draw/extra_rollouts"  # rollouts those refills cost
     POOL_MIXED = "pool/mixed"  # training items whose last group had signal
     POOL_EQUAL = "pool/all_equal"  # ... whose last group was all equal (solved or hopeless)
     POOL_UNTRIED = "pool/untried"  # ... never drawn yet
@@ -154,6 +154,18 @@ class WarmMetric:
 ALARM_PREFIX = "alarm/"
 HINT_KEY = "hints"
 INDEPENDENT_REWARD = "independent_reward"
+
+# Key prefixes rows written before a rename carry -> the current ones (the item draw's metrics
+# were sampling/*); rows are read through `current_key` once, where they are parsed.
+RENAMED_PREFIXES = {"sampling/": "draw/"}
+
+
+def current_key(key: str) -> str:
+    """A metric key as rows are written now (an old row's `sampling/outcomes` is `draw/outcomes`)."""
+    for old, new in RENAMED_PREFIXES.items():
+        if key.startswith(old):
+            return new + key.removeprefix(old)
+    return key
 
 
 class GroupStats(BaseModel):

@@ -23,10 +23,10 @@ def top_p_filter(probs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
 
 
-def draw(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
+def sample_tokens(probs: torch.Tensor, generators: list[torch.Generator]) -> torch.Tensor:
     """One token per row of `probs` ([rows, vocab], each row's own generator): the inverse of
-    its cumulative distribution at one uniform draw (a fraction of `torch.multinomial`'s cost
-    over a whole vocabulary). Tokens of probability 0 are never drawn."""
+    its cumulative distribution at one uniform variate (a fraction of `torch.multinomial`'s cost
+    over a whole vocabulary). Tokens of probability 0 are never sampled."""
     uniform = torch.cat([torch.rand(1, generator=g, device=g.device) for g in generators])
     cdf = probs.double().cumsum(-1)
     target = (uniform.to(cdf) * cdf[:, -1])[:, None]
@@ -151,7 +151,7 @@ class RowRules:
             if nucleus:  # sorting the vocabulary is a decode step's largest extra: only where asked
                 top_p = torch.tensor([states[sampled[k]].row.top_p for k in nucleus])
                 probs[nucleus] = top_p_filter(probs[nucleus], top_p.to(logits.device))
-            chosen[sampled] = draw(probs, [states[b].generator for b in sampled])
+            chosen[sampled] = sample_tokens(probs, [states[b].generator for b in sampled])
         for b, (state, token) in enumerate(zip(states, chosen.tolist(), strict=True)):
             state.record(token, logprobs[b])
             if state.matcher is not None:

@@ -18,7 +18,7 @@ from typing import ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric
+from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key
 from rlvr.evaluation.paired_gains import TestBlock
 
 KIND_KEY = "kind"
@@ -202,8 +202,9 @@ def row_kind(raw: dict[str, JsonValue]) -> RowKind:
 
 
 def parse_row(raw: dict[str, JsonValue]) -> Row:
-    """A metrics row as its record (pydantic's ValidationError where a value is not one)."""
-    values = {key: value for key, value in raw.items() if key != KIND_KEY}
+    """A metrics row as its record (pydantic's ValidationError where a value is not one); keys
+    renamed since the row was written read as their current names (rlvr.metrics.current_key)."""
+    values = {current_key(key): value for key, value in raw.items() if key != KIND_KEY}
     return ROW_TYPES[row_kind(raw)].model_validate(values)
 
 

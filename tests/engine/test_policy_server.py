@@ -13,7 +13,7 @@ import torch
 
 from rlvr.engine.backend import LocalTorchBackend
 from rlvr.engine.server import ApiError, parse_model_name
-from rlvr.engine.token_sampling import draw, top_p_filter
+from rlvr.engine.token_sampling import sample_tokens, top_p_filter
 
 GOOD = {"model": "policy", "messages": [{"role": "user", "content": "hi"}]}
 ADD_TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
@@ -147,15 +147,15 @@ def test_top_p_keeps_the_nucleus(top_p: float, kept: list[bool]) -> None:
     assert torch.equal(filtered[filtered > 0], probs[0][filtered > 0])
 
 
-def test_draw_follows_each_rows_distribution_and_never_draws_a_zero() -> None:
+def test_sample_tokens_follows_each_rows_distribution_and_never_samples_a_zero() -> None:
     probs = torch.tensor([[0.1, 0.6, 0.0, 0.3], [0.0, 0.0, 1.0, 0.0]])
     generators = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
-    draws = torch.stack([draw(probs, generators) for _ in range(4000)])
-    first = torch.bincount(draws[:, 0], minlength=4) / len(draws)
+    samples = torch.stack([sample_tokens(probs, generators) for _ in range(4000)])
+    first = torch.bincount(samples[:, 0], minlength=4) / len(samples)
     assert first.tolist() == pytest.approx([0.1, 0.6, 0.0, 0.3], abs=0.03)
-    assert bool((draws[:, 1] == 2).all())
+    assert bool((samples[:, 1] == 2).all())
     again = [torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)]
-    assert torch.equal(draw(probs, again), draws[0])  # each row's own seeded stream
+    assert torch.equal(sample_tokens(probs, again), samples[0])  # each row's own seeded stream
 
 
 class _Owner:

@@ -36,12 +36,13 @@ from rlvr.engine.types import PRECISION_ENV
 from tests.helpers.real_policy import logprobs_alone
 
 # Upper bounds on step-1 `train/sampler_kl` (k3, per sampled token), with margin over what was measured:
-# 4 × 16 sampled tokens make the bf16 figures vary by draw (docs/results/performance.md).
+# 4 × 16 sampled tokens make the bf16 figures vary from sample to sample
+# (docs/results/performance.md).
 KL_BOUND = {"fp32": 1e-5, "bf16": 2e-3, "mixed": 4e-3}
 # The same log-probabilities from the tree of a step's sequences (other matrix shapes than each
 # sequence alone: bf16 rounds them differently): bounds on the mean and the largest gap over the
 # trained tokens (the largest is the tail of bf16 rounding over a few dozen sampled tokens, so it
-# varies by draw).
+# varies from sample to sample).
 TREE_GAP = {"fp32": (1e-5, 1e-4), "bf16": (0.05, 0.5), "mixed": (0.05, 0.5)}
 
 

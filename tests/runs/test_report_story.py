@@ -31,7 +31,7 @@ from rlvr.runs.report import (
 RAW_ROWS: list[dict[str, Any]] = [
     {M.STEP: 0, "warm/val_before": 0.0, "warm/seconds": 485.0, "warm/steps": 12},
     {M.STEP: 0, M.VAL_ACCURACY: 0.125, M.VAL_ITEMS: 16, M.POLICY_STEP: 1},
-    {M.STEP: 1, M.REWARD_MEAN: -0.4, M.REWARD_STD: 0.5, "sampling/prefix_hits": 0.5},
+    {M.STEP: 1, M.REWARD_MEAN: -0.4, M.REWARD_STD: 0.5, "rollout/prefix_hits": 0.5},
     {M.STEP: 2, M.REWARD_MEAN: 0.3, M.REWARD_STD: 0.2, "pool/refills": 1, "hints": ["x"]},
     {M.STEP: 2, M.VAL_ACCURACY: 0.1875, M.VAL_ITEMS: 16},
     {M.STEP: 3, M.REWARD_MEAN: 0.2, M.REWARD_STD: 0.1},
