@@ -214,9 +214,12 @@ def warm_cut_message(groups: tuple[str, ...]) -> None:
 def progress_line(groups: tuple[str, ...]) -> None:
     from rlvr.training.progress import Progress
 
-    out = io.StringIO()
-    with Progress("warm start: SFT", 12, "step", Console(file=out, width=200)) as bar:
+    out, now = io.StringIO(), [0.0]
+    with Progress(
+        "warm start: SFT", 12, "step", Console(file=out, width=200), lambda: now[0]
+    ) as bar:
         for _ in range(3):
+            now[0] += 10  # three 10 s steps: a quarter of the phase, 30 s after its start
             bar.advance(note="loss 1.204")
     assert groups[0] in out.getvalue().splitlines()
 
@@ -319,7 +322,7 @@ FACTS = [
         r"\(`(warm start cut by its budget \((\d+)% of max_minutes=(\d+): \d+s\)): trained",
         warm_cut_message,
     ),
-    (HOW, r"one plain line per step .*? \(`(warm start: SFT: [^`]+)`\)", progress_line),
+    (HOW, r"30 s have passed\s+since its last line \(`(warm start: SFT: [^`]+)`\)", progress_line),
     (HOW, r"prefilled in slices of ~(\d+)k tokens", prefill_slices),
     (HOW, r"\(`rlvr/engine/prefix\.py`, `(\w+)`, default (\d+), 0 = off\)", prefix_cache_budget),
     (HOW, r"`TREE_TOKENS` \((\d+)\)", tree_tokens),

@@ -14,7 +14,7 @@ from rlvr import art_private
 from rlvr.task_api.rollout_model import RolloutModel
 from rlvr.training.backends import Policy
 from rlvr.training.failures import Failure, FailureLog, failures_of, require_some
-from rlvr.training.progress import LINES_PER_PHASE, Progress
+from rlvr.training.progress import Progress
 from rlvr.types import Item, Sampling
 
 RolloutFn = Callable[[art.Model[Any, Any], Item, Sampling], Awaitable[art.Trajectory]]
@@ -127,7 +127,7 @@ async def evaluate(
         trajectory.reward = await check(by_id[str(group.metadata["item_id"])], trajectory)
         return group
 
-    with Progress(desc, len(items), "item", lines=LINES_PER_PHASE) as progress:
+    with Progress(desc, len(items), "item") as progress:
         groups, done, _, failures = await rollout_groups(
             rollout, policy, items, 1, sampling, limit, progress, checked, shown="correct"
         )

@@ -44,7 +44,7 @@ from rlvr.training.output import (
     print_warm_start,
 )
 from rlvr.training.pool import record
-from rlvr.training.progress import LINES_PER_PHASE, Progress, console
+from rlvr.training.progress import Progress, console
 from rlvr.training.session import Session, as_test_result, open_finished, open_session
 from rlvr.training.state import Tested, TestResult, eval_due, tested, warm_start_row
 from rlvr.training.step import train_step
@@ -317,7 +317,7 @@ async def evaluate_samples(
             return group
 
         desc = f"eval {split_name} x{samples} at T={temperature:g}"
-        with Progress(desc, len(items), "item", lines=LINES_PER_PHASE) as progress:
+        with Progress(desc, len(items), "item") as progress:
             groups, done, _, failures = await rollout_groups(
                 run.rollout, run.policy, items, samples, sampling, run.limit, progress, checked
             )

@@ -2,8 +2,9 @@
 
 Progress is for phases that take more than a few seconds (the warm start's demonstrations and
 steps, evaluations, checkpoint saves): in a terminal a live bar; where the output goes to a file
-or a pipe, one plain line per step (per tenth of a long phase) and one when it ends, so a log
-shows where a run is without carriage returns.
+or a pipe, plain lines without carriage returns: one once the phase has gone another quarter of
+the way and 30 s have passed since its last line (at most three), and one when it ends, so a log
+shows where a run is in a few lines a phase.
 
 Where the output is not a terminal, Rich assumes 80 columns; the run's console writes each line
 of text whole there (a log line broken mid-line reads as two), and boxes (alarms, the finished
@@ -11,7 +12,6 @@ panel) at the width Rich gives them."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,14 +35,17 @@ class RunConsole(Console):
 
 console = RunConsole()
 Clock = Callable[[], float]
-LINES_PER_PHASE = 10  # piped output: what a phase of many small units prints at most
+# Piped output: a phase's next line waits for both (module docstring), so that a quick phase says
+# only its end and a long one at most three points on the way.
+LINE_SHARE = 4  # another 1/LINE_SHARE of the phase done
+LINE_GAP_S = 30.0  # seconds since the phase's last line (or its start)
 
 
 class Progress:
     """The progress of a phase of `total` units (a context manager): `advance(note=...)` after
-    each unit. In a terminal a live bar with the last note; piped, one line per unit (or, with
-    `lines`, about that many over the phase: for many small units such as evaluation items) and a
-    last line with the phase's time."""
+    each unit. In a terminal a live bar with the last note; piped, a line with the last note at
+    most every quarter of the phase and 30 s (LINE_SHARE, LINE_GAP_S), and a last line with the
+    phase's time."""
 
     def __init__(
         self,
@@ -51,17 +54,15 @@ class Progress:
         unit: str,
         out: Console | None = None,
         clock: Clock = time.monotonic,
-        lines: int | None = None,
     ) -> None:
         self.desc, self.total, self.unit = desc, total, unit
         self.out, self.clock = out or console, clock
         self.done, self.note, self._said = 0, "", 0
-        self.every = 1 if lines is None else max(1, math.ceil(total / lines))
         self._bar: Bar | None = None
         self._task: Any = None
 
     def __enter__(self) -> Progress:
-        self.started = self.clock()
+        self.started = self._said_at = self.clock()
         if self.out.is_terminal:
             self._bar = Bar(
                 TextColumn("{task.description}"),
@@ -86,9 +87,14 @@ class Progress:
         self.done, self.note = self.done + n, note or self.note
         if self._bar is not None:
             self._bar.update(self._task, advance=n, note=escape(self.note))
-        elif self.done - self._said >= self.every or self.done >= self.total:
-            self._said = self.done
+        elif self._line_due():
+            self._said, self._said_at = self.done, self.clock()
             self._line()
+
+    def _line_due(self) -> bool:
+        """Piped: another share of the phase done and LINE_GAP_S passed (the end has its line)."""
+        ahead = (self.done - self._said) * LINE_SHARE >= self.total
+        return self.done < self.total and ahead and self.clock() - self._said_at >= LINE_GAP_S
 
     def _line(self, ended: bool = False) -> None:
         note = f", {self.note}" if self.note else ""

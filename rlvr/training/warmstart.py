@@ -32,7 +32,7 @@ from rlvr import art_private
 from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import WarmMetric
 from rlvr.runs.records import WarmStartRow
-from rlvr.training.progress import LINES_PER_PHASE, Clock, Progress, console
+from rlvr.training.progress import Clock, Progress, console
 from rlvr.types import Environment, Item
 
 # The share of `max_minutes` the warm start may take by default (`sft_budget_share`), so RL always
@@ -166,9 +166,7 @@ async def warm_start(
     started = clock()
     budget = warm_budget_s(cfg.max_minutes, share)
     items = demo_items(train, cfg.sft_steps * cfg.sft_batch_size)
-    with Progress(
-        "warm start: demonstrations", len(items), "demonstration", out, clock, LINES_PER_PHASE
-    ) as bar:
+    with Progress("warm start: demonstrations", len(items), "demonstration", out, clock) as bar:
         demos, rejected = await demonstrations(environment, items, bar)
     if not demos:
         raise ConfigError(

@@ -1,7 +1,8 @@
-"""Every phase longer than a few seconds shows progress: a live bar in a terminal, one plain line
-per step when the output goes to a file, never broken mid-line there and free of third-party
-lines (ART's checkpoint deletions). The slow test reads a real warm start piped to a file (the
-session's `agent_run`, tests/conftest.py)."""
+"""Every phase longer than a few seconds shows progress: a live bar in a terminal, a few plain
+lines when the output goes to a file (at most one a quarter of the phase and 30 s apart, and its
+end), never broken mid-line there and free of third-party lines (ART's checkpoint deletions).
+The slow test reads a real warm start piped to a file (the session's `agent_run`,
+tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -32,31 +33,57 @@ def console(terminal: bool) -> tuple[Console, io.StringIO]:
     return Console(file=buffer, force_terminal=terminal, width=120), buffer
 
 
-@pytest.mark.parametrize(
-    ("total", "lines", "shown"),
-    [
-        (3, None, [1, 2, 3]),  # a line per step
-        (12, None, list(range(1, 13))),
-        (40, 10, [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]),  # many small units: about ten lines
-        (7, 10, [1, 2, 3, 4, 5, 6, 7]),
-    ],
-)
-def test_piped_output_is_one_line_per_step_and_one_at_the_end(
-    total: int, lines: int | None, shown: list[int]
-) -> None:
+def piped_phase(total: int, seconds_each: float) -> list[str]:
+    """The lines a phase of `total` steps, each `seconds_each` long, writes to a file."""
     out, buffer = console(terminal=False)
     clock = FakeClock()
-    with Progress("warm start: SFT", total, "step", out, clock, lines) as bar:
+    with Progress("warm start: SFT", total, "step", out, clock) as bar:
         for n in range(total):
-            clock.now += 10
+            clock.now += seconds_each
             bar.advance(note=f"loss {2.0 - n / total:.3f}")
-    written = buffer.getvalue().splitlines()
     assert "\r" not in buffer.getvalue() and "\x1b[" not in buffer.getvalue()
-    assert [int(re.match(r"warm start: SFT: (\d+)/", x).group(1)) for x in written[:-1]] == shown
-    assert written[0].startswith(f"warm start: SFT: {shown[0]}/{total} steps, loss ")
-    assert (
-        written[-1]
-        == f"warm start: SFT: {total}/{total} steps, loss {2.0 - (total - 1) / total:.3f} in {10 * total}s"
+    return buffer.getvalue().splitlines()
+
+
+def done_of(line: str) -> int:
+    found = re.match(r"warm start: SFT: (\d+)/", line)
+    assert found, line
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize("total", [1, 3, 4, 7, 12, 40, 96, 1000])
+@pytest.mark.parametrize("seconds_each", [0.2, 3.0, 10.0, 45.0, 600.0])
+def test_a_piped_phase_writes_a_few_lines_and_its_end(total: int, seconds_each: float) -> None:
+    written = piped_phase(total, seconds_each)
+    last_note = f"loss {2.0 - (total - 1) / total:.3f}"
+    assert written[-1] == (
+        f"warm start: SFT: {total}/{total} steps, {last_note} in {seconds_each * total:.0f}s"
+    )
+    shown = [done_of(x) for x in written[:-1]]
+    assert len(written) <= 4  # at most three lines on the way, then the end
+    assert shown == sorted(set(shown)) and all(0 < n < total for n in shown)
+    # each line on the way: another quarter of the phase and 30 s after the one before
+    for before, after in zip([0, *shown], shown, strict=False):
+        assert (after - before) * 4 >= total
+        assert (after - before) * seconds_each >= 30
+
+
+@pytest.mark.parametrize(
+    ("total", "seconds_each", "shown"),
+    [
+        (96, 10.0, [24, 48, 72]),  # a long phase: its quarters
+        (40, 2.0, [15, 30]),  # 30 s apart, later than its quarters
+        (40, 0.5, []),  # 20 s in all: only its end
+        (3, 60.0, [1, 2]),  # slow steps: each is more than a quarter
+    ],
+)
+def test_a_piped_phase_says_its_quarters_at_most_every_30_s(
+    total: int, seconds_each: float, shown: list[int]
+) -> None:
+    written = piped_phase(total, seconds_each)
+    assert [done_of(x) for x in written[:-1]] == shown
+    assert done_of(written[-1]) == total and written[-1].endswith(
+        f" in {seconds_each * total:.0f}s"
     )
 
 
@@ -73,8 +100,11 @@ def test_a_terminal_gets_a_live_bar_with_the_note() -> None:
 
 def test_a_phase_that_fails_prints_no_end_line() -> None:
     out, buffer = console(terminal=False)
-    with pytest.raises(RuntimeError), Progress("test (final)", 3, "item", out, FakeClock()) as bar:
+    clock = FakeClock()
+    with pytest.raises(RuntimeError), Progress("test (final)", 3, "item", out, clock) as bar:
+        clock.now += 40
         bar.advance()
+        clock.now += 40
         raise RuntimeError("the endpoint went away")
     assert buffer.getvalue().splitlines() == ["test (final): 1/3 items"]
 
@@ -91,15 +121,16 @@ def test_a_one_piece_phase_says_its_time(terminal: bool) -> None:
 
 
 @pytest.mark.slow
-def test_a_warm_start_piped_to_a_file_prints_each_step(agent_run) -> None:
+def test_a_warm_start_piped_to_a_file_prints_its_steps_in_a_few_lines(agent_run) -> None:
     """`rlvr train` of a tool agent with a warm start (3 SFT steps of 2 demonstrations), its
-    output piped: the demonstrations, then one line per SFT step with its loss, then the warm
-    start's summary."""
+    output piped: the demonstrations, then a few SFT lines with the loss (at most one a step,
+    30 s apart) ending in the phase's own, then the warm start's summary."""
     lines = agent_run.stdout.splitlines()
     steps = [x for x in lines if x.startswith("warm start: SFT: ")]
-    assert [x.split(":")[2].split("/")[0].strip() for x in steps] == ["1", "2", "3", "3"]
+    done = [int(x.split(":")[2].split("/")[0]) for x in steps]
+    assert done[-1] == 3 and done[:-1] == sorted(set(done[:-1])) and all(n < 3 for n in done[:-1])
     assert all(re.search(r"steps, loss \d+\.\d{3}", x) for x in steps)
-    assert steps[-1].endswith("s") and " in " in steps[-1]
+    assert re.search(r" in \d+s$", steps[-1]), steps[-1]
     assert any(x.startswith("warm start: demonstrations: 6/6 demonstrations") for x in lines)
     assert any(x.startswith("warm start: 6 demonstrations in 3 steps") for x in lines)
     assert "\r" not in agent_run.stdout
@@ -147,21 +178,23 @@ def test_a_piped_run_writes_each_line_whole_at_any_width(piped: io.StringIO) -> 
     clock = FakeClock()
     with Progress("step 1 rollouts", 2, "group", clock=clock) as bar:  # on the run's console
         for reward in (0.25, 0.19):
-            clock.now += 12
+            clock.now += 40
             bar.advance(note=f"reward {reward:.2f} over 8 rollouts, 3 of them truncated")
     print_step(StepRow.model_validate(row))
     print_validation(1, 0.625, 1, 0.0125, 0.004)
 
     lines = piped.getvalue().splitlines()
-    assert len(lines) == 6, lines  # one per thing said: nothing wrapped onto a second line
+    assert len(lines) == 5, lines  # one per thing said: nothing wrapped onto a second line
     note = "reward 0.19 over 8 rollouts, 3 of them truncated"
-    assert lines[1] == f"step 1 rollouts: 2/2 groups, {note}"
-    assert lines[2] == f"step 1 rollouts: 2/2 groups, {note} in 24s"
-    assert lines[3].startswith("step 1 reward 0.567±0.454  no-signal 25% (all-0 1, all-1 0)")
-    assert "trunc 50% (loops 25%, ended at a cut call 12%)  update-kl 0.0002" in lines[3]
-    assert lines[3].endswith("skipped 0  26s")
-    assert lines[4] == f"  hint: {hint}"
-    assert lines[5] == "validation @ step 1: 0.625 (policy step 1; trend +0.013/eval ± 0.004)"
+    assert (
+        lines[0] == "step 1 rollouts: 1/2 groups, reward 0.25 over 8 rollouts, 3 of them truncated"
+    )
+    assert lines[1] == f"step 1 rollouts: 2/2 groups, {note} in 80s"
+    assert lines[2].startswith("step 1 reward 0.567±0.454  no-signal 25% (all-0 1, all-1 0)")
+    assert "trunc 50% (loops 25%, ended at a cut call 12%)  update-kl 0.0002" in lines[2]
+    assert lines[2].endswith("skipped 0  26s")
+    assert lines[3] == f"  hint: {hint}"
+    assert lines[4] == "validation @ step 1: 0.625 (policy step 1; trend +0.013/eval ± 0.004)"
     assert all(len(x) > NARROW for x in lines)
 
 
