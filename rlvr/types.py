@@ -49,7 +49,7 @@ class Sampling(BaseModel):
     """How a rollout samples from the policy. `step=None` asks for the latest checkpoint.
     `seed` (None: unseeded) seeds what is sampled: `for_rollout` derives each rollout's own, and
     each chat call of a rollout samples with a seed derived from that and the call's number
-    (rlvr.task_api.rollout_model), so the same run seed draws the same tokens."""
+    (rlvr.task_api.rollout_model), so the same run seed samples the same tokens."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -424,7 +424,7 @@ class Trainer:
         a chunk the sequences are computed as trees of at most `tree_tokens` tokens (`TreeForward`).
         `config` is ART's `TrainConfig` (learning rate, kl_penalty_coef), `dev_config` ART's
         `dev.TrainConfig` (loss variant, clipping). `temperature` is the one the rollouts were
-        sampled at: the trainer computes the policy they were drawn from, logits / temperature,
+        sampled at: the trainer computes the policy they were sampled from, logits / temperature,
         taking each row as sampled from its weights before its update (the sampler reports
         untempered logprobs, which the sampler-trainer gap is measured on). Returns the metrics
         named at the top.
@@ -593,7 +593,7 @@ class Trainer:
             with torch.no_grad(), self.loaded.model.disable_adapter():
                 ref_logprobs = self.forward_logprobs(inputs, sequences, tree, temperature).logprobs
         # Tempered, the sampled logprobs are not the sampling policy's: ART's loss then takes the
-        # rows as drawn from the weights they are trained on (ratio 1, as for missing logprobs).
+        # rows as sampled from the weights they are trained on (ratio 1, as for missing logprobs).
         trained_inputs = (
             inputs
             if temperature == 1

@@ -179,15 +179,15 @@ def report_figure(rows: list[Row], summary: RunResult) -> Figure:
     fig, (ax, side) = plt.subplots(
         1, 2, figsize=(12, 5.2 + 0.16 * len(lines)), dpi=110, width_ratios=[3, 1.25]
     )
-    draw_curves(ax, rows, summary)
-    draw_gains(side, summary)
+    plot_curves(ax, rows, summary)
+    plot_gains(side, summary)
     fig.suptitle(f"{summary.task} — stop: {summary.stop_reason}", fontsize=10)
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=8, va="bottom", family="monospace")
     fig.tight_layout(rect=(0, 0.03 + 0.026 * len(lines), 1, 0.96))
     return fig
 
 
-def draw_curves(ax: Axes, rows: list[Row], summary: RunResult) -> None:
+def plot_curves(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
     train = [r for r in rows if isinstance(r, StepRow)]
@@ -225,8 +225,8 @@ def draw_curves(ax: Axes, rows: list[Row], summary: RunResult) -> None:
             label=f"validation before the warm start ({before:.3f})",
         )
         shown.append(before)
-    draw_marks(ax, rows, summary)
-    shown += draw_tests(ax, rows, summary)
+    plot_marks(ax, rows, summary)
+    shown += plot_tests(ax, rows, summary)
     last = max((r.step for r in rows), default=0)
     located = MaxNLocator(integer=True).tick_values(0, max(last, 1))
     ticks = sorted({int(t) for t in located if 0 <= t <= max(last, 1)})
@@ -241,8 +241,8 @@ def draw_curves(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     ax.grid(alpha=0.3)
 
 
-def draw_tests(ax: Axes, rows: list[Row], summary: RunResult) -> list[float]:
-    """Each tested checkpoint's accuracy at its step; returns the values drawn."""
+def plot_tests(ax: Axes, rows: list[Row], summary: RunResult) -> list[float]:
+    """Each tested checkpoint's accuracy at its step; returns the values plotted."""
     points = checkpoints_tested(rows, summary)
     for point in points:
         filled = point.name in ("best", "last")
@@ -258,7 +258,7 @@ def draw_tests(ax: Axes, rows: list[Row], summary: RunResult) -> list[float]:
     return [p.accuracy for p in points]
 
 
-def draw_marks(ax: Axes, rows: list[Row], summary: RunResult) -> None:
+def plot_marks(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     """The alarms, the best validation and the stop."""
     alarms = [(r.step, name) for r in rows for name in r.alarms]
     for step, name in alarms:
@@ -297,7 +297,7 @@ def draw_marks(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     )
 
 
-def draw_gains(ax: Axes, summary: RunResult) -> None:
+def plot_gains(ax: Axes, summary: RunResult) -> None:
     """The paired test gains, each a point with its 95% interval, against zero."""
     found = gains(summary.test)
     items = summary.test.items if summary.test else 0

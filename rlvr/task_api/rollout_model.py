@@ -7,8 +7,8 @@ validation would not be greedy. `RolloutModel` fills in, for every chat completi
 caller did not set them: the run's `temperature` and `top_p`, `max_tokens` (unless the caller
 gives `max_tokens` or `max_completion_tokens`), `logprobs=True`, the model name of the call's
 checkpoint, and, for a seeded sampling, the call's `seed` (derived from the rollout's seed and the
-call's number: the n-th call of a replayed rollout draws what it drew before, and two calls of one
-rollout draw afresh); `get_inference_name()` with no step names that checkpoint too. Whatever the
+call's number: the n-th call of a replayed rollout samples what it sampled before, and two
+calls of one rollout sample afresh); `get_inference_name()` with no step names that checkpoint too. Whatever the
 caller sets is sent as set. Everything else is the wrapped model's (`name`, `get_step()`, ...).
 """
 

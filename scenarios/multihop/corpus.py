@@ -196,11 +196,11 @@ class _World(BaseModel):
     passages: tuple[Passage, ...]
 
 
-def _unique(draw: Callable[[], str], count: int) -> list[str]:
-    """`count` distinct names from `draw()` (Faker repeats names in larger worlds)."""
+def _unique(make: Callable[[], str], count: int) -> list[str]:
+    """`count` distinct names from `make()` (Faker repeats names in larger worlds)."""
     names: dict[str, None] = {}
     while len(names) < count:
-        names.setdefault(draw(), None)
+        names.setdefault(make(), None)
     return list(names)
 
 
