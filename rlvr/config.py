@@ -420,6 +420,12 @@ class RunConfig(BaseModel):
     train_ratio: float = Field(0.8, gt=0, lt=1, description="share of items trained on")
     val_ratio: float = Field(0.1, gt=0, lt=1, description="share of items held out to validate")
     test_ratio: float = Field(0.1, gt=0, lt=1, description="share of items held out to test")
+    holdout: Literal["auto", "labelled", "ratios"] = Field(
+        "auto",
+        description="where labelled items go beside unlabelled ones: labelled = all to validation "
+        "and test; ratios = the ratios of the labelled items, the rest train; auto = labelled "
+        "under a scorer that reads no label, else ratios",
+    )
     seed: int = Field(0, description="seeds the split, synthetic data and sampling")
 
     # Schedule and stopping.

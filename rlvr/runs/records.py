@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key
 from rlvr.evaluation.paired_gains import TestBlock
+from rlvr.evaluation.resolution import HeldOut
 
 KIND_KEY = "kind"
 
@@ -297,6 +298,8 @@ class RunResult(BaseModel):
     test: TestBlock | None = None
     no_signal: NoSignal | None = None  # why a no-signal stop stopped
     warm_start: dict[str, JsonValue] | None = None  # the warm start's row (WarmStartRow.summary)
+    # where the labels went, what test and validation could resolve (rlvr.evaluation.resolution)
+    held_out: HeldOut | None = None
 
     def on_disk(self) -> dict[str, JsonValue]:
         """summary.json: the keys this result was given (an old summary keeps its own); the

@@ -134,7 +134,7 @@ async def warm(run: Session) -> None:
             run.cfg,
             run.environment,
             run.policy.model,
-            run.split.train,
+            run.labelled_train,
             share=run.cfg.sft_budget_share,
         )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
@@ -250,6 +250,7 @@ def finish(
         last_step=run.state.evals[-1].step,
         val_items=len(run.val_items),
         test=test,
+        held_out=run.held_out,
         # why it found nothing to learn from; the warm start's own gain, apart from RL's
         no_signal=no_signal_verdict(run.rows, run.cfg) if stop == StopReason.NO_SIGNAL else None,
         warm_start=warmed.summary() if warmed is not None else None,

@@ -103,6 +103,7 @@ class PreflightReport(BaseModel):
     clipped: int  # rewards clipped to a verifier contract's [0, 1]
     reward_errors: int
     val_items: int = 0  # items each validation of the run evaluates (0: not known)
+    held_out: list[str] = []  # where the labels went and what test and validation can resolve
 
     @property
     def sampled_from(self) -> str:
@@ -258,6 +259,7 @@ def describe(report: PreflightReport) -> list[str]:
         else ""
     )
     lines = [
+        *report.held_out,
         f"rewards of {report.sampled_from}: {report.items} training items{asked} × "
         f"{report.group_size} samples ({len(s.rewards)} trajectories, {s.groups} groups):",
         *(f"  {value:5.2f} {'█' * count} {count}" for value, count in s.histogram().items()),
@@ -294,11 +296,12 @@ async def preflight(
         )
         batch = random.Random(cfg.seed).sample(split.train, min(items, len(split.train)))
         val_items = len(run.val_items)
+        held_out_lines = run.held_out.lines(cfg)
         trained = None
         if warm_steps > 0:
             short = cfg.model_copy(update={"sft_steps": warm_steps})
             check_can_demonstrate(short, environment)
-            row = await warm_start(short, environment, policy.model, split.train, out=out)
+            row = await warm_start(short, environment, policy.model, run.labelled_train, out=out)
             trained = int(row.steps or 0)
         with Progress("preflight rollouts", len(batch), "group") as progress:
             groups, done, _, failures = await rollout_groups(
@@ -329,6 +332,7 @@ async def preflight(
         clipped=int(counts.get(M.REWARD_CLIPPED, 0)),
         reward_errors=int(counts.get(M.REWARD_ERRORS, 0)),
         val_items=val_items,
+        held_out=held_out_lines,
     )
 
 

@@ -41,9 +41,10 @@ from rlvr.training.backends import (
 from rlvr.training.checkpoints import keep_checkpoints
 from rlvr.training.evaluation import Evaluated, Validated, evaluate
 from rlvr.training.failures import FailureLog, RunFailed
+from rlvr.training.labels import HeldOut, held_out, labelled_split
 from rlvr.training.output import print_alarm, print_validation, settings_line
 from rlvr.training.progress import console
-from rlvr.training.split import Split, split_items
+from rlvr.training.split import Split
 from rlvr.training.state import (
     RunState,
     Tested,
@@ -85,6 +86,10 @@ class Session:
         self.val_items: list[Item] = (
             split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         )
+        # Where the labels went and what test and validation can resolve (rlvr.training.labels).
+        self.held_out: HeldOut = held_out(split, len(self.val_items), scorer)
+        # Training items with a label: the only ones a check (or a demonstration's) may read.
+        self.labelled_train = [i for i in split.train if i.id not in split.unlabelled]
         self.rollout = tracker.traced(environment.rollout, name="rollout")
         self.score = tracker.traced(scorer.score, name="score")
         self.limit = asyncio.Semaphore(cfg.rollout_concurrency)
@@ -200,6 +205,11 @@ class Session:
         await keep_checkpoints(self.cfg, self.policy, self.state, self.run_dir, self.rows)
 
 
+def val_size(cfg: RunConfig, split: Split[Item]) -> int:
+    """The validation items each evaluation uses (max_val_items caps them)."""
+    return min(len(split.val), cfg.max_val_items or len(split.val))
+
+
 def as_test_result(policy_step: int, evaluated: Evaluated, step: int) -> TestResult:
     """The test split's result at checkpoint `policy_step` from its evaluation, its rows filed
     under loop `step`."""
@@ -229,9 +239,7 @@ async def open_session(
             console.print(settings_line(cfg, parts.defaults), highlight=False, markup=False)
         check_can_demonstrate(cfg, built)
         check_engine_environment(cfg)
-        split = split_items(
-            built.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
-        )
+        split = labelled_split(cfg, built.load(), parts.scorer)
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
         # One writer per run directory, held until summary.json is written; then a fresh run
         # refuses a directory that holds a run (the backend would silently resume its weights).
@@ -252,6 +260,9 @@ async def open_session(
             f"{len(split.test)} test items; scorer {parts.scorer.name}; run dir {run_dir}",
             highlight=False,
         )
+        if resume is None:
+            for line in held_out(split, val_size(cfg, split), parts.scorer).lines(cfg):
+                console.print(line, highlight=False, markup=False)
         rewind_to = last_policy_step(rows) if resume is not None else None
         policy = await stack.enter_async_context(open_policy(cfg, run_dir, rewind_to))
         await serve_judge(cfg, judge, policy)
@@ -287,9 +298,7 @@ async def quiet_session(
     """A session on `run_dir` that writes nothing a run keeps: no tracker, the policy opened in
     place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""
     cfg = parts.cfg
-    split = split_items(
-        parts.environment.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
-    )
+    split = labelled_split(cfg, parts.environment.load(), parts.scorer)
     quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
     tracker = stack.enter_context(open_tracker(quiet, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))

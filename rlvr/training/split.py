@@ -12,13 +12,18 @@ T = TypeVar("T")
 
 class Split(BaseModel, Generic[T]):
     """Items of one task divided three ways. Validation and test hold the labels used for
-    stopping and for the final score; only `train` is ever passed to the training scorer."""
+    stopping and for the final score; only `train` is ever passed to the training scorer.
+    `unlabelled` names the training items without a label (`is_labelled`), whose rollouts are
+    never checked against a truth they do not have; `labelled` counts the items with one."""
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 
     train: list[T]
     val: list[T]
     test: list[T]
+    unlabelled: frozenset[str] = frozenset()
+    labelled: int | None = None  # None: every item (a pinned split, or not Items)
+    hold_out_labels: bool = False  # every labelled item went to validation and test
 
 
 def split_sizes(n: int, val_ratio: float, test_ratio: float) -> tuple[int, int, int]:
@@ -47,18 +52,73 @@ def pinned_split(items: list[T]) -> Split[T] | None:
     )
 
 
-def split_items(items: list[T], *, val_ratio: float, test_ratio: float, seed: int) -> Split[T]:
+MIN_LABELLED = 3  # one each for train, validation and test; or validation and test and a spare
+
+
+class LabelError(ValueError):
+    """Too few labelled items to hold out validation and test (one line for the caller)."""
+
+
+def has_answer(item: object) -> bool:
+    from rlvr.types import Item
+
+    return not isinstance(item, Item) or bool(item.answer and item.answer.strip())
+
+
+def unlabelled_ids(items: list[T]) -> frozenset[str]:
+    """The ids of the items without a label: an Item whose `answer` is None or empty, among
+    items of which some have one. Where none has an answer, the task keeps its truth elsewhere
+    (ifeval's instructions, a rubric's criteria in `data`) and every item counts as labelled."""
+    from rlvr.types import Item
+
+    if not any(has_answer(i) for i in items):
+        return frozenset()
+    return frozenset(i.id for i in items if isinstance(i, Item) and not has_answer(i))
+
+
+def split_items(
+    items: list[T],
+    *,
+    val_ratio: float,
+    test_ratio: float,
+    seed: int,
+    hold_out_labels: bool = False,
+) -> Split[T]:
     """Shuffle with a seeded RNG and cut (or keep the parts the items pin, `pinned_split`). The
     same items and seed always give the same split, and the three parts are disjoint and cover
-    every item."""
+    every item.
+
+    Unlabelled items (`unlabelled_ids`) are training items: test is cut from the labelled ones
+    first, then validation, at the ratios of the labelled items, and labelled items left over
+    train. With `hold_out_labels` (a scorer that reads no label) and unlabelled items to train
+    on, every labelled item is held out, split between validation and test by their ratio."""
     pinned = pinned_split(items)
     if pinned is not None:
-        return pinned
-    order = list(items)
+        return pinned.model_copy(update={"unlabelled": unlabelled_ids(pinned.train)})
+    unlabelled = unlabelled_ids(items)
+    labelled = [i for i in items if getattr(i, "id", None) not in unlabelled]
+    order = labelled
     random.Random(seed).shuffle(order)
-    n_train, n_val, _ = split_sizes(len(order), val_ratio, test_ratio)
+    if unlabelled and len(order) < MIN_LABELLED:
+        raise LabelError(
+            f"{len(order)} labelled item(s) beside {len(unlabelled)} unlabelled; validation and "
+            f"test need at least {MIN_LABELLED} labelled items (items with an answer)"
+        )
+    hold_all = hold_out_labels and bool(unlabelled)
+    if hold_all:
+        n_test = min(
+            len(order) - 1, max(1, round(len(order) * test_ratio / (val_ratio + test_ratio)))
+        )
+        n_train, n_val = 0, len(order) - n_test
+    else:
+        n_train, n_val, _ = split_sizes(len(order), val_ratio, test_ratio)
+    rest = [i for i in items if getattr(i, "id", None) in unlabelled]
+    random.Random(seed).shuffle(rest)
     return Split(
-        train=order[:n_train],
+        train=order[:n_train] + rest,
         val=order[n_train : n_train + n_val],
         test=order[n_train + n_val :],
+        unlabelled=unlabelled,
+        labelled=len(order),
+        hold_out_labels=hold_all,
     )

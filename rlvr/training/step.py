@@ -232,7 +232,8 @@ async def score_group(
     not where the truth is itself a judge, which would double its bill) and training reward."""
     started = time.monotonic()
     item = by_id[str(group.metadata["item_id"])]
-    if not run.environment.judged_check:
+    # An unlabelled item has no truth to check against (rlvr.training.split.unlabelled_ids).
+    if not run.environment.judged_check and item.id not in run.split.unlabelled:
         truths = await asyncio.gather(*(run.environment.check(item, t) for t in group.trajectories))
         for t, truth in zip(group.trajectories, truths, strict=True):
             t.metrics[INDEPENDENT_REWARD] = truth

@@ -16,6 +16,7 @@ The step budget (max_steps) and the judge's spend cap end the loop where they ru
 from __future__ import annotations
 
 from rlvr.config import PlateauRule, RunConfig, StoppingConfig
+from rlvr.evaluation.resolution import STOP_MIN_ITEMS
 from rlvr.runs.records import AlarmName, EvalRow, NoSignal, Row, StepRow, StopReason
 from rlvr.training.state import RunState, Tested, early_tested, tested
 from rlvr.training.trends import EvalPoint, best_eval, val_trend
@@ -89,16 +90,19 @@ def stop_after_eval(
     cfg: RunConfig, state: RunState, rows: list[Row], test_items: int, val_items: int
 ) -> StopReason | None:
     """The stopping rules after the evaluation at `state.step`: reward hacking (when set to
-    stop), plateau, then the time budget."""
+    stop), plateau, then the time budget. Validation under STOP_MIN_ITEMS items reads noise:
+    the hacking and plateau stops are off, and the run stops by work (said at its start,
+    rlvr.evaluation.resolution.HeldOut)."""
     rules = cfg.stopping
     hacking = [
         a for a in state.alarms if a.name == AlarmName.REWARD_HACKING and a.step == state.step
     ]
     evals = [r for r in rows if isinstance(r, EvalRow)]
-    if hacking and rules.on_divergence == "stop":
+    stops = val_items >= STOP_MIN_ITEMS
+    if stops and hacking and rules.on_divergence == "stop":
         return StopReason.REWARD_HACKING
     spent = budget_spent(state.step, cfg.max_steps, evals[-1].wall_s or 0.0, cfg.max_minutes)
-    if plateau_stop(state.evals, spent, rules):
+    if stops and plateau_stop(state.evals, spent, rules):
         return StopReason.PLATEAU
     if cfg.max_minutes is not None and out_of_time(
         [r.wall_s or 0.0 for r in evals],

@@ -102,20 +102,30 @@ def row_item(row: Any, number: int, options: Options, source: str) -> Item:
         options.prompt_field: "a non-empty string",
         options.answer_field: "a string or number",
     }
-    values = {}
+    values: dict[str, str | None] = {}
     for field, expected in fields.items():
-        if field not in row or row[field] is None:
+        value = row.get(field)
+        # No answer (missing, null, an empty cell): an unlabelled row, which trains under a
+        # scorer that reads no label (rlvr.training.labels).
+        if field == options.answer_field and (
+            value is None or (isinstance(value, str) and not value.strip())
+        ):
+            values[field] = None
+            continue
+        if value is None:
             raise ValueError(f"field '{field}': missing; expected {expected}")
-        text = _text(row[field])
-        if text is None or (field == options.prompt_field and not isinstance(row[field], str)):
-            raise ValueError(f"field '{field}': got {row[field]!r}; expected {expected}")
+        text = _text(value)
+        if text is None or (field == options.prompt_field and not isinstance(value, str)):
+            raise ValueError(f"field '{field}': got {value!r}; expected {expected}")
         values[field] = text
     own = row.get("system")
     system = own if isinstance(own, str) and own.strip() else options.system  # empty cell: default
     raw_id = row.get("id")
+    prompt = values[options.prompt_field]
+    assert prompt is not None
     return Item(
         id=str(raw_id) if _text(raw_id) else f"{source}-{number}",
-        prompt=values[options.prompt_field],
+        prompt=prompt,
         answer=values[options.answer_field],
         data={"system": system} if system else {},
     )
@@ -150,6 +160,14 @@ def load_items(rows: list[Any], path: Path, options: Options) -> tuple[list[Item
         raise DataError(
             f"{path}: {len(items)} usable row(s); the train/validation/test split needs at "
             f"least {MIN_ROWS}"
+        )
+    labelled = sum(i.answer is not None for i in items)
+    if labelled < MIN_ROWS:
+        raise DataError(
+            f"{path}: {labelled} of {len(items)} rows have an answer (field "
+            f"'{options.answer_field}'); validation and test need at least {MIN_ROWS} labelled "
+            "rows; the rows without one train only under a scorer that reads no label "
+            "(scorer=ruler or rubric)"
         )
     return items, skipped
 
