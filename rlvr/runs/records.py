@@ -18,9 +18,9 @@ from typing import ClassVar, Self
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key
 from rlvr.evaluation.paired_gains import TestBlock
 from rlvr.evaluation.resolution import HeldOut
+from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key
 
 KIND_KEY = "kind"
 
@@ -89,7 +89,9 @@ class Row(BaseModel):
         """This row with more values (by field name or metric key): an alarm, the hints, the time.
         A field's metric key sets that field, so no key is ever written twice."""
         fields = {str(f.alias): name for name, f in type(self).model_fields.items() if f.alias}
-        return self.model_copy(update={fields.get(k, k): v for k, v in values.items()})
+        named = {fields.get(k, k): v for k, v in values.items()}
+        # validated like the row itself, so a count given as 2.0 is the int field's 2
+        return type(self).model_validate({**self.model_dump(exclude_unset=True), **named})
 
 
 class StepRow(Row):
@@ -111,6 +113,22 @@ class StepRow(Row):
     reward_errors: int | None = Field(None, alias=M.REWARD_ERRORS)
     reward_clipped: int | None = Field(None, alias=M.REWARD_CLIPPED)
     no_logprob_turns: int | None = Field(None, alias=M.NO_LOGPROB_TURNS)
+    rollout_errors: int | None = Field(None, alias=M.ROLLOUT_ERRORS)
+    completion_tokens: float | None = Field(None, alias=M.COMPLETION_TOKENS)
+    learning_rate: float | None = Field(None, alias=M.LEARNING_RATE)
+    loss: float | None = Field(None, alias=M.LOSS)
+    signal_groups: int | None = Field(None, alias=M.SIGNAL_GROUPS)
+    refilled: int | None = Field(None, alias=M.REFILLED)
+    extra_rollouts: int | None = Field(None, alias=M.EXTRA_ROLLOUTS)
+    pool_mixed: int | None = Field(None, alias=M.POOL_MIXED)
+    pool_equal: int | None = Field(None, alias=M.POOL_EQUAL)
+    pool_untried: int | None = Field(None, alias=M.POOL_UNTRIED)
+    rollout_s: float | None = Field(None, alias=M.ROLLOUT_SECONDS)
+    score_s: float | None = Field(None, alias=M.SCORE_SECONDS)
+    score_hidden: float | None = Field(None, alias=M.SCORE_HIDDEN)
+    update_s: float | None = Field(None, alias=M.UPDATE_SECONDS)
+    decoded_tokens: int | None = Field(None, alias=M.DECODED_TOKENS)
+    peak_rss_gb: float | None = Field(None, alias=M.PEAK_RSS)
     update_kl: float | None = Field(None, alias=M.UPDATE_KL)
     sampler_kl: float | None = Field(None, alias=M.SAMPLER_KL)
     trained_tokens: float | None = Field(None, alias=M.TRAINED_TOKENS)

@@ -279,64 +279,80 @@ def step_row(run: Session, step: int, batch: Batch, update: Update, started: flo
     ]
     counts = pool.counts(pool.record(run.state.pool, outcomes), [i.id for i in run.split.train])
     refills = batch.rounds[1:]
-    values: dict[str, object] = {
-        M.STEP: step,
-        M.REWARD_MEAN: stats.reward_mean,
-        M.REWARD_STD: stats.reward_std,
-        M.GROUPS: stats.groups,
-        M.TRAINED_GROUPS: len(batch.trainable),
-        M.NO_SIGNAL_RATE: stats.no_signal_rate,
-        M.ALL_ZERO: stats.all_zero,
-        M.ALL_ONE: stats.all_one,
-        M.TRUNCATED_RATE: stats.truncated_rate,
-        M.LOOPING_RATE: stats.looping_rate,
-        M.COMPLETION_TOKENS: stats.completion_tokens_mean,
-        M.SKIPPED: sum(r.skipped for r in batch.rounds),
-        M.ROLLOUT_ERRORS: sum(r.rollout_errors for r in batch.rounds),
-        M.NO_LOGPROB_TURNS: update.turns_without_logprobs,
-        M.SAMPLER_KL: update.metrics.get(SAMPLER_KL),
-        M.UPDATE_KL: update.metrics.get(UPDATE_KL),
-        M.LEARNING_RATE: step_learning_rate(run.cfg, step),
-        M.LOSS: update.metrics.get("loss"),
-        M.INDEPENDENT: sum(truths) / len(truths) if truths else None,
-        M.TRUTH_ROLLOUTS: len(truths),
-        M.SIGNAL_GROUPS: len(batch.trainable),
-        M.REFILLED: sum(r.played for r in refills),
-        M.EXTRA_ROLLOUTS: sum(r.played for r in refills) * run.cfg.group_size,
-        M.POOL_MIXED: counts.mixed,
-        M.POOL_EQUAL: counts.all_equal,
-        M.POOL_UNTRIED: counts.untried,
-        M.OUTCOMES: [o.model_dump() for o in outcomes],
-        M.REWARD_COUNTS: reward_counts([t.reward for g in groups for t in g.trajectories]),
-        **rollout_timing(batch),
-        M.UPDATE_SECONDS: update.seconds,
-        M.DECODED_TOKENS: sum(completion_tokens(t) for g in groups for t in g.trajectories),
-        M.TRAINED_TOKENS: update.metrics.get(NUM_TOKENS),
-        M.STEP_SECONDS: time.monotonic() - started,
-        M.PEAK_RSS: peak_rss_gb(),
+    timing = rollout_timing(batch)
+    row = StepRow(
+        step=step,
+        reward_mean=stats.reward_mean,
+        reward_std=stats.reward_std,
+        groups=stats.groups,
+        trained_groups=len(batch.trainable),
+        no_signal_rate=stats.no_signal_rate,
+        all_zero=stats.all_zero,
+        all_one=stats.all_one,
+        truncated_rate=stats.truncated_rate,
+        looping_rate=stats.looping_rate,
+        completion_tokens=stats.completion_tokens_mean,
+        skipped=sum(r.skipped for r in batch.rounds),
+        rollout_errors=sum(r.rollout_errors for r in batch.rounds),
+        no_logprob_turns=update.turns_without_logprobs,
+        sampler_kl=update.metrics.get(SAMPLER_KL),
+        update_kl=update.metrics.get(UPDATE_KL),
+        learning_rate=step_learning_rate(run.cfg, step),
+        loss=update.metrics.get("loss"),
+        independent=sum(truths) / len(truths) if truths else None,
+        truth_rollouts=len(truths),
+        signal_groups=len(batch.trainable),
+        refilled=sum(r.played for r in refills),
+        extra_rollouts=sum(r.played for r in refills) * run.cfg.group_size,
+        pool_mixed=counts.mixed,
+        pool_equal=counts.all_equal,
+        pool_untried=counts.untried,
+        outcomes=outcomes,
+        reward_counts=reward_counts([t.reward for g in groups for t in g.trajectories]),
+        rollout_s=timing.rollout_s,
+        update_s=update.seconds,
+        decoded_tokens=sum(completion_tokens(t) for g in groups for t in g.trajectories),
+        trained_tokens=update.metrics.get(NUM_TOKENS),
+        step_s=time.monotonic() - started,
+        peak_rss_gb=peak_rss_gb(),
+    )
+    if timing.score_s is not None:  # no group scored: no scoring span to time
+        row = row.with_values(score_s=timing.score_s, score_hidden=timing.score_hidden)
+    # Keys a scorer, a task's rollouts and a serving backend name themselves ride along as extras.
+    row = row.with_values(
         **run.scorer.pop_metrics(),
         **trajectory_metric_means(groups),
         **serving_metrics(run.policy.backend, run.policy.model, update.metrics),
-    }
+    )
     if truths:  # how far the training reward agrees with ground truth (judge or not)
-        values[M.JUDGE_AGREEMENT] = agreement([t.reward for t in scored], truths)
-    return StepRow.model_validate(values)
+        row = row.with_values(judge_agreement=agreement([t.reward for t in scored], truths))
+    return row
 
 
-def rollout_timing(batch: Batch) -> dict[str, float]:
-    """`time/rollout_s`: from the step's start to the end of its last group's rollouts;
-    `time/score_s`: scoring summed over the groups; `time/score_hidden`: the share of the span in
-    which scoring ran that overlapped rollouts (the rest was waited for)."""
+class RolloutTiming(BaseModel):
+    """`rollout_s`: from the step's start to the end of its last group's rollouts; `score_s`:
+    scoring summed over the groups; `score_hidden`: the share of the span in which scoring ran
+    that overlapped rollouts (the rest was waited for). No scoring span: no scoring figures."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rollout_s: float
+    score_s: float | None = None
+    score_hidden: float | None = None
+
+
+def rollout_timing(batch: Batch) -> RolloutTiming:
+    """The step's rollout and scoring times (RolloutTiming)."""
     spans = [s for r in batch.rounds for s in r.spans]
     if not spans:
-        return {M.ROLLOUT_SECONDS: batch.gathered - batch.started}
+        return RolloutTiming(rollout_s=batch.gathered - batch.started)
     last_rollout = max(s.start for s in spans)
     span = batch.gathered - min(s.start for s in spans)
-    return {
-        M.ROLLOUT_SECONDS: last_rollout - batch.started,
-        M.SCORE_SECONDS: sum(s.end - s.start for s in spans),
-        M.SCORE_HIDDEN: 1.0 - (batch.gathered - last_rollout) / span if span > 0 else 0.0,
-    }
+    return RolloutTiming(
+        rollout_s=last_rollout - batch.started,
+        score_s=sum(s.end - s.start for s in spans),
+        score_hidden=1.0 - (batch.gathered - last_rollout) / span if span > 0 else 0.0,
+    )
 
 
 def turns_without_logprobs(groups: list[art.TrajectoryGroup]) -> int:
