@@ -11,7 +11,9 @@ The merged model is the run's base model (rlvr.engine.models.resolve_model) with
 LoRA folded into its weights by PEFT's `merge_and_unload`, saved in fp32 as the engine trained and
 sampled it: `AutoModelForCausalLM.from_pretrained(OUT)` loads it and vLLM serves it. Everything is
 written into a temporary directory beside OUT and renamed into place once complete, so a failure
-never leaves half an export under OUT's name.
+never leaves half an export under OUT's name. Before the rename the export is checked
+(rlvr.export_check): its weights are not the base model's unchanged, and plain transformers on it
+answers a few held-out prompts as the run's engine does on the checkpoint.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ import importlib.metadata
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rlvr.export_check import VERIFY_ITEMS, Verification, check_not_base, verify
 from rlvr.export_gguf import ExportError as ExportError  # raised here too; defined beneath
 from rlvr.json_types import JsonObject
 from rlvr.runs import atomic, layout, store
@@ -65,6 +69,7 @@ class CardFacts(BaseModel):
     commit: str
     rlvr_version: str
     gguf_file: str | None
+    verification: Verification = Verification(skipped=True)
 
 
 class Exported(BaseModel):
@@ -139,7 +144,11 @@ def rlvr_version() -> str:
 
 
 def card_facts(
-    run_dir: Path, which: str, checkpoint: Path, gguf_file: str | None = None
+    run_dir: Path,
+    which: str,
+    checkpoint: Path,
+    gguf_file: str | None = None,
+    verification: Verification | None = None,
 ) -> CardFacts:
     from rlvr.runs.report import story_lines
 
@@ -162,6 +171,7 @@ def card_facts(
         commit=str(commit),
         rlvr_version=rlvr_version(),
         gguf_file=gguf_file,
+        verification=verification or Verification(skipped=True),
     )
 
 
@@ -180,6 +190,24 @@ tar xzf llama_cpp_python-*.tar.gz
 python llama_cpp_python-*/vendor/llama.cpp/convert_hf_to_gguf.py . --outtype f16 --outfile model-f16.gguf
 ```
 """
+
+
+def verification_text(checked: Verification) -> str:
+    """The card's account of the export's self-check."""
+    if checked.skipped:
+        return (
+            "This export was written with `--no-verify`: nothing checked that its answers are the "
+            "run's."
+        )
+    items = ", ".join(f"`{item}`" for item in checked.items)
+    return (
+        f"Before it was written, this export answered {len(checked.items)} held-out prompts of the "
+        f"run (`{checked.table}`: items {items}) greedily, up to {checked.max_tokens} new tokens, "
+        "with plain transformers, and rlvr's engine answered the same prompts on the run's "
+        f"checkpoint: {checked.agreed} of {len(checked.items)} answers were identical. Both "
+        f"decoded in {checked.precision} on the CPU (in bf16 a near tie between two tokens may "
+        "go either way); the weights are saved in fp32."
+    )
 
 
 def model_card(facts: CardFacts) -> str:
@@ -244,6 +272,10 @@ directory), so apply it to exactly those:
 `PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir), "{ADAPTER_DIR}")`.
 
 {gguf}
+## Verification
+
+{verification_text(facts.verification)}
+
 ## Provenance
 
 - run directory: `{facts.run}` ({"finished" if facts.finished else "not finished"})
@@ -334,15 +366,32 @@ def write_adapter(adapter_dir: Path, target: Path, base_model: str) -> None:
     shutil.copyfile(adapter_dir / ADAPTER_WEIGHTS, target / ADAPTER_WEIGHTS)
 
 
-def export_run(run_dir: Path, out: Path, which: str = BEST, *, gguf: bool = False) -> Exported:
+def _max_tokens(cfg: JsonObject) -> int:
+    value = cfg.get("max_tokens")
+    return value if isinstance(value, int) else 0
+
+
+def export_run(
+    run_dir: Path,
+    out: Path,
+    which: str = BEST,
+    *,
+    gguf: bool = False,
+    verify_items: int | None = VERIFY_ITEMS,
+    tamper: Callable[[Path], None] | None = None,
+) -> Exported:
     """Write the merged model, its adapter, a model card (and with `gguf` a GGUF file) of
-    `run_dir`'s checkpoint `which` into `out`, all at once or not at all."""
+    `run_dir`'s checkpoint `which` into `out`, all at once or not at all, once checked
+    (rlvr.export_check) on `verify_items` held-out prompts (None: the answers are not compared).
+    `tamper` is a fault seam for tests: it gets the written directory between the merge and the
+    checks."""
     from transformers import AutoTokenizer
 
     checkpoint = checkpoint_for(run_dir, which)
     check_out(out)
     base_dir = base_of(run_dir)
-    base_model = str(read_run(run_dir)[0].get("model"))
+    cfg = read_run(run_dir)[0]
+    base_model = str(cfg.get("model"))
     if gguf:
         from rlvr.export_gguf import check_gguf
 
@@ -364,8 +413,16 @@ def export_run(run_dir: Path, out: Path, which: str = BEST, *, gguf: bool = Fals
             name = run_dir.resolve().name
             gguf_file = f"{name}-f16.gguf"
             write_gguf(merged, base_model, staging, staging / gguf_file, name)
-        del merged
-        facts = card_facts(run_dir, which, checkpoint, gguf_file)
+        del merged  # the checks load what was written, each side on its own
+        if tamper is not None:
+            tamper(staging)
+        check_not_base(staging, base_dir, checkpoint, base_model)
+        checked = (
+            verify(staging, base_dir, checkpoint, run_dir, verify_items, _max_tokens(cfg))
+            if verify_items is not None
+            else Verification(skipped=True)
+        )
+        facts = card_facts(run_dir, which, checkpoint, gguf_file, checked)
         (staging / CARD).write_text(model_card(facts))
         atomic.fsync_tree(staging)
         if out.is_dir():

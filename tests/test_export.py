@@ -5,7 +5,9 @@ and every refusal before a model is loaded (one line, exit 2, nothing written). 
 `tiny_run` (read-only: what writes goes to a copy): the export loads in plain transformers, its
 weights are the base plus the adapter's LoRA, its greedy answers are `rlvr eval`'s and `rlvr
 serve`'s on the same checkpoint, the GGUF loads in transformers' GGUF reader, and `rlvr serve`
-answers the official openai client with the bearer key and refuses without it.
+answers the official openai client with the bearer key and refuses without it. The export checks
+itself: weights corrupted between the merge and the check (the `tamper` seam), or the base
+model's weights shipped unchanged, stop it in one line with nothing written.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from typer.testing import CliRunner
 
 from rlvr.cli.main import app
 from rlvr.config import RunConfig
-from rlvr.export import CardFacts, SplitSizes, model_card
+from rlvr.export import CardFacts, ExportError, SplitSizes, export_run, model_card
+from rlvr.export_check import Verification, held_out_prompts
+from rlvr.runs import store
 from rlvr.runs.checkpoints import NoCheckpoint, checkpoint_for
 from rlvr.runs.report import story_lines
 from rlvr.runs.store import read_metrics, read_summary
@@ -138,6 +142,62 @@ def test_model_card_of_an_unfinished_run_with_gguf() -> None:
     assert "the run has not finished: it has no test result yet" in card
     assert "unknown training items" in card
     assert "`m-f16.gguf` (f16)" in card and "convert_hf_to_gguf.py" not in card
+
+
+def test_model_card_says_how_the_export_was_checked() -> None:
+    checked = Verification(
+        skipped=False,
+        table="trajectories/test.parquet",
+        items=("a", "b"),
+        agreed=2,
+        max_tokens=16,
+    )
+    card = model_card(card_facts(verification=checked))
+    assert "## Verification" in card
+    for expected in ("`trajectories/test.parquet`: items `a`, `b`", "2 of 2 answers", "fp32"):
+        assert expected in " ".join(card.split()), expected
+    skipped = model_card(card_facts(verification=Verification(skipped=True)))
+    assert "`--no-verify`: nothing checked" in " ".join(skipped.split())
+
+
+def rollout_row(item_id: str, messages: list[dict[str, Any]]) -> store.TableRow:
+    return {
+        "step": 0,
+        "split": "test",
+        "item_id": item_id,
+        "group": 0,
+        "index": 0,
+        "reward": 1.0,
+        "independent_reward": None,
+        "messages": json.dumps(messages),
+        "tools": None,
+        "metrics": "{}",
+        "metadata": "{}",
+        "logs": "[]",
+    }
+
+
+def test_held_out_prompts_are_the_messages_before_the_first_answer(layout_run: Path) -> None:
+    turns = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "and 3+3?"},
+    ]
+    rows = [rollout_row(f"item-{i}", turns) for i in (3, 1, 2, 1)]
+    store.write_trajectories(layout_run, "val-0002", rows[:1])
+    store.write_trajectories(layout_run, "test", rows)
+    table, prompts = held_out_prompts(layout_run, 2)
+    assert table == "trajectories/test.parquet"  # the final test table before validations
+    assert [p.item_id for p in prompts] == ["item-1", "item-2"]
+    assert prompts[0].chat() == turns[:2]
+
+
+def test_no_held_out_rollouts_is_one_line(layout_run: Path) -> None:
+    with pytest.raises(ExportError) as raised:
+        held_out_prompts(layout_run, 5)
+    said = str(raised.value)
+    assert "no held-out rollouts" in said and "--no-verify" in said and "\n" not in said
 
 
 @pytest.mark.parametrize(("env", "from_env"), [({KEY_ENV: "my-own-key-123"}, True), ({}, False)])
@@ -258,7 +318,8 @@ def exported_best(run_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="module")
 def exported_last(run_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("exports") / "last"
-    args = ("export", str(run_copy), "--checkpoint", "last", "--gguf", "--out", str(out))
+    args = ("export", str(run_copy), "--checkpoint", "last", "--gguf", "--no-verify")
+    args = (*args, "--out", str(out))
     done = warm.rlvr(*args, timeout_s=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
@@ -287,6 +348,10 @@ def test_export_is_a_plain_transformers_model(exported_best: Path, run_copy: Pat
     ):  # the paired test result and more
         assert f"- {line}" in card, line
     assert "gain, best - start:" in card
+    tested = read_summary(run_copy).test
+    assert tested is not None
+    checked = f"{tested.items} of {tested.items} answers were identical"
+    assert checked in " ".join(card.split())  # verified by default, on the run's test items
     assert [p.name for p in exported_best.parent.iterdir()] == ["best"]  # no temporaries
 
 
@@ -330,13 +395,57 @@ def test_greedy_answers_match_rlvr_eval(exported_best: Path, run_copy: Path) -> 
     assert answers == [completion for _, completion in pairs]
 
 
+def add_noise(folder: Path) -> None:
+    """Corrupt the merged weights as a faulty merge would: noise on one projection."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    weights = load_file(str(path))
+    name = "model.layers.0.self_attn.q_proj.weight"
+    weights[name] = weights[name] + torch.randn_like(weights[name])
+    save_file(weights, str(path), metadata={"format": "pt"})
+
+
+def ship_the_base(folder: Path) -> None:
+    """The base model's weights where the merged ones should be."""
+    from rlvr.engine.models import resolve_model
+
+    shutil.copyfile(
+        resolve_model("smollm2-135m") / "model.safetensors", folder / "model.safetensors"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("tamper", "said"),
+    [
+        (add_noise, "the merged weights are wrong"),
+        (ship_the_base, "the merged weights are identical to the base model"),
+    ],
+)
+def test_an_export_that_fails_its_check_writes_nothing(
+    run_copy: Path, tmp_path: Path, tamper: Any, said: str
+) -> None:
+    out = tmp_path / "export"
+    with pytest.raises(ExportError) as raised:
+        export_run(run_copy, out, "last", verify_items=2, tamper=tamper)
+    line = str(raised.value)
+    assert said in line and "\n" not in line, line
+    if tamper is add_noise:  # the first item that differs, both answers
+        assert "item " in line and "the export answers" in line and "engine on" in line
+    assert list(tmp_path.iterdir()) == []  # nothing under OUT, no temporary beside it
+
+
 @pytest.mark.slow
 def test_gguf_loads_in_transformers(exported_last: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     [gguf] = exported_last.glob("*.gguf")
-    assert "`" + gguf.name + "` (f16)" in (exported_last / "README.md").read_text()
+    card = (exported_last / "README.md").read_text()
+    assert "`" + gguf.name + "` (f16)" in card
+    assert "`--no-verify`: nothing checked" in " ".join(card.split())
     tokenizer = AutoTokenizer.from_pretrained(exported_last)
     merged = AutoModelForCausalLM.from_pretrained(exported_last)
     from_gguf = AutoModelForCausalLM.from_pretrained(

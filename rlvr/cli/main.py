@@ -424,13 +424,27 @@ def export_cmd(
     gguf: Annotated[
         bool, typer.Option("--gguf", help="also write an f16 GGUF (llama.cpp, ollama)")
     ] = False,
+    verify: Annotated[
+        int,
+        typer.Option(
+            "--verify",
+            min=1,
+            help="held-out prompts on which the export must answer as the run's engine does",
+        ),
+    ] = 5,
+    no_verify: Annotated[
+        bool, typer.Option("--no-verify", help="skip that check (the card says so)")
+    ] = False,
 ) -> None:
     """Write a run's checkpoint as a merged Hugging Face model (transformers, vLLM), its PEFT
-    adapter (OUT/adapter/) and a model card (OUT/README.md)."""
+    adapter (OUT/adapter/) and a model card (OUT/README.md), once checked: its weights are not
+    the base model's, and it answers --verify held-out prompts greedily as the run's engine does."""
     from rlvr.export import ExportError, export_run
 
     with one_line_errors(ExportError):
-        done = export_run(run_dir, out, checkpoint, gguf=gguf)
+        done = export_run(
+            run_dir, out, checkpoint, gguf=gguf, verify_items=None if no_verify else verify
+        )
     typer.echo(f"wrote {done.out} (from {done.checkpoint})")
 
 
