@@ -154,7 +154,7 @@ $(VLLM_STAMP): $(VLLM_LOCK) | $(UV)
 # The tests that start real vLLM servers (also part of `make test`), alone.
 .PHONY: test-vllm
 test-vllm: $(STAMP) $(VLLM_STAMP)
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -m vllm tests/test_vllm.py
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -m vllm tests/inference/
 
 # Re-resolve vLLM's lock after changing requirements-vllm.in (needs the package index).
 vllm-lock: | $(UV)

@@ -264,7 +264,11 @@ prompt = tokenizer.apply_chat_template(
 print(tokenizer.decode(model.generate(prompt, max_new_tokens=256)[0, prompt.shape[1]:]))
 ```
 
-vLLM serves the directory as it is: `vllm serve PATH/TO/THIS/DIR`.
+vLLM serves the directory as it is. From rlvr's checkout, with vLLM's environment made
+(`make vllm-env`), `rlvr serve-vllm PATH/TO/THIS/DIR` starts vLLM's OpenAI-compatible server on
+it (127.0.0.1:8000, fp32, with a bearer key it prints); it runs `python -m
+vllm.entrypoints.openai.api_server --model PATH/TO/THIS/DIR --dtype float32` in that environment,
+which any other vLLM installation runs as well.
 
 `{ADAPTER_DIR}/` holds the PEFT adapter alone. It was trained on rlvr's base weights for
 `{facts.base_model}` (`rlvr.engine.models.resolve_model("{facts.base_model}")` gives their

@@ -470,6 +470,27 @@ def serve_cmd(
         console.print("stopped", highlight=False)
 
 
+@app.command(
+    "serve-vllm", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def serve_vllm_cmd(
+    ctx: typer.Context,
+    export_dir: Annotated[Path, typer.Argument(help="a directory `rlvr export` wrote")],
+    host: Annotated[
+        str, typer.Option(help="address to bind; anything but 127.0.0.1 exposes the model")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="port", min=1, max=65535)] = 8000,
+) -> None:
+    """Serve an export with vLLM (from `make vllm-env`'s environment) on an OpenAI-compatible
+    endpoint, in fp32, with a bearer key: $RLVR_SERVE_KEY, else one generated and printed.
+    Arguments after `--` go to vLLM."""
+    from rlvr.serve import ServeError
+    from rlvr.serve_vllm import serve_export
+
+    with one_line_errors(ServeError):
+        serve_export(export_dir, host, port, list(ctx.args))
+
+
 reflow_help(app)  # last: every command, plugged ones too, is registered by now
 
 if __name__ == "__main__":

