@@ -10,9 +10,12 @@ It takes one to a few minutes on 2 shared cores and is started only when a selec
 for it. Treat its run directory as read-only: write nothing into it, resume nothing from it.
 
 `agent_run` (session scope, for slow tests): ONE `rlvr train` of a user's tool agent from its own
-file (tests/test_agent.py's USER_AGENT, text protocol), output piped to a file: a 3-step warm start
-on 6 demonstrations, then 1 RL step. tests/test_agent.py reads its metrics, tests/test_progress.py
-its piped output. Read-only too.
+file (USER_AGENT of tests/helpers/agents.py, text protocol), output piped to a file: a 3-step warm
+start on 6 demonstrations, then 1 RL step. tests/agent/test_agent.py reads its metrics,
+tests/training/test_progress.py its piped output. Read-only too.
+
+Their settings are in tests/helpers/tiny_runs.py; how the suite is grouped and ordered, in
+tests/helpers/suite.py.
 """
 
 from __future__ import annotations
@@ -20,41 +23,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from pathlib import Path
 
 import pytest
-from pydantic import BaseModel, ConfigDict
 
 from rlvr.engine.types import THREADS_ENV
+from tests.helpers import suite
+from tests.helpers.suite import DURATIONS, heaviest_first
+from tests.helpers.tiny_runs import TINY, TINY_RUN, AgentRun, TinyRun
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model hub in tests
-
-TINY_RUN = {
-    "task": "math",
-    "task_options": {"difficulty": "easy", "num_items": 40},
-    "group_size": 4,
-    "groups_per_batch": 2,
-    "max_steps": 2,
-    "eval_every": 1,
-    "max_tokens": 16,
-    "judge": "none",
-    # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
-    "stopping.on_divergence": "warn",
-    # the tests that read it count groups: no refills (tests/test_pool.py covers them)
-    "draw.max_refill": 0,
-    # its 4 groups of 4 at 16 tokens are sometimes all constant: the run's story, not its preflight,
-    # is what the readers test (tests/test_no_signal.py covers the no-signal stop)
-    "preflight": False,
-    # the rows' learning rate rises over the first step (tests/test_loop.py reads it)
-    "lr_warmup_steps": 2,
-}
-
-
-class TinyRun(BaseModel):
-    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
-
-    run_dir: Path
-    result: object  # rlvr.training.RunResult
 
 
 @pytest.fixture(scope="session")
@@ -67,19 +44,10 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     return TinyRun(run_dir=run_dir, result=result)
 
 
-class AgentRun(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    run_dir: Path
-    stdout: str  # what `rlvr train` printed, piped to a file
-    stderr: str
-
-
 @pytest.fixture(scope="session")
 def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
     from tests.helpers import warm
-    from tests.agent.test_agent import USER_AGENT
-    from tests.task_api.test_custom_task import TINY
+    from tests.helpers.agents import USER_AGENT
 
     folder = tmp_path_factory.mktemp("agent")
     agent = folder / "elsewhere" / "capitals_agent.py"
@@ -98,26 +66,8 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
     return AgentRun(run_dir=run_dir, stdout=done.stdout, stderr=done.stderr)
 
 
-# Session-scoped real runs: every test that reads one joins its group (one worker trains it once).
-SHARED_RUNS = ("tiny_run", "agent_run")
-
-
-# Seconds each group took on a whole run (`make durations` writes it). xdist hands groups out in
-# collection order: the heaviest first, so no long group starts last while the other worker idles.
-DURATIONS = Path(__file__).with_name("durations.json")
-
-
 def group_of(item: pytest.Item) -> str:
-    used = getattr(item, "fixturenames", ())
-    shared = [name for name in SHARED_RUNS if name in used]
-    return shared[0] if shared else item.module.__name__
-
-
-def heaviest_first(groups: list[str], seconds: dict[str, float]) -> list[str]:
-    """`groups` (in collection order) by their recorded seconds, longest first; a group without
-    a record (a new module) goes first too, as if it were the longest, until it has one."""
-    longest = max(seconds.values(), default=0.0)
-    return sorted(groups, key=lambda group: -seconds.get(group, longest))
+    return suite.group_of(item.module.__name__, getattr(item, "fixturenames", ()))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -153,13 +103,19 @@ class GroupSeconds:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if "@" in report.nodeid:  # xdist's `nodeid@group`; the workers' own reports have none
-            group = report.nodeid.rsplit("@", 1)[1]
+            nodeid, group = report.nodeid.rsplit("@", 1)
             self.seconds[group] = self.seconds.get(group, 0.0) + report.duration
+            # a module whose every test joins a shared run's group is recorded too, as its own
+            # group of no seconds: tests/test_suite_order.py holds every module to a record
+            self.seconds.setdefault(suite.module_of(nodeid), 0.0)
 
     def pytest_sessionfinish(self) -> None:
-        """This run's groups replace their records; a group it did not run keeps its own."""
+        """This run's groups replace their records; a group it did not run keeps its own, unless
+        it names a test module that is no longer there."""
         recorded = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
         seconds = recorded | {group: round(s, 1) for group, s in self.seconds.items()}
+        for gone in suite.stale_records(seconds, suite.module_names()):
+            del seconds[gone]
         DURATIONS.write_text(json.dumps(dict(sorted(seconds.items())), indent=1) + "\n")
 
 

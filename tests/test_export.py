@@ -31,7 +31,7 @@ from rlvr.runs.report import story_lines
 from rlvr.runs.store import read_metrics, read_summary
 from rlvr.serve import KEY_ENV, Endpoint, serve_key
 from tests.helpers import warm
-from tests.conftest import TinyRun
+from tests.helpers.tiny_runs import TinyRun
 
 runner = CliRunner()
 FP32 = {"RLVR_PRECISION": "fp32"}  # the engine's answers computed as plain transformers computes

@@ -13,26 +13,10 @@ from pathlib import Path
 import pytest
 
 import rlvr
+from tests.helpers.repo import type_checking_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("art", "torch", "transformers", "litellm")
-
-
-def type_checking_imports(init: Path = ROOT / "rlvr" / "__init__.py") -> dict[str, str]:
-    """name -> module of the imports under `if TYPE_CHECKING:` in a package's `__init__.py`
-    (rlvr's own by default)."""
-    tree = ast.parse(init.read_text())
-    [block] = [
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
-    ]
-    return {
-        alias.name: node.module or ""
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
 
 
 def test_every_public_name_is_exported_and_resolves() -> None:

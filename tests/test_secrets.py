@@ -21,7 +21,7 @@ import pytest
 from rlvr import redact
 from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.engine.models import CACHE_ENV, cache_root
-from tests.runs.test_runlock import finished_summary
+from tests.helpers.run_dirs import finished_summary
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
 WANDB_KEY = "PLANTEDwandb" + "0" * 28  # W&B keys are 40 characters

@@ -28,6 +28,7 @@ from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.types import Item, Sampling
 from tests.helpers import warm
+from tests.helpers.processes import alive, gone_within
 
 pytestmark = pytest.mark.slow  # every test starts a real MCP server process
 
@@ -119,30 +120,6 @@ def server(tmp_path: Path) -> Path:
     path.parent.mkdir()
     path.write_text(SERVER)
     return path
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "X"
-
-
-def gone_within(pid: int, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def stdio(server: Path, **env: str) -> McpTools:

@@ -22,6 +22,7 @@ from rlvr.metrics import M, trajectory_metric_means
 from rlvr.runs.records import parse_row
 from rlvr.training.output import TOOL_TIMEOUTS, tool_timeouts
 from rlvr.types import Item, Sampling
+from tests.helpers.processes import gone_within
 
 LIMIT_S = 1.0
 ITEM = Item(id="q", prompt="Capital of Peru?", answer="Lima")
@@ -182,8 +183,6 @@ if __name__ == "__main__":
 
 @pytest.mark.slow  # starts a real MCP server process
 def test_an_mcp_tool_that_never_answers_is_cut_and_the_server_stops(tmp_path: Path) -> None:
-    from tests.agent.test_mcp_tools import gone_within
-
     server = tmp_path / "server.py"
     server.write_text(HANGING_SERVER)
     pid_file = tmp_path / "server.pid"

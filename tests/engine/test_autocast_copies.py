@@ -8,7 +8,7 @@ import torch
 
 from rlvr.engine.autocast_copies import lower_frozen
 from rlvr.engine.device import run_head_in_fp32
-from tests.engine.test_merged_weights import perturb, tiny_loaded
+from tests.helpers.tiny_llama import perturb, tiny_loaded
 
 
 def forward_backward(model, ids: torch.Tensor, autocast: bool) -> tuple[torch.Tensor, list]:

@@ -17,7 +17,7 @@ from rlvr.engine.prefix import PrefixCache
 from rlvr.engine.token_sampling import RowRules, RowState, lookup_draft
 from rlvr.engine.types import SampleRow
 from rlvr.engine.weights import BaseWeights
-from tests.engine.test_slot_cache import continuous
+from tests.helpers.engine import continuous
 from tests.helpers.tiny_llama import fp32_loaded
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 
 import rlvr.engine
-from tests.test_package import type_checking_imports
+from tests.helpers.repo import ROOT, type_checking_imports
 
-ROOT = Path(__file__).resolve().parents[1]
 ENGINE = ROOT / "rlvr" / "engine"
 FORBIDDEN = ["rlvr.training", "rlvr.tasks", "rlvr.scoring", "scenarios", "judges"]
 

@@ -12,38 +12,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.engine.adapters import AdapterStore, attach_adapter
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.merged_weights import MERGED_KEPT, MergedLinear, merge
 from rlvr.engine.packed_weights import packs
 from rlvr.engine.trainer import Trainer
-from rlvr.engine.types import LIVE_ADAPTER, LoraSettings, OptimSettings, UnknownStep
+from rlvr.engine.types import LIVE_ADAPTER, OptimSettings, UnknownStep
 from rlvr.engine.weights import WeightsTag
-from tests.helpers.tiny_llama import fp32_loaded, tiny_llama
-
-TINY_LORA = LoraSettings(r=4, lora_alpha=8)
-
-
-def tiny_loaded() -> LoadedModel:
-    """A 2-layer Llama with random weights and a fresh LoRA adapter on every projection."""
-    return fp32_loaded(attach_adapter(tiny_llama(), None, TINY_LORA))
-
-
-def perturb(loaded: LoadedModel, scale: float = 0.2) -> None:
-    """Give the live adapter non-zero B matrices (a fresh one adds nothing), as training would."""
-    with torch.no_grad():
-        for name, parameter in loaded.model.named_parameters():
-            if f"lora_B.{LIVE_ADAPTER}" in name:
-                parameter.normal_(std=scale)
+from tests.helpers.tiny_llama import adapter_store, perturb, tiny_loaded
 
 
 def logits(loaded: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
     with torch.inference_mode():
         return loaded.model(input_ids=ids).logits
-
-
-def store(loaded: LoadedModel, tmp_path: Path, **options) -> AdapterStore:
-    return AdapterStore(loaded, tmp_path, 0, on_change=lambda: None, **options)
 
 
 @pytest.mark.parametrize("packed", [False, True])
@@ -112,7 +92,7 @@ def test_a_merged_set_holds_the_targeted_weights_in_the_sampling_precision() -> 
 
 def test_the_live_set_is_merged_once_per_weights_version(tmp_path: Path) -> None:
     loaded = tiny_loaded()
-    adapters = store(loaded, tmp_path)
+    adapters = adapter_store(loaded, tmp_path)
     first = adapters.view(None)
     assert first.tag == WeightsTag("live", 0) and first.merged is not None
     assert adapters.view(0).merged is first.merged  # the live step by number: the same set
@@ -135,7 +115,7 @@ def test_older_steps_are_merged_from_their_checkpoints_one_set_kept_at_a_time(
     from rlvr.engine.types import OPTIMIZER_FILE
 
     loaded = tiny_loaded()
-    adapters = store(loaded, tmp_path)
+    adapters = adapter_store(loaded, tmp_path)
     trainer = Trainer(loaded, adapters, OptimSettings())
     ids = torch.randint(0, 64, (2, 6))
     served = {}
@@ -163,9 +143,9 @@ def test_older_steps_are_merged_from_their_checkpoints_one_set_kept_at_a_time(
 
 def test_unmerged_views_sample_the_adapter_through_peft(tmp_path: Path) -> None:
     loaded = tiny_loaded()
-    view = store(loaded, tmp_path, merge=False).view(None)
+    view = adapter_store(loaded, tmp_path, merge=False).view(None)
     assert view.merged is None
-    assert store(loaded, tmp_path).view(None).merged is not None
+    assert adapter_store(loaded, tmp_path).view(None).merged is not None
 
 
 # --- slow: the real model --------------------------------------------------------------------
@@ -185,7 +165,7 @@ def test_merged_and_unmerged_sampling_give_the_same_greedy_tokens(tmp_path: Path
     engine = Engine(resolve_model(DEFAULT_MODEL), tmp_path / "model", precision="fp32")
     perturb(engine.loaded, scale=0.02)
     engine.adapters.changed()
-    unmerged = Decoder(engine.loaded, store(engine.loaded, tmp_path / "model", merge=False))
+    unmerged = Decoder(engine.loaded, adapter_store(engine.loaded, tmp_path / "model", merge=False))
     base = Decoder(engine.loaded.wrapped(engine.loaded.model.get_base_model()), BaseWeights())
     prompts = ["Name three rivers.", "What is 12 times 3?", "Write a haiku about snow."]
     rows = [

@@ -21,6 +21,7 @@ from art.preprocessing.tokenize import tokenize_trajectory_groups
 from rlvr.engine.backend import LocalTorchBackend
 from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 from rlvr.engine.toolcalls import call_prefix
+from tests.helpers.engine import registered
 from tests.helpers.real_policy import logprobs_alone
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -48,12 +49,6 @@ async def backend(tmp_path_factory):
     backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
     yield backend
     await backend.close()
-
-
-async def registered(backend: LocalTorchBackend, name: str) -> art.TrainableModel:
-    model = art.TrainableModel(name=name, project="tests", base_model=DEFAULT_MODEL)
-    await model.register(backend)
-    return model
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")

@@ -30,7 +30,7 @@ from rlvr.engine.types import (
     sft_tree_tokens,
     tree_tokens,
 )
-from tests.engine.test_merged_weights import perturb, store, tiny_loaded
+from tests.helpers.tiny_llama import adapter_store, perturb, tiny_loaded
 
 PAD = -1
 
@@ -244,7 +244,7 @@ def test_the_tree_gives_every_sequence_its_own_logprobs_and_gradients(
         monkeypatch.setattr(trainer_module, "cheapest_tree", cut)
     loaded = tiny_loaded()
     perturb(loaded)  # a non-zero adapter: the LoRA path contributes to both
-    trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
+    trainer = Trainer(loaded, adapter_store(loaded, tmp_path), OptimSettings())
     trainer.tree_tokens = budget
     inputs = rows(GROUP, [len(STEM)] * 6 + [5], width=32)
     trained = trained_positions(inputs)
@@ -382,7 +382,7 @@ def test_an_update_recomputes_its_layers_and_a_warm_start_batch_keeps_them(
     else:
         monkeypatch.setenv(RECOMPUTE_ENV, setting)
     loaded = tiny_loaded()
-    trainer = Trainer(loaded, store(loaded, tmp_path), OptimSettings())
+    trainer = Trainer(loaded, adapter_store(loaded, tmp_path), OptimSettings())
     inputs = rows(GROUP, [len(STEM)] * len(GROUP), width=30)
     trainer.sft_batch(inputs, learning_rate=1e-3)
     assert checkpointed == []

@@ -17,7 +17,7 @@ from openai.types.chat.chat_completion import Choice
 
 from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.trainer import OBJECTIVE_KEY, _trimmed, trained_positions
-from tests.engine.test_policy_backend import registered
+from tests.helpers.engine import registered
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 

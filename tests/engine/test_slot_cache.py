@@ -17,6 +17,7 @@ from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 from rlvr.engine.prefix import PrefixCache
 from rlvr.engine.types import PASS_COLUMNS, SampleRow, width_groups
 from rlvr.engine.weights import BaseWeights
+from tests.helpers.engine import continuous
 from tests.helpers.tiny_llama import fp32_loaded, tiny_llama
 
 VOCAB = 49152  # the real tokenizer's
@@ -47,31 +48,6 @@ def rows(count: int, seed: int) -> list[SampleRow]:
         )
         for length, budget in zip(lengths, budgets, strict=True)
     ]
-
-
-def continuous(decoder: Decoder, arrivals: dict[int, list[SampleRow]]) -> list[list[int]]:
-    """Decode rows arriving at the given steps, joined into one live batch as the scheduler
-    joins them; each row's tokens, in arrival order."""
-    view = decoder.weights.view(None)
-    order = [row for step in sorted(arrivals) for row in arrivals[step]]
-    done: dict[int, list[int]] = {}
-    with torch.inference_mode(), view.applied():
-        live = None
-        states = []
-        step = 0
-        while step <= max(arrivals) or live is not None:
-            if step in arrivals:
-                newcomers = [decoder.new_state(row) for row in arrivals[step]]
-                states += newcomers
-                live = decoder.join(live, decoder.admit(newcomers, view))
-            if live is not None:
-                live, left = decoder.retire(live)
-                for state in left:
-                    done[states.index(state)] = state.ids
-            if live is not None:
-                decoder.advance(live)
-            step += 1
-    return [done[i] for i in range(len(order))]
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -4,10 +4,12 @@ text, a list of (tool name, JSON arguments) calls, or an exception to raise."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
+import art
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 from openai.types.chat.chat_completion import Choice
 from openai.types.chat.chat_completion_message_function_tool_call import (
@@ -70,3 +72,21 @@ class ScriptedPolicy:
             model=request["model"],
             choices=[Choice(index=0, finish_reason=finish_reason, message=message)],
         )
+
+
+# What a search-and-read tool agent must survive from the model: each becomes an observation
+# (an error or no match) and the episode goes on to its answer.
+BAD_TURNS: list[Turn] = [
+    [("read", "{not json")],
+    [("search", '{"keywords": "x", "after": "next tuesday"}')],
+    [("drop_table", "{}")],
+    [("read", '{"id": "\'; DROP TABLE emails; --"}')],
+    [("search", json.dumps({"keywords": "NEAR(a b) OR * \" '" * 500}))],
+    "READ: nothing",
+    "SEARCH: the of",
+]
+
+
+def choices(trajectory: art.Trajectory) -> list[Choice]:
+    """The turns the model sampled, without the messages around them."""
+    return [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]

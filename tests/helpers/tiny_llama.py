@@ -1,14 +1,18 @@
 """A tiny Llama with random weights (no download): 2 layers, grouped key/value heads, for tests of
-the engine's parts that need a real transformers model but not a trained one."""
+the engine's parts that need a real transformers model but not a trained one; with a LoRA adapter,
+which `perturb` makes non-zero as training would."""
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlvr.engine.adapters import AdapterStore, attach_adapter
 from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.types import LIVE_ADAPTER, LoraSettings
 
 
 def tiny_llama(vocab_size: int = 64, max_positions: int = 128) -> Any:
@@ -44,3 +48,24 @@ def fp32_loaded(model: Any, tokenizer: Any = None, max_context: int = 128) -> Lo
         stop_ids=frozenset(),
         max_context=max_context,
     )
+
+
+TINY_LORA = LoraSettings(r=4, lora_alpha=8)
+
+
+def tiny_loaded() -> LoadedModel:
+    """A 2-layer Llama with random weights and a fresh LoRA adapter on every projection."""
+    return fp32_loaded(attach_adapter(tiny_llama(), None, TINY_LORA))
+
+
+def perturb(loaded: LoadedModel, scale: float = 0.2) -> None:
+    """Give the live adapter non-zero B matrices (a fresh one adds nothing), as training would."""
+    with torch.no_grad():
+        for name, parameter in loaded.model.named_parameters():
+            if f"lora_B.{LIVE_ADAPTER}" in name:
+                parameter.normal_(std=scale)
+
+
+def adapter_store(loaded: LoadedModel, tmp_path: Path, **options) -> AdapterStore:
+    """The adapter store of `loaded` in `tmp_path`, from step 0, telling no one of a change."""
+    return AdapterStore(loaded, tmp_path, 0, on_change=lambda: None, **options)

@@ -29,8 +29,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from tests.helpers import faults
+from tests.helpers.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 # What a run imports on first use too (the policy client's chat resources, PEFT where the engine
 # loads, pyplot for report.png): each forked run would import them again.
 PRELOAD = [

@@ -33,8 +33,8 @@ from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.server import PYTHON_ENV, ServerSpec, VllmServer, group_rss_bytes
 from rlvr.inference.servers import Endpoint, VllmServers, create_router, served_base_name
 from rlvr.inference.supervise import GROUP_LINE
+from tests.helpers.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 1200  # two servers starting side by side on 2 busy cores
 
 # The owner: starts `n` servers side by side, writes their addresses, then waits for its stdin to

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rlvr.cli.main import app
-from tests.inspection.test_inspect import make_run
+from tests.helpers.run_dirs import make_run, trajectory
 
 runner = CliRunner()
 
@@ -92,7 +92,6 @@ def test_rollout_text_prints_verbatim_never_as_markup(tmp_path, markup: str, vie
     import art
 
     from rlvr.runs import store
-    from tests.inspection.test_inspect import trajectory
 
     run_dir = make_run(tmp_path / "run")
     hack = [(f"answer {markup}", 1.0, 0.0)] * 3 + [("5", 0.5, 1.0)]

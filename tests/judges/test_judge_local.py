@@ -32,10 +32,10 @@ from judges.server import SERVED_NAME
 from rlvr.config import RunConfig
 from rlvr.types import Item
 from tests.helpers import warm
+from tests.helpers.repo import ROOT
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "What is the capital of France? Answer in one short sentence."
 
 

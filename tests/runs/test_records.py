@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from rlvr import inspection as ri
 from rlvr.cli.main import app
-from rlvr.metrics import M, WarmMetric
 from rlvr.evaluation.paired_gains import Compared
+from rlvr.metrics import M, WarmMetric
 from rlvr.runs import store
 from rlvr.runs.records import (
     KIND_KEY,
@@ -28,9 +28,9 @@ from rlvr.runs.records import (
     parse_row,
     row_kind,
 )
+from tests.helpers.repo import DATA, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-OLD_RUN = ROOT / "tests" / "data" / "old-run" / "math-old"
+OLD_RUN = DATA / "old-run" / "math-old"
 TYPED = ("rlvr/training", "rlvr/runs", "rlvr/inspection")
 
 # What telling a row or a summary apart by its keys looks like; only records.py's `row_kind` may.
@@ -64,7 +64,12 @@ def test_no_code_tells_records_apart_by_their_keys() -> None:
 
 
 def test_dict_str_any_is_rare_in_the_typed_packages() -> None:
-    folders = [*TYPED, "rlvr/evaluation/paired_gains.py", "rlvr/metrics.py", "rlvr/evaluation/passk.py"]
+    folders = [
+        *TYPED,
+        "rlvr/evaluation/paired_gains.py",
+        "rlvr/metrics.py",
+        "rlvr/evaluation/passk.py",
+    ]
     paths = [p for f in folders for p in ((ROOT / f).rglob("*.py") if "." not in f else [ROOT / f])]
     count = sum(p.read_text().count("dict[str, Any]") for p in paths)
     assert count <= 12, count

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from rlvr.evaluation import paired_gains
 from rlvr.cli.main import app
 from rlvr.config import RunConfig, pairs_to_dict
+from rlvr.evaluation import paired_gains
 from rlvr.runs import layout, store
 from rlvr.runs.records import RunResult, parse_row
 from rlvr.runs.results import (
@@ -33,6 +33,7 @@ from rlvr.runs.results import (
     write_record,
 )
 from rlvr.task_api.plugins import task_config
+from tests.helpers.repo import ROOT
 
 RUNNER = CliRunner()
 
@@ -371,7 +372,7 @@ def test_cpu_kind(flags: str, kind: str) -> None:
 def test_the_kept_records_read_and_make_a_row_per_task() -> None:
     """results/records/ (what the README's table and the results page are made from) reads
     whole, and every record there says where its figures came from."""
-    folder = Path(__file__).resolve().parents[1] / "results" / "records"
+    folder = ROOT / "results" / "records"
     records = gather([folder]).records
     assert records and all(r.source for r in records)
     tasks = {r.task for r in records}
@@ -400,10 +401,9 @@ def test_a_real_run_is_recorded_and_tabled(tiny_run: Any, tmp_path: Path) -> Non
 def test_the_readme_shows_the_table_the_records_make() -> None:
     """README.md's results table is pasted from the generator: after adding a record, paste
     `rlvr results results/records --summary` into README.md's Results section again."""
-    root = Path(__file__).resolve().parents[1]
     folder = Path("results/records")
-    table = results_page(gather([root / folder]), [folder], summary_only=True).strip()
-    assert table in (root / "README.md").read_text()
+    table = results_page(gather([ROOT / folder]), [folder], summary_only=True).strip()
+    assert table in (ROOT / "README.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ import pytest
 from rlvr.config import RunConfig
 from rlvr.runs import runlock
 from tests.helpers import warm
+from tests.helpers.run_dirs import finished_summary
 
 HOLDER = """
 import sys, time
@@ -69,14 +70,6 @@ def test_a_fresh_run_refuses_a_directory_holding_a_run(tmp_path: Path, marker: s
     (tmp_path / marker).mkdir()
     with pytest.raises(runlock.RunLocked, match=f"already holds a run \\({marker}\\)"):
         runlock.refuse_existing_run(tmp_path, ("metrics.jsonl", "checkpoints", ".art"))
-
-
-def finished_summary(run_dir: Path, task: str = "math") -> str:
-    """The summary.json of a finished run that trained nothing (every field a run writes)."""
-    summary = {"run_dir": str(run_dir), "task": task, "scorer": "verifier"}
-    summary |= {"stop_reason": "max_steps", "steps": 0, "best_step": 0, "wall_s": 1.0}
-    summary |= {"baseline_val": 0.0, "best_val": 0.0, "test_accuracy": None, "alarms": []}
-    return json.dumps(summary)
 
 
 def finished_run(run_dir: Path, task: str = "math") -> Path:

@@ -8,7 +8,6 @@ import re
 import subprocess
 import sys
 from functools import cache
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +25,8 @@ from scenarios.email.inbox import (
     generate_inbox,
 )
 from scenarios.email.store import InboxStore
+from tests.helpers.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 INBOX_PY = ROOT / "scenarios" / "email" / "inbox.py"
 NUM_INBOXES = 12
 

@@ -24,7 +24,7 @@ from rlvr.types import Item, Sampling
 from scenarios.email import REPEAT_COST, Options
 from scenarios.email.environment import EmailEnvironment, Metric, make_environment
 from scenarios.email.tools import SHOWN_ABOVE, inbox_tools
-from tests.helpers.scripted import ScriptedPolicy, Turn
+from tests.helpers.scripted import BAD_TURNS, ScriptedPolicy, Turn, choices
 
 
 def environment_for(difficulty: str = "medium", protocol: str = "auto") -> EmailEnvironment:
@@ -41,10 +41,6 @@ SAMPLING = Sampling(temperature=0.7, top_p=0.9, max_tokens=40, step=3)
 def schemas(environment: EmailEnvironment, item: Item) -> list[dict]:
     tools = as_tools(inbox_tools(environment.store, item.data["inbox"]))
     return [t.schema() for t in tools.values()]
-
-
-def choices(trajectory: art.Trajectory) -> list[Choice]:
-    return [m for m in trajectory.messages_and_choices if isinstance(m, Choice)]
 
 
 async def test_tool_call_episode_answers_correctly() -> None:
@@ -140,17 +136,6 @@ async def test_auto_protocol_accepts_both() -> None:
     assert trajectory.metrics[Metric.SOURCE_FOUND] == 1.0
     assert await environment.check(item, trajectory) == 1.0  # a correct answer
     assert environment.reward(item, trajectory) == pytest.approx(0.8)  # no source cited
-
-
-BAD_TURNS: list[Turn] = [
-    [("read", "{not json")],
-    [("search", '{"keywords": "x", "after": "next tuesday"}')],
-    [("drop_table", "{}")],
-    [("read", '{"id": "\'; DROP TABLE emails; --"}')],
-    [("search", json.dumps({"keywords": "NEAR(a b) OR * \" '" * 500}))],
-    "READ: nothing",
-    "SEARCH: the of",
-]
 
 
 @pytest.mark.parametrize("turn", BAD_TURNS, ids=range(len(BAD_TURNS)))

@@ -35,8 +35,7 @@ from scenarios.multihop.tools import (
     shown_ids,
 )
 from tests.helpers.real_policy import real_rollout
-from tests.helpers.scripted import ScriptedPolicy, Turn
-from tests.scenarios.test_email_rollout import BAD_TURNS, choices
+from tests.helpers.scripted import BAD_TURNS, ScriptedPolicy, Turn, choices
 
 SEEDS = (0, 1, 7)
 SAMPLING = Sampling(temperature=0.7, max_tokens=40, step=1)

@@ -2,7 +2,7 @@
 model's OpenAI client filling in the run's sampling settings and logprobs, choices without
 logprobs trained anyway, and rewards of any sign kept as given.
 
-Fast tests use the scripted policy stand-in (tests/scripted.py) for the endpoint; the slow test
+Fast tests use the scripted policy stand-in (tests/helpers/scripted.py) for the endpoint; the slow test
 trains a task file written exactly as ART's examples are on the CPU policy: 2 real steps as
 written (the second asks `get_inference_name()` for the latest weights), 1 with logprobs refused.
 """
@@ -236,7 +236,7 @@ def test_a_rollout_in_arts_idiom_trains_unchanged(tmp_path: Path, logprobs: str)
     """As ART's examples are written (the client asks for logprobs for them), and with logprobs
     explicitly refused: the turns are then trained with recomputed logprobs, not skipped."""
     from rlvr.runs import store
-    from tests.task_api.test_custom_task import TINY, TWO_STEPS, cli, only_run
+    from tests.helpers.tiny_runs import TINY, TWO_STEPS, cli, only_run
 
     task = tmp_path / "elsewhere" / "art_style.py"
     task.parent.mkdir()

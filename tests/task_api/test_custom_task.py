@@ -21,6 +21,7 @@ from rlvr.metrics import M
 from rlvr.runs import store
 from scenarios.dataset import EXAMPLE
 from tests.helpers import warm
+from tests.helpers.tiny_runs import TINY, TWO_STEPS, cli, only_run
 
 pytestmark = pytest.mark.slow
 
@@ -67,19 +68,6 @@ def brevity(group, item):
     return [1.0 / (1 + len(rlvr.completion_text(t))) for t in group.trajectories]
 '''
 
-# One step: these runs test a route (loading, scoring, the run directory), and a second step
-# would only repeat the first; TWO_STEPS where the second step is what a test checks.
-TINY = {
-    "group_size": 4,
-    "groups_per_batch": 2,
-    "max_steps": 1,
-    "eval_every": 1,
-    "max_tokens": 8,
-    "judge": "none",
-    "stopping.on_divergence": "warn",  # 4 validation items are noisy: the run must reach its steps
-}
-TWO_STEPS = {"max_steps": 2, "eval_every": 2}
-
 
 @pytest.fixture
 def user_dir(tmp_path: Path) -> Path:
@@ -113,13 +101,6 @@ def assert_complete(run_dir: Path, steps: int = 1) -> dict:
     return summary
 
 
-def cli(*args: str, path: list[Path] | None = None) -> warm.Finished:
-    """`rlvr ARGS` in a process of its own, forked warm (tests/warm.py); `path` as PYTHONPATH."""
-    out = warm.rlvr(*args, path=path or [], timeout_s=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
-
-
 def fresh_cli(*args: str) -> subprocess.CompletedProcess:
     """`python -m rlvr.cli.main ARGS` in a fresh interpreter, as a user's shell runs it."""
     out = subprocess.run(
@@ -131,11 +112,6 @@ def fresh_cli(*args: str) -> subprocess.CompletedProcess:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return out
-
-
-def only_run(runs: Path) -> Path:
-    [run_dir] = [p.parent for p in runs.glob("*/summary.json")]
-    return run_dir
 
 
 def tiny_args(runs: Path, **more: object) -> list[str]:

@@ -20,6 +20,7 @@ from rlvr.task_api import plugins
 from rlvr.task_api.api import PluginError, Task, as_items
 from rlvr.task_api.plugins import make_scorer
 from rlvr.task_api.scaffold import ScaffoldError, write_task
+from tests.helpers.repo import ROOT
 
 TASK_FILE = """
 import rlvr
@@ -397,7 +398,7 @@ def test_rlvr_new_never_overwrites(tmp_path: Path) -> None:
 
 
 def test_readme_shows_the_function_form() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text()
     section = readme.split("## Your own task", 1)[1].split("\n## ", 1)[0]
     code = section.split("```python", 1)[1].split("```", 1)[0]
     assert "rlvr.environment(" in code and "async def rollout" in code

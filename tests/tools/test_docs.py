@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.repo import ROOT
 from tools.docsite import GENERATED_PAGES
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 PAGES = sorted((ROOT / "docs").rglob("*.md"))
 GENERATED = set(GENERATED_PAGES)

@@ -18,9 +18,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.repo import ROOT
 from tools import lab
 
-ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 180  # JupyterLab's first start imports a lot on 2 busy cores
 STOP_TIMEOUT_S = 60
 

@@ -12,15 +12,13 @@ evaluation histories are not, and the rules are pure.
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
 from rlvr.runs.records import AlarmName
 from rlvr.training.alarms import Thresholds, divergence
 from rlvr.training.trends import EvalPoint
-
-DATA = Path(__file__).parent / "data"
+from tests.helpers.repo import DATA
 
 
 def replay(record: dict) -> list[tuple[int, AlarmName]]:

@@ -32,8 +32,8 @@ from rlvr.runs import atomic, store
 from rlvr.runs.records import StepRow, parse_row
 from rlvr.training.backends import ART_DIR, rewind_policy
 from tests.helpers import faults, warm
+from tests.helpers.repo import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 MARK = "RLVR_CRASH_TEST_MARK"  # in the environment of every process a launched run starts
 
 # --- unit: atomic writers -------------------------------------------------------------------

@@ -9,7 +9,7 @@ from rlvr.config import RunConfig
 from rlvr.metrics import M
 from rlvr.runs import store
 from rlvr.training import StopReason, run_training
-from tests.conftest import TINY_RUN
+from tests.helpers.tiny_runs import TINY_RUN
 
 pytestmark = pytest.mark.slow
 

@@ -255,7 +255,7 @@ def preflight_cli(*args: str) -> tuple[int, str]:
 def test_preflight_of_a_tool_agent_with_a_warm_start(
     tmp_path: Path, warm_steps: int, judged: str
 ) -> None:
-    from tests.agent.test_agent import USER_AGENT
+    from tests.helpers.agents import USER_AGENT
 
     agent = tmp_path / "capitals_agent.py"
     agent.write_text(USER_AGENT.replace("PROTOCOL", "text"))

@@ -190,7 +190,7 @@ def test_negative_rewards_train_as_set_or_are_counted_when_clipped(
     as `fn(completion, ground_truth)` is clipped, and the run says so: counted in every step's
     row, one console line with the value and the item, and the hint."""
     from rlvr.runs import store
-    from tests.task_api.test_custom_task import TINY, cli, only_run
+    from tests.helpers.tiny_runs import TINY, cli, only_run
 
     task = tmp_path / "elsewhere" / "shaped.py"
     task.parent.mkdir()

@@ -230,7 +230,7 @@ async def test_a_real_warm_start_on_a_slow_clock_trains_one_step_and_says_so(
 
     from rlvr.task_api.api import Task
     from rlvr.training.backends import open_policy
-    from tests.agent.test_agent import USER_AGENT
+    from tests.helpers.agents import USER_AGENT
 
     agent = tmp_path / "capitals_agent.py"
     agent.write_text(USER_AGENT.replace("PROTOCOL", "text"))
