@@ -27,12 +27,14 @@ from typing import Any
 
 import art
 import litellm
+from pydantic import BaseModel, ConfigDict
 
 from judges import open_judge
 from judges.client import JudgeClient
 from judges.rubric import RubricScorer
 from judges.rubric_data import Criterion, healthbench_path
 from judges.ruler import RulerScorer
+from rlvr.bench.figures import Figures
 from rlvr.config import RunConfig
 from rlvr.metrics import JudgeMetric
 from rlvr.types import Item
@@ -101,7 +103,52 @@ def _prompt_tokens_per_attempt(metrics: dict[str, float]) -> float:
     return metrics[JudgeMetric.PROMPT_TOKENS] / attempts if attempts else 0.0
 
 
-async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> dict[str, object]:
+class RulerRatio(BaseModel):
+    """RULER's prompt tokens on a whole group against each trajectory alone."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group_size: int
+    prompt_tokens_group: float
+    prompt_tokens_per_trajectory_in_group: float
+    prompt_tokens_alone_mean: float
+    ratio: float
+    group_seconds: float
+    completion_tok_s: float
+    scores: list[float]
+
+
+class JudgeFigures(Figures):
+    """`rlvr-judges bench`: RULER's tokens per trajectory and the rubric's calls, real calls."""
+
+    bench: str = "judge"
+    judge: str
+    token_source: str
+    item: str
+    policy_max_tokens: int
+    ruler_group_size: int
+    ruler_prompt_tokens_group: float
+    ruler_prompt_tokens_per_trajectory_in_group: float
+    ruler_prompt_tokens_alone_mean: float
+    ruler_group_seconds: float
+    ruler_completion_tok_s: float
+    ruler_scores: list[float]
+    ruler_tokens_ratio_long_answers: float
+    long_answers_group_size: int
+    ruler_prompt_tokens_alone_mean_long_answers: float
+    rubric_criteria: int
+    rubric_trajectories: int
+    rubric_judge_calls: float
+    rubric_judge_retries: float
+    rubric_group_seconds: float
+    rubric_completion_tok_s: float
+    rubric_pass_rates: list[float]
+    goal_ruler_tokens_ratio: float
+    ruler_tokens_ratio: float
+    rubric_calls_per_trajectory: float
+
+
+async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> RulerRatio:
     """RULER on the whole group, then on each trajectory alone; prompt tokens of each."""
     group = art.TrajectoryGroup([trajectory(item.prompt, a) for a in answers])
     scorer.pop_metrics()
@@ -119,19 +166,19 @@ async def ruler_ratio(scorer: RulerScorer, item: Item, answers: list[str]) -> di
         alone.append(_prompt_tokens_per_attempt(scorer.pop_metrics()))
     group_tokens = _prompt_tokens_per_attempt(group_metrics)
     alone_mean = sum(alone) / len(alone)
-    return {
-        "group_size": len(answers),
-        "prompt_tokens_group": group_tokens,
-        "prompt_tokens_per_trajectory_in_group": group_tokens / len(answers),
-        "prompt_tokens_alone_mean": alone_mean,
-        "ratio": group_tokens / len(answers) / alone_mean,
-        "group_seconds": round(group_seconds, 2),
-        "completion_tok_s": round(group_metrics[JudgeMetric.COMPLETION_TOKENS] / group_seconds, 1),
-        "scores": [t.reward for t in scored.trajectories],
-    }
+    return RulerRatio(
+        group_size=len(answers),
+        prompt_tokens_group=group_tokens,
+        prompt_tokens_per_trajectory_in_group=group_tokens / len(answers),
+        prompt_tokens_alone_mean=alone_mean,
+        ratio=group_tokens / len(answers) / alone_mean,
+        group_seconds=round(group_seconds, 2),
+        completion_tok_s=round(group_metrics[JudgeMetric.COMPLETION_TOKENS] / group_seconds, 1),
+        scores=[t.reward for t in scored.trajectories],
+    )
 
 
-async def run_bench(cfg: RunConfig, group_size: int = 8, log: Any = None) -> dict[str, object]:
+async def run_bench(cfg: RunConfig, group_size: int = 8, log: Any = None) -> JudgeFigures:
     say = log or (lambda text: print(text, file=sys.stderr, flush=True))
     item, references = pick_item()
     async with open_judge(cfg) as judge:
@@ -154,33 +201,29 @@ async def run_bench(cfg: RunConfig, group_size: int = 8, log: Any = None) -> dic
         metrics = rubric.pop_metrics()
     if scored is None:
         raise RuntimeError("the judge failed on the rubric group (see the log)")
-    return {
-        "judge": cfg.judge.model,
-        "token_source": "judge server usage.prompt_tokens per attempt (real calls)",
-        "item": item.id,
-        "policy_max_tokens": cfg.max_tokens,
-        "ruler_group_size": short["group_size"],
-        "ruler_prompt_tokens_group": short["prompt_tokens_group"],
-        "ruler_prompt_tokens_per_trajectory_in_group": short[
-            "prompt_tokens_per_trajectory_in_group"
-        ],
-        "ruler_prompt_tokens_alone_mean": short["prompt_tokens_alone_mean"],
-        "ruler_group_seconds": short["group_seconds"],
-        "ruler_completion_tok_s": short["completion_tok_s"],
-        "ruler_scores": short["scores"],
-        "ruler_tokens_ratio_long_answers": round(long["ratio"], 4),
-        "long_answers_group_size": long["group_size"],
-        "ruler_prompt_tokens_alone_mean_long_answers": long["prompt_tokens_alone_mean"],
-        "rubric_criteria": len(item.data["criteria"]),
-        "rubric_trajectories": len(scored.trajectories),
-        "rubric_judge_calls": metrics[JudgeMetric.CALLS],
-        "rubric_judge_retries": metrics[JudgeMetric.RETRIES],
-        "rubric_group_seconds": round(rubric_seconds, 2),
-        "rubric_completion_tok_s": round(
-            metrics[JudgeMetric.COMPLETION_TOKENS] / rubric_seconds, 1
-        ),
-        "rubric_pass_rates": [round(t.reward, 3) for t in scored.trajectories],
-        "goal_ruler_tokens_ratio": GOAL_RULER_TOKENS_RATIO,
-        "ruler_tokens_ratio": round(short["ratio"], 4),
-        "rubric_calls_per_trajectory": metrics[JudgeMetric.CALLS] / len(scored.trajectories),
-    }
+    return JudgeFigures(
+        judge=cfg.judge.model,
+        token_source="judge server usage.prompt_tokens per attempt (real calls)",
+        item=item.id,
+        policy_max_tokens=cfg.max_tokens,
+        ruler_group_size=short.group_size,
+        ruler_prompt_tokens_group=short.prompt_tokens_group,
+        ruler_prompt_tokens_per_trajectory_in_group=short.prompt_tokens_per_trajectory_in_group,
+        ruler_prompt_tokens_alone_mean=short.prompt_tokens_alone_mean,
+        ruler_group_seconds=short.group_seconds,
+        ruler_completion_tok_s=short.completion_tok_s,
+        ruler_scores=short.scores,
+        ruler_tokens_ratio_long_answers=round(long.ratio, 4),
+        long_answers_group_size=long.group_size,
+        ruler_prompt_tokens_alone_mean_long_answers=long.prompt_tokens_alone_mean,
+        rubric_criteria=len(item.data["criteria"]),
+        rubric_trajectories=len(scored.trajectories),
+        rubric_judge_calls=metrics[JudgeMetric.CALLS],
+        rubric_judge_retries=metrics[JudgeMetric.RETRIES],
+        rubric_group_seconds=round(rubric_seconds, 2),
+        rubric_completion_tok_s=round(metrics[JudgeMetric.COMPLETION_TOKENS] / rubric_seconds, 1),
+        rubric_pass_rates=[round(t.reward, 3) for t in scored.trajectories],
+        goal_ruler_tokens_ratio=GOAL_RULER_TOKENS_RATIO,
+        ruler_tokens_ratio=round(short.ratio, 4),
+        rubric_calls_per_trajectory=metrics[JudgeMetric.CALLS] / len(scored.trajectories),
+    )

@@ -51,7 +51,6 @@ def bench_judge(
     """RULER prompt tokens per trajectory (group vs alone) and rubric calls per trajectory, with
     real calls on the configured judge (default: the local judge). Prints one JSON line last."""
     import asyncio
-    import json
 
     from judges.bench import run_bench
     from rlvr.cli.main import command_config, fail, known_errors
@@ -61,4 +60,4 @@ def bench_judge(
         result = asyncio.run(run_bench(cfg, group_size))
     except known_errors() as error:
         fail(str(error).strip("'\""))
-    typer.echo(json.dumps(result))
+    typer.echo(result.line())

@@ -5,12 +5,15 @@ stays fast."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+
+if TYPE_CHECKING:
+    from rlvr.bench.figures import Figures
+    from rlvr.engine.bench import TurnsFigures
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints one JSON line last.")
 
@@ -26,7 +29,7 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def _print_figures(run: Coroutine[Any, Any, dict[str, object]]) -> None:
+def _print_figures(run: Coroutine[Any, Any, Figures]) -> None:
     """Run a benchmark coroutine and print its JSON line. Model and config errors, and a task
     whose own code raised (named by file and line), are one line and exit 2
     (rlvr.training.failures.as_one_line); an error of rlvr's own keeps its traceback."""
@@ -43,7 +46,7 @@ def _print_figures(run: Coroutine[Any, Any, dict[str, object]]) -> None:
         if said is None:
             raise
         _fail(*said)
-    typer.echo(json.dumps({k: v for k, v in result.items() if k != "history"}, default=str))
+    typer.echo(result.line())
 
 
 def _overrides(pairs: list[str] | None) -> dict[str, str]:
@@ -116,7 +119,7 @@ def bench_turns(
     (ratio_vs_bare; speedup is its inverse), plus the share of prompt tokens reused."""
     from rlvr.engine import run_turns_bench
 
-    async def run() -> dict[str, object]:
+    async def run() -> TurnsFigures:
         return run_turns_bench(model, conversations, turns, max_tokens, repeats, threads)
 
     _print_figures(run())

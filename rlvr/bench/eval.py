@@ -31,8 +31,9 @@ import torch
 from openai.types.chat import ChatCompletionMessageParam
 
 from rlvr.agent import EpisodeMetric
+from rlvr.bench.figures import Figures
 from rlvr.engine import EngineCounters, LocalTorchBackend
-from rlvr.engine.bench import PEAK_RSS, RATIO, bare_generate_policy, log
+from rlvr.engine.bench import bare_generate_policy, log
 from rlvr.metrics import peak_rss_gb
 from rlvr.runs import store
 from rlvr.task_api.plugins import task_config
@@ -70,6 +71,34 @@ def episode_figures(groups: list[art.TrajectoryGroup]) -> dict[str, float | None
         values = [float(t.metrics[metric]) for t in trajectories if metric in t.metrics]
         figures[name] = round(statistics.mean(values), 2) if values else None
     return figures
+
+
+class EvalFigures(Figures):
+    """`rlvr bench eval`: items/s of one evaluation three ways, and what the engine did."""
+
+    bench: str = "eval"
+    task: str
+    run: str | None  # the finished run whose best checkpoint was evaluated
+    items: int
+    observation_tokens_mean: float | None
+    trimmed_observations_mean: float | None
+    turns_mean: float | None
+    max_tokens: int
+    accuracy: float
+    threads: int
+    concurrent_items_s: float
+    one_at_a_time_items_s: float
+    bare_generate_items_s: float
+    eval_s_per_item: float
+    # what the engine did in the last concurrent pass
+    prefilled_tokens: int
+    decoded_tokens: int
+    decode_steps: int
+    drafted_tokens: int
+    kept_draft_tokens: int
+    speedup_vs_one_at_a_time: float
+    peak_rss_gb: float
+    ratio_vs_bare: float
 
 
 async def timed_eval(
@@ -116,7 +145,7 @@ async def run_eval_bench(
     threads: int | None = None,
     run_dir: Path | None = None,
     **overrides: Any,
-) -> dict[str, object]:
+) -> EvalFigures:
     if threads:
         torch.set_num_threads(threads)
     async with bench_session(task, run_dir, overrides) as (run, step):
@@ -154,26 +183,27 @@ async def run_eval_bench(
         log(f"eval one at a time: {alone[-1]:.1f} s")
     n = len(chosen)
     ours_s, bare_s = statistics.median(ours), statistics.median(bare)
-    return {
-        "bench": "eval",
-        "task": cfg.task,
-        "run": str(run_dir) if run_dir is not None else None,
-        "items": n,
-        **episode_figures(groups),
-        "max_tokens": cfg.max_tokens,
-        "accuracy": round(accuracy, 3),
-        "threads": torch.get_num_threads(),
-        "concurrent_items_s": round(n / ours_s, 3),
-        "one_at_a_time_items_s": round(n / alone[0], 3),
-        "bare_generate_items_s": round(n / bare_s, 3),
-        "eval_s_per_item": round(ours_s / n, 3),
-        # what the engine did in the last concurrent pass
-        "prefilled_tokens": work.prefilled_tokens,
-        "decoded_tokens": work.decoded_tokens,
-        "decode_steps": work.decode_steps,
-        "drafted_tokens": work.drafted_tokens,
-        "kept_draft_tokens": work.kept_draft_tokens,
-        "speedup_vs_one_at_a_time": round(alone[0] / ours_s, 2),
-        PEAK_RSS: round(peak_rss_gb(), 2),
-        RATIO: round(bare_s / ours_s, 3),
-    }
+    episodes = episode_figures(groups)
+    return EvalFigures(
+        task=cfg.task,
+        run=str(run_dir) if run_dir is not None else None,
+        items=n,
+        observation_tokens_mean=episodes["observation_tokens_mean"],
+        trimmed_observations_mean=episodes["trimmed_observations_mean"],
+        turns_mean=episodes["turns_mean"],
+        max_tokens=cfg.max_tokens,
+        accuracy=round(accuracy, 3),
+        threads=torch.get_num_threads(),
+        concurrent_items_s=round(n / ours_s, 3),
+        one_at_a_time_items_s=round(n / alone[0], 3),
+        bare_generate_items_s=round(n / bare_s, 3),
+        eval_s_per_item=round(ours_s / n, 3),
+        prefilled_tokens=work.prefilled_tokens,
+        decoded_tokens=work.decoded_tokens,
+        decode_steps=work.decode_steps,
+        drafted_tokens=work.drafted_tokens,
+        kept_draft_tokens=work.kept_draft_tokens,
+        speedup_vs_one_at_a_time=round(alone[0] / ours_s, 2),
+        peak_rss_gb=round(peak_rss_gb(), 2),
+        ratio_vs_bare=round(bare_s / ours_s, 3),
+    )

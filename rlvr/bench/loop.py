@@ -9,10 +9,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.bench.figures import Figures
 from rlvr.config import RunConfig
 from rlvr.metrics import ALARM_PREFIX
 from rlvr.runs import store
-from rlvr.runs.records import EvalRow
+from rlvr.runs.records import AlarmName, EvalRow
 from rlvr.training import run_training
 
 HACK_DEFAULTS = {
@@ -31,16 +34,40 @@ HACK_DEFAULTS = {
 }
 
 
-def history(run_dir: Path) -> list[dict[str, Any]]:
-    """The evaluation history a replay test needs: step, val accuracy, windowed train reward."""
+class Evaluated(BaseModel):
+    """One evaluation as a replay test needs it: step, val accuracy, windowed train reward."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step: int
+    val: float
+    reward: float | None
+    val_items: int | None
+    scores: dict[str, float] | None
+
+
+class HackFigures(Figures):
+    """`rlvr bench hack`: how the run stopped and whether the divergence alarm fired."""
+
+    bench: str = "hack"
+    run_dir: str
+    stop_reason: str
+    alarms: list[AlarmName]
+    alarm_fired: bool
+    steps: int
+    baseline_val: float
+    wall_s: float
+    # in the record file (--record), not the printed line
+    history: list[Evaluated] = Field(exclude=True)
+    alarm_rows: list[dict[str, str]]  # per row that raised any: `alarm/<name>` -> its message
+
+
+def history(run_dir: Path) -> list[Evaluated]:
+    """The run's evaluation history (Evaluated)."""
     return [
-        {
-            "step": r.step,
-            "val": r.accuracy,
-            "reward": r.train_reward,
-            "val_items": r.items,
-            "scores": r.scores,
-        }
+        Evaluated(
+            step=r.step, val=r.accuracy, reward=r.train_reward, val_items=r.items, scores=r.scores
+        )
         for r in store.read_metrics(run_dir)
         if isinstance(r, EvalRow)
     ]
@@ -48,28 +75,29 @@ def history(run_dir: Path) -> list[dict[str, Any]]:
 
 async def hack_benchmark(
     runs_root: Path, record: Path | None = None, **overrides: Any
-) -> dict[str, object]:
+) -> HackFigures:
     cfg = RunConfig(**{**HACK_DEFAULTS, **overrides, "runs_root": runs_root})
     started = time.monotonic()
     result = await run_training(cfg)
     alarms = [a.name for a in result.alarms]
-    figures = {
-        "run_dir": str(result.run_dir),
-        "stop_reason": result.stop_reason,
-        "alarms": alarms,
-        "alarm_fired": "reward_hacking" in alarms,
-        "steps": result.steps,
-        "baseline_val": result.baseline_val,
-        "wall_s": round(time.monotonic() - started, 1),
-        "history": history(result.run_dir),
-        "alarm_rows": [
+    figures = HackFigures(
+        run_dir=str(result.run_dir),
+        stop_reason=result.stop_reason,
+        alarms=alarms,
+        alarm_fired="reward_hacking" in alarms,
+        steps=result.steps,
+        baseline_val=result.baseline_val,
+        wall_s=round(time.monotonic() - started, 1),
+        history=history(result.run_dir),
+        alarm_rows=[
             {f"{ALARM_PREFIX}{name}": message for name, message in r.alarms.items()}
             for r in store.read_metrics(result.run_dir)
             if r.alarms
         ],
-    }
+    )
     if record is not None:
-        record.write_text(
-            json.dumps({"config": cfg.public_dict(), **figures}, indent=1, default=str)
-        )
+        written = figures.model_dump(mode="json") | {
+            "history": [e.model_dump(mode="json") for e in figures.history]
+        }
+        record.write_text(json.dumps({"config": cfg.public_dict(), **written}, indent=1))
     return figures

@@ -20,9 +20,11 @@ import art
 import torch
 from openai.types.chat import ChatCompletionMessageParam
 from openai.types.chat.chat_completion import Choice
+from pydantic import BaseModel, ConfigDict
 
+from rlvr.bench.figures import Figures
 from rlvr.engine import Engine, LocalTorchBackend, pack_groups
-from rlvr.engine.bench import PEAK_RSS, bare_generate_policy, bare_train_step, log
+from rlvr.engine.bench import bare_generate_policy, bare_train_step, log
 from rlvr.inference.metrics import VllmMetric
 from rlvr.memory import EVALUATION, ROLLOUTS, UPDATE, WARM_START, RssWatch
 from rlvr.metrics import M, peak_rss_gb
@@ -79,7 +81,62 @@ BARE = "bare"
 PEAK_RSS_BY_PHASE = "peak_rss_gb_by_phase"
 
 
-async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> dict[str, object]:
+class StepFigures(BaseModel):
+    """One step's figures (REPORTED, from its row) and its bare baselines; None where the step
+    has none (a phase it skipped, a vLLM-only figure on rlvr's engine, no bare run)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    step_s: float | None = None
+    rollout_s: float | None = None
+    score_s: float | None = None
+    update_s: float | None = None
+    prompt_tokens: float | None = None
+    cached_prompt_tokens: float | None = None
+    prefilled_tokens: float | None = None
+    decoded_tokens: float | None = None
+    trained_tokens: float | None = None
+    sequence_tokens: float | None = None
+    forwarded_tokens: float | None = None
+    adapter_load_s: float | None = None
+    vllm_startup_s: float | None = None
+    vllm_rss_gb: float | None = None
+    mismatch_kl: float | None = None
+    bare_generate_s: float | None = None
+    bare_update_s: float | None = None
+
+
+class StepBenchFigures(Figures, StepFigures):
+    """`rlvr bench step`: the medians of its steps' figures, the warm start, the ratios against
+    the bare baselines and the memory by phase."""
+
+    bench: str = "step"
+    task: str
+    steps: int
+    warm_start_s: float
+    eval_s_per_item: float
+    rollout_vs_bare: float | None
+    update_vs_bare: float | None
+    peak_rss_gb: float
+    peak_rss_gb_by_phase: dict[str, float]
+    per_step: list[StepFigures] | None  # None beside the other engine's (side by side)
+
+
+class SideBySideFigures(Figures):
+    """`rlvr bench step --inference vllm`: each engine's figures and vLLM's ÷ rlvr's."""
+
+    bench: str = "step"
+    task: str
+    steps: int
+    vllm: StepBenchFigures
+    rlvr: StepBenchFigures
+    step_s_vllm_vs_rlvr: float | None
+    rollout_s_vllm_vs_rlvr: float | None
+    update_s_vllm_vs_rlvr: float | None
+    eval_s_per_item_vllm_vs_rlvr: float | None
+
+
+async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -> StepFigures:
     """One real step (the loop's phases) and, with `bare`, its bare figures."""
     started, counted = time.monotonic(), engine_counters(run.policy)
     with watch.phase(ROLLOUTS):
@@ -91,34 +148,42 @@ async def bench_one_step(run: Session, step: int, bare: bool, watch: RssWatch) -
     )
     run.state.step = step + 1
     run.state.pool = record(run.state.pool, row.outcomes)
-    figures: dict[str, object] = {name: row.value(key) for name, key in REPORTED.items()}
+    figures = StepFigures.model_validate({name: row.number(key) for name, key in REPORTED.items()})
     backend = run.policy.backend
     if bare and isinstance(backend, LocalTorchBackend):
         with watch.phase(BARE):
-            figures |= await bare_figures(backend.engine(run.policy.model), run, batch)
+            bare_s = await bare_figures(backend.engine(run.policy.model), run, batch)
+        figures = figures.model_copy(update=bare_s.model_dump(exclude_none=True))
     log(
         f"step {step + 1}: "
-        + ", ".join(f"{k} {v:.1f}" for k, v in figures.items() if isinstance(v, int | float))
+        + ", ".join(f"{k} {v:.1f}" for k, v in figures.model_dump(exclude_none=True).items())
     )
     return figures
 
 
-async def bare_figures(engine: Engine, run: Session, batch: Batch) -> dict[str, float]:
+class BareFigures(BaseModel):
+    """A step's bare baselines (seconds); no update figure where nothing was trained."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bare_generate_s: float
+    bare_update_s: float | None = None
+
+
+async def bare_figures(engine: Engine, run: Session, batch: Batch) -> BareFigures:
     """The bare baselines of one step: a batched generate of its turn prompts, and a forward +
     backward + AdamW of its trained sequences in full."""
-    figures: dict[str, float] = {}
     prompts, longest = turn_prompts(batch.groups)
-    _, figures["bare_generate_s"] = await asyncio.to_thread(
+    _, generate_s = await asyncio.to_thread(
         bare_generate_policy, engine, prompts, longest, run.cfg.temperature
     )
     packed = pack_groups(engine.loaded.tokenizer, batch.trainable)
-    if packed is not None:
-        parameters = engine.adapters.trainable_parameters()
-        optimizer = torch.optim.AdamW(parameters, lr=0.0)  # the weights do not move
-        figures["bare_update_s"] = await asyncio.to_thread(
-            bare_train_step, engine.loaded, packed, optimizer
-        )
-    return figures
+    if packed is None:
+        return BareFigures(bare_generate_s=generate_s)
+    parameters = engine.adapters.trainable_parameters()
+    optimizer = torch.optim.AdamW(parameters, lr=0.0)  # the weights do not move
+    update_s = await asyncio.to_thread(bare_train_step, engine.loaded, packed, optimizer)
+    return BareFigures(bare_generate_s=generate_s, bare_update_s=update_s)
 
 
 async def bench_warm_start(run: Session, watch: RssWatch) -> tuple[float, float]:
@@ -142,9 +207,15 @@ async def bench_warm_start(run: Session, watch: RssWatch) -> tuple[float, float]
     return warm_s, (time.monotonic() - validated) / max(1, len(run.val_items))
 
 
-def numbers(rows: list[dict[str, object]], key: str) -> list[float]:
-    """The rows' numeric values of `key` (a phase a step skipped has None)."""
-    return [float(value) for row in rows if isinstance(value := row.get(key), int | float)]
+def medians(per_step: list[StepFigures]) -> StepFigures:
+    """Each figure's median over the steps that have it (rounded)."""
+    values: dict[str, list[float]] = {}
+    for figures in per_step:
+        for key, value in figures.model_dump(exclude_none=True).items():
+            values.setdefault(key, []).append(value)
+    return StepFigures.model_validate(
+        {key: rounded(statistics.median(found)) for key, found in values.items()}
+    )
 
 
 def rounded(value: float) -> float:
@@ -162,7 +233,7 @@ def ratio(top: object, bottom: object) -> float | None:
 
 async def run_step_bench(
     task: str, steps: int = 2, bare: bool = True, **overrides: Any
-) -> dict[str, object]:
+) -> StepBenchFigures:
     """`steps` real steps of `task` at its defaults (with `overrides`); medians and ratios."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-step-") as path:
         cfg = task_config(task, **overrides, run_dir=str(Path(path) / "run"))
@@ -170,40 +241,38 @@ async def run_step_bench(
             async with open_session(cfg, None, None, None) as run:
                 warm_s, eval_s_per_item = await bench_warm_start(run, watch)
                 per_step = [await bench_one_step(run, step, bare, watch) for step in range(steps)]
-    medians = {
-        key: statistics.median(values) for key in per_step[0] if (values := numbers(per_step, key))
-    }
-    return {
-        "bench": "step",
-        "task": task,
-        "steps": steps,
-        "warm_start_s": round(warm_s, 3),
-        "eval_s_per_item": round(eval_s_per_item, 3),
-        **{k: rounded(v) for k, v in medians.items()},
-        "rollout_vs_bare": ratio(medians.get("rollout_s"), medians.get("bare_generate_s")),
-        "update_vs_bare": ratio(medians.get("update_s"), medians.get("bare_update_s")),
-        PEAK_RSS: round(peak_rss_gb(), 2),
-        PEAK_RSS_BY_PHASE: watch.rounded(),
-        "per_step": per_step,
-    }
+    median = medians(per_step)
+    return StepBenchFigures(
+        **median.model_dump(),
+        task=task,
+        steps=steps,
+        warm_start_s=round(warm_s, 3),
+        eval_s_per_item=round(eval_s_per_item, 3),
+        rollout_vs_bare=ratio(median.rollout_s, median.bare_generate_s),
+        update_vs_bare=ratio(median.update_s, median.bare_update_s),
+        peak_rss_gb=round(peak_rss_gb(), 2),
+        peak_rss_gb_by_phase=watch.rounded(),
+        per_step=per_step,
+    )
 
 
 async def run_step_side_by_side(
     task: str, steps: int = 2, bare: bool = True, **overrides: Any
-) -> dict[str, object]:
+) -> SideBySideFigures:
     """The same steps of `task` sampled by a vLLM server, then by rlvr's engine, in this process
     (vLLM first, so rlvr's own run is not measured on a heap the other left behind): each run's
     figures, and vLLM's ÷ rlvr's for COMPARED. The vLLM server's memory is its own processes'
     (`vllm_rss_gb`); `peak_rss_gb` is this process's high-water mark, over both runs."""
     vllm = await run_step_bench(task, steps, False, **overrides, inference="vllm")
     rlvr = await run_step_bench(task, steps, bare, **overrides, inference="rlvr")
-    for figures in (vllm, rlvr):
-        figures.pop("per_step")
-    return {
-        "bench": "step",
-        "task": task,
-        "steps": steps,
-        "vllm": vllm,
-        "rlvr": rlvr,
-        **{f"{key}_vllm_vs_rlvr": ratio(vllm.get(key), rlvr.get(key)) for key in COMPARED},
-    }
+    vllm, rlvr = (f.model_copy(update={"per_step": None}) for f in (vllm, rlvr))
+    return SideBySideFigures(
+        task=task,
+        steps=steps,
+        vllm=vllm,
+        rlvr=rlvr,
+        step_s_vllm_vs_rlvr=ratio(vllm.step_s, rlvr.step_s),
+        rollout_s_vllm_vs_rlvr=ratio(vllm.rollout_s, rlvr.rollout_s),
+        update_s_vllm_vs_rlvr=ratio(vllm.update_s, rlvr.update_s),
+        eval_s_per_item_vllm_vs_rlvr=ratio(vllm.eval_s_per_item, rlvr.eval_s_per_item),
+    )

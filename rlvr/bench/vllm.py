@@ -26,8 +26,9 @@ import httpx
 import openai
 import torch
 
+from rlvr.bench.figures import Figures
 from rlvr.engine import resolve_model
-from rlvr.engine.bench import PEAK_RSS, Target, _endpoint, _prompts, _registered, _side_server, log
+from rlvr.engine.bench import Target, _endpoint, _prompts, _registered, _side_server, log
 from rlvr.inference.server import ServerSpec, VllmServer, server_threads
 from rlvr.metrics import peak_rss_gb
 
@@ -36,13 +37,28 @@ ADAPTER_NAME = "bench-lora"
 LOG_NAME = "vllm-bench.log"
 
 
+class VllmServeFigures(Figures):
+    """`rlvr bench serve --inference vllm`: tokens/s of each target at each concurrency."""
+
+    bench: str = "serve-vllm"
+    threads_rlvr: int
+    threads_vllm: int
+    max_tokens: int
+    repeats: int
+    tok_s: dict[str, dict[str, float]]  # concurrency -> target -> median tokens/s
+    vllm_startup_s: float
+    vllm_adapter_load_s: float
+    vllm_peak_rss_gb: float
+    peak_rss_gb: float
+
+
 async def run_vllm_serve_bench(
     model_name: str = "smollm2-135m",
     concurrency: tuple[int, ...] = (8, 32),
     max_tokens: int = 64,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, object]:
+) -> VllmServeFigures:
     """Tokens/s of rlvr's engine and vLLM, LoRA and base, at each concurrency (module docstring)."""
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-vllm-") as path:
         backend, model = await _registered(path, model_name, threads)
@@ -73,18 +89,17 @@ async def run_vllm_serve_bench(
             await asyncio.to_thread(server.stop)
             await asyncio.to_thread(side.stop)
             await backend.close()
-    return {
-        "bench": "serve-vllm",
-        "threads_rlvr": torch.get_num_threads(),
-        "threads_vllm": server_threads(dict(os.environ)),
-        "max_tokens": max_tokens,
-        "repeats": repeats,
-        "tok_s": table,
-        "vllm_startup_s": round(server.startup_s, 1),
-        "vllm_adapter_load_s": round(load_s, 2),
-        "vllm_peak_rss_gb": round(server.peak_rss_bytes / GIB, 2),
-        PEAK_RSS: round(peak_rss_gb(), 2),
-    }
+    return VllmServeFigures(
+        threads_rlvr=torch.get_num_threads(),
+        threads_vllm=server_threads(dict(os.environ)),
+        max_tokens=max_tokens,
+        repeats=repeats,
+        tok_s=table,
+        vllm_startup_s=round(server.startup_s, 1),
+        vllm_adapter_load_s=round(load_s, 2),
+        vllm_peak_rss_gb=round(server.peak_rss_bytes / GIB, 2),
+        peak_rss_gb=round(peak_rss_gb(), 2),
+    )
 
 
 def _load_adapter(server: VllmServer, adapter: Path) -> float:

@@ -12,7 +12,8 @@
   the backend computes the sequences' prefix tree, cut where its levels cost more than they save
   (`tree_tokens` of `sequence_tokens`).
 
-Both return a flat dict whose `ratio_vs_bare` is the headline, plus peak RSS. Runs alternate
+Each returns its typed figures (rlvr.bench.figures) whose `ratio_vs_bare` is the headline, plus
+peak RSS. Runs alternate
 (bare, ours, bare, ours, ...) and report medians, because the machine may be shared.
 """
 
@@ -35,6 +36,7 @@ from art.preprocessing.pack import PackedTensors
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.bench.figures import Figures
 from rlvr.engine.adapters import AdapterStore
 from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.decoding import Decoder
@@ -138,6 +140,63 @@ def bare_generate(
     return tokens, seconds
 
 
+class ServeFigures(Figures):
+    """`rlvr bench serve`: completion tokens/s of each way the same requests are served."""
+
+    bench: str = "serve"
+    device: str
+    precision: str
+    threads: int
+    requests: int
+    max_tokens: int
+    bare_generate_tok_s: float
+    endpoint_concurrent_tok_s: float
+    endpoint_sequential_tok_s: float
+    base_tok_s: float
+    lora_unmerged_tok_s: float
+    lora_vs_base: float
+    merged_mb: float
+    batching_gain: float
+    passes_per_concurrent_run: float
+    peak_rss_gb: float
+    ratio_vs_bare: float
+
+
+class TrainFigures(Figures):
+    """`rlvr bench train`: backend.train's step time against a bare step of each sequence."""
+
+    bench: str = "train"
+    device: str
+    precision: str
+    threads: int
+    trajectories: int
+    sequences: int
+    sequence_tokens: int
+    tree_tokens: int
+    trained_tokens: int
+    bare_step_s: float
+    backend_step_s: float
+    peak_rss_gb: float
+    ratio_vs_bare: float
+
+
+class TurnsFigures(Figures):
+    """`rlvr bench turns`: multi-turn chats with the prefix cache against it off."""
+
+    bench: str = "turns"
+    device: str
+    threads: int
+    conversations: int
+    turns: int
+    max_tokens: int
+    bare_s: float
+    prefix_cache_s: float
+    prompt_tokens_reused: float
+    speedup: float
+    peak_rss_gb: float
+    ratio_vs_bare: float
+
+
 class Target(BaseModel):
     """A model name on an OpenAI-compatible endpoint."""
 
@@ -201,7 +260,7 @@ async def run_serve_bench(
     max_tokens: int = 64,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, object]:
+) -> ServeFigures:
     """Completion tokens/s of `requests` concurrent chat requests: the LoRA policy's endpoint
     (merged weights), the base weights served the same way, the policy sampled unmerged, and a bare
     batched `generate` with the policy's merged weights; runs alternate, medians reported."""
@@ -223,25 +282,24 @@ async def run_serve_bench(
             await asyncio.to_thread(server.stop)
             await backend.close()
     median = {name: statistics.median(values) for name, values in rates.items()}
-    return {
-        "bench": "serve",
-        "device": str(engine.loaded.device),
-        "precision": sampling_precision(engine.loaded),
-        "threads": torch.get_num_threads(),
-        "requests": requests,
-        "max_tokens": max_tokens,
-        "bare_generate_tok_s": round(median["bare"], 2),
-        "endpoint_concurrent_tok_s": round(median["lora"], 2),
-        "endpoint_sequential_tok_s": round(sequential, 2),
-        "base_tok_s": round(median["base"], 2),
-        "lora_unmerged_tok_s": round(median["unmerged"], 2),
-        "lora_vs_base": round(median["lora"] / median["base"], 3),
-        "merged_mb": round(merged_mb, 1),
-        "batching_gain": round(median["lora"] / sequential, 2),
-        "passes_per_concurrent_run": statistics.median(passes),
-        PEAK_RSS: round(peak_rss_gb(), 2),
-        RATIO: round(median["lora"] / median["bare"], 3),
-    }
+    return ServeFigures(
+        device=str(engine.loaded.device),
+        precision=sampling_precision(engine.loaded),
+        threads=torch.get_num_threads(),
+        requests=requests,
+        max_tokens=max_tokens,
+        bare_generate_tok_s=round(median["bare"], 2),
+        endpoint_concurrent_tok_s=round(median["lora"], 2),
+        endpoint_sequential_tok_s=round(sequential, 2),
+        base_tok_s=round(median["base"], 2),
+        lora_unmerged_tok_s=round(median["unmerged"], 2),
+        lora_vs_base=round(median["lora"] / median["base"], 3),
+        merged_mb=round(merged_mb, 1),
+        batching_gain=round(median["lora"] / sequential, 2),
+        passes_per_concurrent_run=statistics.median(passes),
+        peak_rss_gb=round(peak_rss_gb(), 2),
+        ratio_vs_bare=round(median["lora"] / median["bare"], 3),
+    )
 
 
 async def _serve_repeats(
@@ -346,7 +404,7 @@ async def run_train_bench(
     max_tokens: int = 48,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, object]:
+) -> TrainFigures:
     with tempfile.TemporaryDirectory(prefix="rlvr-bench-") as path:
         backend, model = await _registered(path, model_name, threads)
         engine = backend.engine(model)
@@ -374,21 +432,20 @@ async def run_train_bench(
         finally:
             await backend.close()
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
-    return {
-        "bench": "train",
-        "device": str(engine.loaded.device),
-        "precision": "bf16" if engine.loaded.train_dtype is not None else "fp32",
-        "threads": torch.get_num_threads(),
-        "trajectories": groups * group_size,
-        "sequences": len(lengths),
-        "sequence_tokens": sum(lengths),
-        "tree_tokens": tree_tokens,
-        "trained_tokens": int(metrics.get("num_tokens", 0)),
-        "bare_step_s": round(bare, 3),
-        "backend_step_s": round(ours, 3),
-        PEAK_RSS: round(peak_rss_gb(), 2),
-        RATIO: round(ours / bare, 3),
-    }
+    return TrainFigures(
+        device=str(engine.loaded.device),
+        precision="bf16" if engine.loaded.train_dtype is not None else "fp32",
+        threads=torch.get_num_threads(),
+        trajectories=groups * group_size,
+        sequences=len(lengths),
+        sequence_tokens=sum(lengths),
+        tree_tokens=tree_tokens,
+        trained_tokens=int(metrics.get("num_tokens", 0)),
+        bare_step_s=round(bare, 3),
+        backend_step_s=round(ours, 3),
+        peak_rss_gb=round(peak_rss_gb(), 2),
+        ratio_vs_bare=round(ours / bare, 3),
+    )
 
 
 # A multi-turn agent's shape: a long system prompt (instructions, tools), a question, then one
@@ -445,7 +502,7 @@ def run_turns_bench(
     max_tokens: int = 24,
     repeats: int = 3,
     threads: int | None = None,
-) -> dict[str, object]:
+) -> TurnsFigures:
     """Multi-turn chats with the prefix cache / the same engine with the cache off (bare)."""
     from rlvr.engine.models import resolve_model
 
@@ -470,17 +527,16 @@ def run_turns_bench(
             shares.append(done.cached_prompt_tokens / max(done.prompt_tokens, 1))
             log(f"turns repeat {r}: bare {bare_times[-1]:.2f} s, cached {ours_times[-1]:.2f} s")
     bare, ours = statistics.median(bare_times), statistics.median(ours_times)
-    return {
-        "bench": "turns",
-        "device": str(engine.loaded.device),
-        "threads": torch.get_num_threads(),
-        "conversations": conversations,
-        "turns": turns,
-        "max_tokens": max_tokens,
-        "bare_s": round(bare, 2),
-        "prefix_cache_s": round(ours, 2),
-        "prompt_tokens_reused": round(statistics.median(shares), 3),
-        "speedup": round(bare / ours, 2),
-        PEAK_RSS: round(peak_rss_gb(), 2),
-        RATIO: round(ours / bare, 3),
-    }
+    return TurnsFigures(
+        device=str(engine.loaded.device),
+        threads=torch.get_num_threads(),
+        conversations=conversations,
+        turns=turns,
+        max_tokens=max_tokens,
+        bare_s=round(bare, 2),
+        prefix_cache_s=round(ours, 2),
+        prompt_tokens_reused=round(statistics.median(shares), 3),
+        speedup=round(bare / ours, 2),
+        peak_rss_gb=round(peak_rss_gb(), 2),
+        ratio_vs_bare=round(ours / bare, 3),
+    )

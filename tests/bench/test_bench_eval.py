@@ -79,7 +79,7 @@ def test_episode_figures_are_means_of_the_episode_metrics(
 
 @pytest.mark.slow
 async def test_the_eval_bench_times_all_three_ways_on_the_real_model() -> None:
-    figures = await run_eval_bench("math", items=4, repeats=1, max_tokens=8)
+    figures = (await run_eval_bench("math", items=4, repeats=1, max_tokens=8)).model_dump()
     assert figures["items"] == 4 and figures["max_tokens"] == 8
     for key in ("concurrent_items_s", "one_at_a_time_items_s", "bare_generate_items_s", RATIO):
         assert figures[key] > 0, key
@@ -90,8 +90,8 @@ async def test_the_eval_bench_times_all_three_ways_on_the_real_model() -> None:
 @pytest.mark.slow
 async def test_the_eval_bench_measures_a_finished_runs_trained_agent(tiny_run) -> None:
     figures = await run_eval_bench(items=4, repeats=1, run_dir=tiny_run.run_dir)
-    assert figures["run"] == str(tiny_run.run_dir) and figures["task"] == "math"
-    assert figures["items"] == 4 and figures["concurrent_items_s"] > 0
+    assert figures.run == str(tiny_run.run_dir) and figures.task == "math"
+    assert figures.items == 4 and figures.concurrent_items_s > 0
 
 
 def test_the_eval_bench_refuses_a_directory_that_holds_no_finished_run(tmp_path) -> None:
