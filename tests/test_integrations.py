@@ -80,8 +80,9 @@ loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("wandb", "weave"))
 assert not loaded, loaded
 print("clean")
 """
-    # A process of its own, forked warm (tests/warm.py): its modules are a superset of a cold
-    # interpreter's (the training stack preloaded), so neither library in them means neither in one.
+    # A process of its own, forked warm (tests/helpers/warm.py): its modules are a superset of a
+    # cold interpreter's (the training stack preloaded), so neither library in them means neither
+    # in one.
     result = warm.run_code(code, timeout_s=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "clean"

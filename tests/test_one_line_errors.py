@@ -5,7 +5,7 @@ commands that only read a run directory (`inspect`, `compare`) never run the tas
 on a run of the broken task as on any other.
 
 The fast tests check the one-line form itself; the slow matrix runs every command against the
-same broken task, each command in a process of its own (tests/warm.py)."""
+same broken task, each command in a process of its own (tests/helpers/warm.py)."""
 
 from __future__ import annotations
 
@@ -223,7 +223,7 @@ def test_every_command_against_the_same_broken_task(
     assert len(errors) == 1, done.stderr
     assert errors[0].startswith(f"error: {path}:{line}: "), errors[0]
     # the rest of stderr is at most the line saying which code a run directory makes it run
-    # (and the warm runner's own note that it ran rlvr.cli.main preloaded: tests/warm.py)
+    # (and the warm runner's own note that it ran rlvr.cli.main preloaded: tests/helpers/warm.py)
     others = [
         x
         for x in done.stderr.splitlines()

@@ -418,7 +418,7 @@ def test_every_command_prints_a_task_error_without_the_key(
 ) -> None:
     """A task whose code raises with the key in its message: `rlvr preflight` and `rlvr eval`
     (not only `train`) print the error redacted and exit non-zero (each command in a process of
-    its own with this environment, forked warm: tests/warm.py)."""
+    its own with this environment, forked warm: tests/helpers/warm.py)."""
     from tests.helpers import warm
 
     (tmp_path / "leaky.py").write_text(LEAKY_TASK)

@@ -228,7 +228,7 @@ def test_the_server_dies_with_a_run_killed_without_cleanup(server: Path, tmp_pat
         "print('ready', flush=True)\n"
         "time.sleep(600)\n"
     )
-    run = warm.start("-c", script)  # a process of its own, forked warm (tests/warm.py)
+    run = warm.start("-c", script)  # a process of its own, forked warm (tests/helpers/warm.py)
     try:
         assert run.readline().strip() == "ready", run.read_stderr()[-2000:]
         pid = int(pid_file.read_text())

@@ -382,7 +382,7 @@ def child_judge_pid(owner: int) -> int:
     ids=["ctrl-c", "sigterm"],
 )
 def test_local_judge_never_outlives_its_owner(sig: signal.Signals) -> None:
-    owner = warm.start("-c", OWNER)  # a process of its own, forked warm (tests/warm.py)
+    owner = warm.start("-c", OWNER)  # a process of its own, forked warm (tests/helpers/warm.py)
     try:
         assert owner.readline().strip() == "ready", owner.read_stderr()[-2000:]
         judge_pid = child_judge_pid(owner.pid)

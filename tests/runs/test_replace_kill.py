@@ -36,7 +36,7 @@ def test_a_kill_while_replacing_a_checkpoint_leaves_old_or_new(
     run_dir = tmp_path / "run"
     store.save_checkpoint(run_dir, adapter(tmp_path / "old", "old"), "best")
     env = {faults.FAULT_ENV: f"{point}:best"} if point is not None else {}
-    done = warm.run_code(  # a real process of its own, forked warm (tests/warm.py)
+    done = warm.run_code(  # a real process of its own, forked warm (tests/helpers/warm.py)
         WRITER,
         str(run_dir),
         str(adapter(tmp_path / "new", "new")),

@@ -2,7 +2,7 @@
 same in words: validation before and after the warm start, the test before training, after the
 warm start, at the best and at the last checkpoint, the paired gains with their intervals,
 integer steps. Hand-written summaries and metrics rows here (unknown keys among them); the real
-tiny run in tests/test_inspect_run.py and tests/test_notebooks.py."""
+tiny run in tests/inspection/test_inspect_run.py and tests/test_notebooks.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """One writer per run directory: the lock, unique run names, and fresh runs that refuse a
 directory holding a run. The writers are real processes (`rlvr` commands against a directory
-another process holds, forked warm: tests/warm.py)."""
+another process holds, forked warm: tests/helpers/warm.py)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ killed during step 2's rollouts, each resume is killed at the next point of step
 checkpoint write, metrics append), the last resume finishes. Every kill is checked for what it
 left on disk, the end for a continuous history. The scorer gives 0 and 1 inside every group, so
 every step trains and the policy step equals the loop step: a step lost or done twice shows.
-Each process of the chain is a real `rlvr train`, forked from a warm process (tests/warm.py).
+Each process of the chain is a real `rlvr train`, forked from a warm process
+(tests/helpers/warm.py).
 """
 
 from __future__ import annotations
@@ -487,7 +488,7 @@ class Chain(BaseModel):
 
 
 def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
-    """One `rlvr train` process of the chain (forked warm: tests/warm.py)."""
+    """One `rlvr train` process of the chain (forked warm: tests/helpers/warm.py)."""
     token = uuid.uuid4().hex
     args = (
         ["--resume", str(run_dir)]

@@ -133,7 +133,7 @@ def test_a_rollout_raising_every_time_stops_train_at_the_first_evaluation(tmp_pa
     task.parent.mkdir()
     task.write_text(BROKEN.format())
     line = BROKEN.format().splitlines().index("    text = item.promt  # the typo") + 1
-    done = warm.rlvr(  # `rlvr train` in a process of its own, forked warm (tests/warm.py)
+    done = warm.rlvr(  # `rlvr train` in a process of its own, forked warm (tests/helpers/warm.py)
         "train", f"{task}:task", "max_steps=2", "judge=none", f"runs_root={tmp_path}"
     )
     output = done.stdout + done.stderr
