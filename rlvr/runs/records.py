@@ -316,6 +316,7 @@ class RunResult(BaseModel):
     test: TestBlock | None = None
     no_signal: NoSignal | None = None  # why a no-signal stop stopped
     warm_start: dict[str, JsonValue] | None = None  # the warm start's row (WarmStartRow.summary)
+    cut: str | None = None  # what max_minutes cut, in one line (rlvr.training.work.cut_line)
     # where the labels went, what test and validation could resolve (rlvr.evaluation.resolution)
     held_out: HeldOut | None = None
 

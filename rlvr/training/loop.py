@@ -15,6 +15,7 @@ Training reward comes from the scorer; stopping comes only from held-out ground 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -48,9 +49,23 @@ from rlvr.training.progress import Progress, console
 from rlvr.training.session import Session, as_test_result, open_finished, open_session
 from rlvr.training.state import Tested, TestResult, eval_due, tested, warm_start_row
 from rlvr.training.step import train_step
-from rlvr.training.stop_rules import no_signal_stop, no_signal_verdict, stop_after_eval
+from rlvr.training.stop_rules import (
+    no_signal_stop,
+    no_signal_verdict,
+    remaining_tests,
+    stop_after_eval,
+)
 from rlvr.training.trends import EvalPoint, best_eval
 from rlvr.training.warmstart import warm_start
+from rlvr.training.work import (
+    cut_line,
+    estimate_line,
+    item_seconds,
+    next_step_s,
+    step_fits,
+    fits_a_test,
+    warm_room_s,
+)
 from rlvr.types import BudgetExhausted, Environment, Sampling, Scorer, derived_seed
 
 
@@ -105,6 +120,11 @@ async def train_until_stop(run: Session) -> StopReason:
         elif 0 < state.step == state.evals[-1].step:
             stop = stop_after_eval(cfg, state, run.rows, test_n, val_n)
         while stop is None and state.step < cfg.max_steps:
+            if not step_fits_cap(run):  # max_minutes: validate where it stands, and stop
+                if state.evals[-1].step < state.step:
+                    await run.validate(state.step)
+                stop = StopReason.TIME_BUDGET
+                break
             row, table = await train_step(run, state.step)
             run.save_trajectories(layout.step_name(state.step + 1), state.step + 1, table)
             row = row.with_values(hints=decision_hints(row, cfg))
@@ -113,6 +133,8 @@ async def train_until_stop(run: Session) -> StopReason:
             row = raise_judge_alarm(run, row)
             run.emit(row)
             print_step(row)
+            if sum(isinstance(r, StepRow) for r in run.rows) == 1:  # this run's first step
+                print_estimate(run, row)
             if no_signal_stop(cfg, run.rows):
                 stop = StopReason.NO_SIGNAL
                 print_no_signal(no_signal_verdict(run.rows, cfg))
@@ -123,6 +145,39 @@ async def train_until_stop(run: Session) -> StopReason:
         print_budget(str(error))
         return StopReason.JUDGE_BUDGET
     return stop or StopReason.MAX_STEPS
+
+
+def step_fits_cap(run: Session) -> bool:
+    """Whether max_minutes holds one more step, its checkpoint's validation and the tests still
+    to come, at this run's measured speeds (rlvr.training.work)."""
+    cap = run.cap_s()
+    if cap is None:
+        return True
+    item_s = item_seconds(run.item_s)
+    tests = remaining_tests(run.state, run.rows, run.cfg.stopping)
+    return step_fits(
+        cap,
+        run.wall_s(),
+        next_step_s(run.rows, run.cfg, item_s),
+        len(run.val_items) * item_s,
+        tests * len(run.split.test) * item_s,
+    )
+
+
+def print_estimate(run: Session, row: StepRow) -> None:
+    """After the run's first step, its wall time on this machine at the speeds measured so far."""
+    warmed = warm_start_row(run.rows)
+    line = estimate_line(
+        run.cfg,
+        run.wall_s(),
+        row.step_s or 0.0,
+        item_seconds(run.item_s),
+        len(run.val_items),
+        len(run.split.test),
+        remaining_tests(run.state, run.rows, run.cfg.stopping),
+        int(warmed.steps or 0) if warmed is not None else 0,
+    )
+    console.print(line, highlight=False, markup=False)
 
 
 async def warm(run: Session) -> None:
@@ -136,6 +191,7 @@ async def warm(run: Session) -> None:
             run.policy.model,
             run.labelled_train,
             share=run.cfg.sft_budget_share,
+            room_s=warm_room(run),
         )
     saved = await run.policy.model.get_step()  # recorded: a resumed run rewinds the policy to it
     row = done.with_values(
@@ -152,6 +208,12 @@ async def warm(run: Session) -> None:
         row = row.with_values(test_checkpoint=Tested.START.value)
     run.emit(row)
     print_warm_start(row)
+
+
+def warm_room(run: Session) -> float | None:
+    """What max_minutes leaves the warm start after the validation and test that follow it."""
+    after = (len(run.val_items) + len(run.split.test)) * item_seconds(run.item_s)
+    return warm_room_s(run.cap_s(), run.cfg.sft_budget_share, run.wall_s(), after)
 
 
 def raise_judge_alarm(run: Session, row: StepRow) -> StepRow:
@@ -188,6 +250,10 @@ async def evaluate_tests(
         if kept is not None and not final:
             continue
         if kept is None:
+            test_s = len(run.split.test) * item_seconds(run.item_s)
+            if not final and not fits_a_test(run.cap_s(), run.wall_s(), test_s):
+                run.left_out.append(f"test ({name})")
+                continue
             try:
                 kept = await checkpoint_on_test(run, name, policy_step, best.step)
             except RunFailed as error:
@@ -220,7 +286,9 @@ async def evaluate_tests(
 async def checkpoint_on_test(run: Session, name: Tested, policy_step: int, step: int) -> TestResult:
     """The test split evaluated on checkpoint `policy_step` (named `name`; `step`: the loop step
     its rows are filed under)."""
+    began = time.monotonic()
     evaluated = await run.evaluate(run.split.test, "test", f"test ({name})", step=policy_step)
+    run.item_s.append((time.monotonic() - began) / max(1, len(run.split.test)))
     return as_test_result(policy_step, evaluated, step)
 
 
@@ -234,6 +302,7 @@ def finish(
     """summary.json (written last: a run with one is complete), report.png, the last lines."""
     baseline = run.state.evals[0].val
     warmed = warm_start_row(run.rows)
+    cut = cut_line(run.cfg, run.rows, stop == StopReason.TIME_BUDGET, run.state.step, run.left_out)
     result = RunResult(
         run_dir=run.run_dir,
         task=run.cfg.task,
@@ -254,10 +323,13 @@ def finish(
         # why it found nothing to learn from; the warm start's own gain, apart from RL's
         no_signal=no_signal_verdict(run.rows, run.cfg) if stop == StopReason.NO_SIGNAL else None,
         warm_start=warmed.summary() if warmed is not None else None,
+        **({"cut": cut} if cut else {}),
     )
     plot_report(run.rows, result, run.run_dir / store.REPORT)
     store.write_summary(run.run_dir, result)
     print_finished(result, run.rows)
+    if cut:
+        console.print(f"[yellow]{cut}[/]", highlight=False)
     return result
 
 

@@ -138,6 +138,8 @@ def steps_that_fit(
     fits in the remaining seconds (0: not even the next one)."""
     if remaining_s is None:
         return len(step_tokens)
+    if remaining_s <= 0:  # a cap whose evaluations leave the warm start no time
+        return 0
     if seconds_per_token is None:
         return min(1, len(step_tokens))
     spent, fit = 0.0, 0
@@ -156,15 +158,18 @@ async def warm_start(
     train: list[Item],
     *,
     share: float = WARM_SHARE,
+    room_s: float | None = None,
     count_tokens: TokenCount | None = None,
     clock: Clock = time.monotonic,
     out: Console = console,
 ) -> WarmStartRow:
-    """Train `cfg.sft_steps` batches of demonstrations within `share` of `cfg.max_minutes`;
+    """Train `cfg.sft_steps` batches of demonstrations within `share` of `cfg.max_minutes` and
+    within `room_s` (what the cap leaves after the evaluations to come; rlvr.training.work);
     returns the warm-start row. `count_tokens` defaults to the policy's tokenizer; `clock` is
     the budget's clock."""
     started = clock()
-    budget = warm_budget_s(cfg.max_minutes, share)
+    shared = warm_budget_s(cfg.max_minutes, share)
+    budget = shared if room_s is None or (shared is not None and shared <= room_s) else room_s
     items = demo_items(train, cfg.sft_steps * cfg.sft_batch_size)
     with Progress("warm start: demonstrations", len(items), "demonstration", out, clock) as bar:
         demos, rejected = await demonstrations(environment, items, bar)
@@ -199,7 +204,7 @@ async def warm_start(
     }
     row = WarmStartRow.model_validate(values)
     if done < len(steps):
-        print_cut(row, cfg.max_minutes, share, out)
+        print_cut(row, cfg.max_minutes, share if budget == shared else None, out)
     return row
 
 
@@ -235,9 +240,14 @@ async def train_within(
     return losses, done
 
 
-def print_cut(row: WarmStartRow, max_minutes: float | None, share: float, out: Console) -> None:
+def print_cut(
+    row: WarmStartRow, max_minutes: float | None, share: float | None, out: Console
+) -> None:
+    """What the budget cut; `share`: the warm start's share of the cap, None where what the cap
+    leaves after the evaluations still to come was less."""
+    of = f"{share:.0%} of" if share is not None else "what the evaluations to come leave of"
     out.print(
-        f"[yellow]warm start cut by its budget[/] ({share:.0%} of max_minutes={max_minutes:g}: "
+        f"[yellow]warm start cut by its budget[/] ({of} max_minutes={max_minutes:g}: "
         f"{row.budget_s or 0:.0f}s): trained {row.steps or 0:.0f} of "
         f"{row.steps_planned or 0:.0f} steps, {row.tokens or 0:,.0f} of "
         f"{row.tokens_planned or 0:,.0f} demonstration tokens; RL keeps the rest of the "
