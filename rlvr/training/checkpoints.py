@@ -1,12 +1,14 @@
-"""The run's checkpoints: which the backend keeps, which are copied into checkpoints/, and which
-the test split is evaluated for."""
+"""The run's checkpoints: which the backend keeps, which are copied into checkpoints/, which
+the test split is evaluated for, and which keeps the optimizer's state (the newest only)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from rlvr import art_private
 from rlvr.config import RunConfig
+from rlvr.engine.types import OPTIMIZER_FILE
 from rlvr.runs import layout, store
 from rlvr.runs.records import Row
 from rlvr.training.backends import Policy
@@ -51,3 +53,51 @@ def save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:
     if source is not None:
         with phase(f"saving checkpoint {layout.BEST}"):
             store.save_checkpoint(run_dir, source, layout.BEST)
+
+
+def policy_checkpoints(cfg: RunConfig, run_dir: Path) -> dict[int, Path]:
+    """Policy step -> its checkpoint in the backend's own folder (the local backends'; none for
+    a remote one, which keeps its checkpoints with the service)."""
+    if cfg.backend not in ("local", "art-local"):
+        return {}
+    root = layout.policy_dir(run_dir, cfg.project) / "checkpoints"
+    if not root.is_dir():
+        return {}
+    return {int(p.name): p for p in root.iterdir() if p.name.isdigit() and p.is_dir()}
+
+
+def keep_optimizer_newest(cfg: RunConfig, run_dir: Path, policy_step: int) -> list[Path]:
+    """Remove the optimizer's state from every checkpoint older than policy step `policy_step`
+    (the newest a metrics row records, which a resume continues from), in the backend's folder
+    and in checkpoints/ (whose files are hard links: a link to the newest's state costs nothing
+    and stays). Only a resume reads that state, and it is most of a checkpoint's bytes. Returns
+    the files removed."""
+    steps = policy_checkpoints(cfg, run_dir)
+    if not steps:  # a remote backend: checkpoints/ holds no optimizer state of its own
+        return []
+    kept = [
+        steps[step] / OPTIMIZER_FILE
+        for step in steps
+        if step >= policy_step and (steps[step] / OPTIMIZER_FILE).is_file()
+    ]
+    older = [steps[step] / OPTIMIZER_FILE for step in steps if step < policy_step]
+    copies = run_dir / layout.CHECKPOINTS
+    linked = [p / OPTIMIZER_FILE for p in copies.iterdir()] if copies.is_dir() else []
+    removed = []
+    for path in [*older, *linked]:
+        if path.is_file() and not any(os.path.samefile(path, keep) for keep in kept):
+            path.unlink()
+            removed.append(path)
+    return removed
+
+
+def optimizer_restart_line(cfg: RunConfig, run_dir: Path, policy_step: int) -> str | None:
+    """What a resume from policy step `policy_step` says when that checkpoint keeps no optimizer
+    state (an older step than the newest, which alone keeps it): the optimizer restarts."""
+    checkpoint = policy_checkpoints(cfg, run_dir).get(policy_step)
+    if policy_step == 0 or checkpoint is None or (checkpoint / OPTIMIZER_FILE).is_file():
+        return None
+    return (
+        f"resuming from policy step {policy_step}, whose checkpoint keeps no optimizer state "
+        "(only the newest does): the optimizer restarts, its moments from zero"
+    )
