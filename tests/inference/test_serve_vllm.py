@@ -24,8 +24,8 @@ from rlvr.cli.main import app
 from rlvr.inference import server
 from rlvr.serve import KEY_ENV
 from rlvr.serve_vllm import vllm_command
-from tests.conftest import TinyRun
 from tests.helpers import warm
+from tests.helpers.tiny_runs import TinyRun
 
 runner = CliRunner()
 

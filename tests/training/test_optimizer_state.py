@@ -24,7 +24,7 @@ from rlvr.training.checkpoints import (
     optimizer_restart_line,
     policy_checkpoints,
 )
-from tests.conftest import TinyRun
+from tests.helpers.tiny_runs import TinyRun
 
 CFG = RunConfig(task="math")
 
