@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def pin_ruler(request: ChatRequest, engine: Decoder) -> ChatRequest:
+def pin_ruler(request: ChatRequest, decoder: Decoder) -> ChatRequest:
     """`request` with ART's RULER schema pinned to its trajectories (judges.ruler_schema), sized
     to its max_tokens; any other request as it is."""
     from judges.ruler_schema import RulerBudgetError, pinned_ruler_format
@@ -54,7 +54,7 @@ def pin_ruler(request: ChatRequest, engine: Decoder) -> ChatRequest:
             schema,
             messages,
             request.max_completion_tokens or request.max_tokens,
-            lambda text: len(engine.tokenizer.encode(text, add_special_tokens=False)),
+            lambda text: len(decoder.tokenizer.encode(text, add_special_tokens=False)),
         )
     except RulerBudgetError as error:
         raise ApiError(400, str(error)) from None
@@ -77,5 +77,5 @@ def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     from rlvr.lifetime import quick_teardown
 
-    quick_teardown()  # a stopped engine's process ends in a fraction of a second
+    quick_teardown()  # a stopped judge server's process ends in a fraction of a second
     main()
