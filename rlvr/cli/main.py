@@ -346,6 +346,11 @@ def task_lines(name: str) -> list[str]:
         lines.append(f"    {key}={shown}{about}")
     if task.defaults:
         lines.append(f"    defaults: {' '.join(f'{k}={v}' for k, v in task.defaults.items())}")
+    if not any(info.is_required() for info in fields.values()):
+        from rlvr.task_api.plugins import task_config
+        from rlvr.training.work import work_line
+
+        lines.append(f"    {work_line(task_config(task, task=name))}")
     if task.catalog is not None:
         lines.extend(f"    {line}" for line in task.catalog())
     return lines

@@ -60,10 +60,10 @@ from rlvr.training.warmstart import warm_start
 from rlvr.training.work import (
     cut_line,
     estimate_line,
+    fits_a_test,
     item_seconds,
     next_step_s,
     step_fits,
-    fits_a_test,
     warm_room_s,
 )
 from rlvr.types import BudgetExhausted, Environment, Sampling, Scorer, derived_seed

@@ -153,7 +153,7 @@ def estimate_line(
     line = (
         f"estimate: ~{total_min:.0f} min on this machine for {warm_steps} warm-start steps, "
         f"{cfg.max_steps} RL steps ({step_s:.0f}s each), {validations(cfg, 0) + 1} validations of "
-        f"{val_items} items and up to {tests_left + 1} tests of {test_items} "
+        f"{val_items} items and {tests_left} more tests of {test_items} "
         f"({item_s:.2f}s an item){plateau}"
     )
     if cfg.max_minutes is None:

@@ -106,7 +106,11 @@ task = Task(
         "max_tokens": 96,
         "groups_per_batch": 2,
         "eval_every": 3,
-        "max_minutes": 27,
+        # Work, not minutes, so a seed stops at the same step on every CPU: max_steps is the
+        # longest default run the old 27-minute clock gave on an AVX512-BF16 CPU
+        # (results/records/email-2026-11-30-email-20261130-010837.json), and the other runs of
+        # that day stopped on a plateau past the half of it that stopping.min_budget_share waits for.
+        "max_steps": 36,
     },
     description="answer questions by searching a generated inbox with tools (ART·E style)",
 )

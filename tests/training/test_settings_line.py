@@ -15,16 +15,17 @@ from rlvr.training.output import settings_line
     ("cfg", "defaults", "says", "absent"),
     [
         (
-            lambda: task_config("email", max_minutes=10),
+            # the email task's defaults are work: its plateau stop waits for half its steps
+            lambda: task_config("email"),
             lambda: resolve_task("email").defaults,
             [
                 "the task's defaults sft_steps=12, groups_per_batch=2, learning_rate=0.00015, "
                 "temperature=0.7",
-                "yours max_minutes=10;",
-                "rlvr's defaults group_size=8, max_steps=40",
-                "waits until 50% of max_minutes=10 is spent",
+                "eval_every=3, max_steps=36;",
+                "rlvr's defaults group_size=8, max_minutes=None",
+                "waits until 50% of max_steps=36 is spent",
             ],
-            ["yours temperature"],
+            ["yours", "max_minutes=27"],
         ),
         (
             lambda: RunConfig(task="mine.py:make", max_minutes=12),
