@@ -113,9 +113,11 @@ lab: $(STAMP)
 	@$(BIN)/python -m tools.lab --port $(LAB_PORT)
 
 # Each test group's seconds on this machine into tests/durations.json (the order `make test`
-# starts them in): rerun after adding or much changing a slow test module.
+# starts them in): rerun after adding or much changing a slow test module. TESTS='FILES' runs and
+# records those modules alone (the others keep their records; a removed module's goes).
+TESTS ?=
 durations: $(STAMP)
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_XDIST) --store-durations
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_XDIST) --store-durations $(TESTS)
 
 # The fast tier for development.
 test-fast: $(STAMP)
