@@ -345,7 +345,7 @@ class RunConfig(BaseModel):
         "math",
         description="task name (see `rlvr tasks`), path/to/file.py:factory or module:factory",
     )
-    task_options: dict[str, Any] = Field(
+    task_options: JsonObject = Field(
         default_factory=dict, description="the task's own options (key=value on the CLI)"
     )
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, runtime_checkable
 
 import art
 from pydantic import BaseModel, ConfigDict, Field
+
+from rlvr.json_types import JsonObject
 
 if TYPE_CHECKING:
     from rlvr.config import RunConfig
@@ -34,8 +36,17 @@ class Item(BaseModel):
     id: str
     prompt: str = ""
     answer: str | None = None
-    data: dict[str, Any] = Field(default_factory=dict)
+    data: JsonObject = Field(default_factory=dict)  # the task's own fields, stored with the item
     source: Any = Field(None, exclude=True, repr=False)
+
+
+class ChatKeywords(TypedDict):
+    """The chat-completions keywords a Sampling sends (Sampling.request)."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    logprobs: bool
 
 
 def derived_seed(*parts: object) -> int:
@@ -90,7 +101,7 @@ class Sampling(BaseModel):
         """The seed of a rollout's `call`-th chat call (None: unseeded)."""
         return None if self.seed is None else derived_seed(self.seed, call)
 
-    def request(self) -> dict[str, Any]:
+    def request(self) -> ChatKeywords:
         """The chat-completions keywords this sampling sends, with logprobs: ART trains on them.
         No seed: a rollout's model adds each call's own (rlvr.task_api.rollout_model)."""
         return {

@@ -86,9 +86,9 @@ def record(
     directory itself need not be kept."""
     from rlvr.runs.results import ResultsError, record_from_run, write_record
 
-    options: dict[str, Any] = {"command": command, "commit": commit, "cpu": cpu, "note": note}
     try:
-        path = write_record(record_from_run(run_dir, **options), out)
+        record = record_from_run(run_dir, command=command, commit=commit, cpu=cpu, note=note)
+        path = write_record(record, out)
     except (ResultsError, OSError) as error:
         _fail(str(error))
     typer.echo(str(path))

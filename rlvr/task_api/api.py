@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, get_args
 
 import art
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from rlvr.config import (
     ConfigError,
@@ -30,6 +30,7 @@ from rlvr.config import (
     renamed_message,
 )
 from rlvr.error_lines import did_you_mean, first_error, means_none
+from rlvr.json_types import JsonObject
 from rlvr.types import (
     ENVIRONMENT_HOOKS,
     ENVIRONMENT_MEMBERS,
@@ -91,11 +92,37 @@ class Task(BaseModel):
     name: str
     make: Callable[..., Any]
     options: type[BaseModel] = NoOptions
-    defaults: dict[str, Any] = Field(default_factory=dict)
+    # RunConfig keys (dotted in a group: `stopping.patience`) and option keys, as key=value gives
+    # them; checked against RunConfig and the options model when the task is defined
+    defaults: JsonObject = Field(default_factory=dict)
     description: str = ""
     # Lines `rlvr tasks` prints under the task: what its options choose among (a family's
     # generators and each one's own options). Called only when listing.
     catalog: Callable[[], list[str]] | None = None
+
+    @model_validator(mode="after")
+    def _defaults_make_a_config(self) -> Task:
+        """A bad key or value in the defaults is an error where the task is defined, not at its
+        first run (ConfigError's one line)."""
+        from rlvr.config import build_config
+
+        if not self.defaults:
+            return self
+        config, options = split_values(self, self.defaults)
+        build_config({**none_where_accepted(config), "task": self.name})
+        try:
+            self.options.model_validate(options)
+        except ValidationError as error:
+            # an option the task requires (a data file) is given at run time, not in the defaults
+            bad = [e for e in error.errors() if e["type"] != "missing"]
+            if bad:
+                where = ".".join(str(p) for p in bad[0]["loc"])
+                shown = f"={options[where]!r}" if where in options else ""
+                raise ConfigError(
+                    f"config: task {self.name}: option {where}{shown}: {bad[0]['msg']}"
+                    f"{self.describe_option(where)}"
+                ) from None
+        return self
 
     @property
     def open_options(self) -> bool:
@@ -365,12 +392,19 @@ def split_values(
     return config, options
 
 
+def none_where_accepted(config: Mapping[str, object]) -> dict[str, object]:
+    """RunConfig values with `none` (any spelling) as None where the key accepts None."""
+    from rlvr.config import accepts_none
+
+    return {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
+
+
 def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> RunConfig:
     """RunConfig for `task` (named `ref` in config.json): its defaults, then `values` on top;
     the options are validated now and recorded in full, so config.json replays the run."""
-    from rlvr.config import accepts_none, build_config
+    from rlvr.config import build_config
 
     config, options = split_values(task, {**task.defaults, **values})
-    config = {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
+    config = none_where_accepted(config)
     parsed = task.parse_options(options)
     return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})

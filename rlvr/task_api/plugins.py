@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation
 
 from rlvr.config import ConfigError, RunConfig
+from rlvr.json_types import JsonObject
 from rlvr.scoring.scorers import GatedScorer, WeightedScorer, group_scorer, reward_scorer
 from rlvr.task_api.api import PluginError, Task, call_factory, config_for
 from rlvr.task_api.imports import VF_PREFIX, import_target
@@ -268,7 +269,7 @@ class RunParts(BaseModel):
     environment: SkipValidation[Environment]
     scorer: SkipValidation[Scorer]
     judge: SkipValidation[Judge | None]
-    defaults: dict[str, Any] = Field(default_factory=dict)
+    defaults: JsonObject = Field(default_factory=dict)  # the Task's (Task.defaults)
     # A scorer object of the caller's is compared with the truth; a spec unless it names the
     # task's own reward (`compared_with_truth`).
     compared_with_truth: bool
