@@ -51,7 +51,8 @@ from rlvr.lifetime import close_with_the_run
 LAUNCHER = Path(__file__).with_name("mcp_launch.py")
 REQUEST_TIMEOUT = 408  # the code of the SDK's error for a call without an answer in time
 STOP_TIMEOUT_S = 10.0  # the SDK closes stdin, waits 2 s, then SIGTERM and SIGKILL
-_JSON_TYPES: dict[str, object] = {  # JSON Schema type -> the annotation its values validate as
+# JSON Schema type -> the annotation its values validate as (a type or a type alias: object)
+_JSON_TYPES: dict[str, object] = {
     "string": str,
     "integer": int,
     "number": float,
@@ -88,7 +89,7 @@ def arguments_model(name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
     them), for validating a call before it is sent and for the text protocol."""
     properties = schema.get("properties") or {}
     required = set(schema.get("required") or [])
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # pydantic's create_model takes its field definitions as Any
     for key, prop in properties.items():
         prop = prop if isinstance(prop, Mapping) else {}
         default = ... if key in required else None

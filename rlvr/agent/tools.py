@@ -235,7 +235,7 @@ def as_tool(fn: Callable[..., Any] | Tool, name: str | None = None) -> Tool:
     hints = typing.get_type_hints(fn)
     summary, described = _docstring_parts(fn)
     # name -> (annotation, default or Field), as pydantic's create_model takes them
-    fields: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # create_model's field definitions are Any in pydantic's own type
     for param in inspect.signature(fn).parameters.values():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
             raise TypeError(f"tool {tool_name}: parameter {param.name!r} must be a named argument")

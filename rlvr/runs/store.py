@@ -223,6 +223,7 @@ def read_json_object(path: Path, what: str) -> dict[str, JsonValue]:
     return found
 
 
+# ART's messages are the openai SDK's TypedDicts and Choices; their dict is the SDK's, untyped
 def _message_dict(message: Any) -> dict[str, Any]:
     if isinstance(message, Choice):
         return {**message.message.model_dump(exclude_none=True), "trainable": True}

@@ -22,7 +22,8 @@ import art
 
 from rlvr.types import Sampling
 
-Defaults = Callable[[], dict[str, Any]]  # the defaults of the next call
+# the defaults of the next call: the openai SDK's create() keywords (its own **kwargs)
+Defaults = Callable[[], dict[str, Any]]
 
 
 class _Completions:
@@ -69,6 +70,7 @@ class _Client:
         return getattr(self._client, name)
 
 
+# chat-completion keywords as the openai SDK's create(**kwargs) takes them
 def with_defaults(request: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """`request` with the defaults it does not set; a length limit counts as set when either of
     OpenAI's two names for it is."""
@@ -96,7 +98,7 @@ class RolloutModel:
     def openai_client(self) -> Any:
         return _Client(self._model.openai_client(), self._next_defaults)
 
-    def _next_defaults(self) -> dict[str, Any]:
+    def _next_defaults(self) -> dict[str, Any]:  # create()'s keywords (Defaults)
         defaults = {"model": self.get_inference_name(), **self._sampling.request()}
         seed = self._sampling.call_seed(next(self._calls))
         return defaults if seed is None else {**defaults, "seed": seed}

@@ -92,13 +92,14 @@ def loader_of(module: Any, ref: str) -> Callable[..., Any]:
     return load
 
 
-def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
+def _hints(fn: Callable[..., Any]) -> dict[str, Any]:  # typing.get_type_hints' own type
     try:
         return typing.get_type_hints(fn)
     except Exception:  # unresolvable annotations: the arguments are taken as undeclared
         return {}
 
 
+# verifiers' load_environment takes any keyword arguments (the library is untyped)
 def env_args(load: Callable[..., Any], given: Mapping[str, Any], ref: str) -> dict[str, Any]:
     """`load_environment`'s arguments from `key=value` settings, each validated against its
     annotation; an argument it does not take, a wrong value or a missing required one is one
@@ -107,7 +108,7 @@ def env_args(load: Callable[..., Any], given: Mapping[str, Any], ref: str) -> di
     takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
     named = [n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
     hints = _hints(load)
-    args: dict[str, Any] = {}
+    args: dict[str, Any] = {}  # each validated against load_environment's own annotation
     for key, raw in given.items():
         name = key.removeprefix(ARG_PREFIX)
         if name not in params and not takes_any:

@@ -86,6 +86,7 @@ class PolicyClient(OpenAIChatCompletionsClient):  # type: ignore[misc]  # verifi
         return response
 
 
+# verifiers' sampling_args: the environment's own keyword dict (the library is untyped)
 def sampling_args(env_args: Mapping[str, Any], sampling: Sampling) -> dict[str, Any]:
     """The environment's sampling args with the run's on top (greedy for validation and test)."""
     own = {
@@ -119,6 +120,7 @@ def answer_text(answer: Any) -> str | None:
     return answer if isinstance(answer, str) else json.dumps(answer, default=str)
 
 
+# a row of a verifiers environment's dataset (Hugging Face datasets: any column type)
 def as_item(row: dict[str, Any], part: str, pinned: str | None) -> Item:
     return Item(
         id=f"{part}-{row['example_id']}",
@@ -130,7 +132,9 @@ def as_item(row: dict[str, Any], part: str, pinned: str | None) -> Item:
 
 
 def plan_items(
-    train: list[dict[str, Any]], held_out: list[dict[str, Any]], seed: int
+    train: list[dict[str, Any]],
+    held_out: list[dict[str, Any]],
+    seed: int,  # dataset rows
 ) -> list[Item]:
     """Items from the dataset rows and the eval dataset rows (module docstring)."""
     if train and len(held_out) >= 2:
@@ -206,7 +210,7 @@ async def as_trajectory(
     tools: list[ChatCompletionFunctionToolParam] = [
         await client.to_native_tool(t) for t in state.get("tool_defs") or []
     ]
-    metadata: dict[str, Any] = {
+    metadata: dict[str, Any] = {  # ART's TrajectoryGroup.metadata type
         "item_id": item_id,
         "vf_stop": str(state.get("stop_condition")),
         "vf_turns_matched": matched,

@@ -118,6 +118,7 @@ def step_learning_rate(cfg: RunConfig, step: int) -> float:
     return cfg.learning_rate * step / cfg.lr_warmup_steps
 
 
+# each backend's train() names its own keyword arguments (module docstring): ART's **kwargs
 def train_kwargs(cfg: RunConfig, step: int) -> dict[str, Any]:
     """Keyword arguments of RL step `step`'s `backend.train`, in the names each backend's
     signature uses (ART's LocalBackend and TinkerBackend, rlvr's LocalTorchBackend: `loss_fn`;
@@ -129,7 +130,10 @@ def train_kwargs(cfg: RunConfig, step: int) -> dict[str, Any]:
         "epsilon_high": cfg.epsilon_high,
         "scale_rewards": cfg.scale_rewards,
     }
-    kwargs: dict[str, Any] = {"learning_rate": step_learning_rate(cfg, step), **loss}
+    kwargs: dict[str, Any] = {  # ART's train(**kwargs)
+        "learning_rate": step_learning_rate(cfg, step),
+        **loss,
+    }
     if cfg.backend == "serverless":
         return {**kwargs, "ppo": cfg.loss_fn == "ppo"}
     kwargs |= {
