@@ -138,8 +138,6 @@ def steps_that_fit(
     fits in the remaining seconds (0: not even the next one)."""
     if remaining_s is None:
         return len(step_tokens)
-    if remaining_s <= 0:  # a cap whose evaluations leave the warm start no time
-        return 0
     if seconds_per_token is None:
         return min(1, len(step_tokens))
     spent, fit = 0.0, 0
@@ -188,7 +186,9 @@ async def warm_start(
     size = cfg.sft_batch_size
     steps = [demos[i : i + size] for i in range(0, len(demos), size)]
     tokens = [sum(count(d) for d in step) for step in steps]
-    losses, done = await train_within(cfg, model, steps, tokens, budget, started, clock, out)
+    # The first step trains even past a share (it measures the speed), not past what a cap leaves.
+    trainable = steps if room_s is None or room_s > 0 else []
+    losses, done = await train_within(cfg, model, trainable, tokens, budget, started, clock, out)
     values: dict[str, float | None] = {
         WarmMetric.DEMONSTRATIONS: sum(len(step) for step in steps[:done]),
         WarmMetric.REJECTED: rejected,

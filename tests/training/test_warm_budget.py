@@ -78,8 +78,7 @@ class Model:
     [
         ([100] * 5, None, None, 5),  # no budget: everything in one call
         ([100] * 5, None, 10.0, 1),  # speed unmeasured: the first step alone
-        ([100] * 5, None, -5.0, 0),  # past the budget: none (a cap holds; rlvr.training.work)
-        ([100] * 5, None, 0.0, 0),
+        ([100] * 5, None, -5.0, 1),  # ... even past the budget: one step is the least
         ([100] * 5, 0.1, 35.0, 3),
         ([100, 300, 100], 0.1, 35.0, 1),  # a long step does not fit: none after it either
         ([100] * 5, 0.1, 5.0, 0),
@@ -267,3 +266,31 @@ async def test_a_real_warm_start_on_a_slow_clock_trains_one_step_and_says_so(
     assert math.isfinite(row.loss_first)
     assert "warm start cut by its budget" in buffer.getvalue()
     assert "trained 1 of 4 steps" in buffer.getvalue()
+
+
+@pytest.mark.parametrize(("room", "steps"), [(0.0, 0), (1000.0, 2)])
+async def test_what_a_cap_leaves_after_the_evaluations_bounds_the_warm_start(
+    room: float, steps: int
+) -> None:
+    """`room_s` (rlvr.training.work.warm_room_s): no time left trains nothing, and says so."""
+    environment = sums()
+    cfg = rlvr.build_config({"task": "x", "sft_steps": 3, "sft_batch_size": 2, "max_minutes": 600})
+    clock = FakeClock()
+    backend = SlowCPU(clock, 0.01, lambda t: 10)
+    buffer = io.StringIO()
+    row = await warm_start(
+        cfg,
+        environment,
+        Model(backend),  # type: ignore[arg-type]
+        environment.load(),
+        room_s=room,
+        count_tokens=lambda t: 10,
+        clock=clock,
+        out=Console(file=buffer, width=200),
+    )
+    assert row.steps == steps and row.steps_planned == 2
+    assert row.cut == int(steps < 2)
+    said = (
+        "warm start cut by its budget (what the evaluations to come leave of max_minutes=600: 0s)"
+    )
+    assert (said in buffer.getvalue()) == (steps == 0)
