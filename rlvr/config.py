@@ -284,6 +284,7 @@ def renamed_message(key: str, new: str) -> str:
     return f"config: '{key}' is no longer a key; use '{new}'"
 
 
+# RunConfig's before-validator input: whatever it was given, not yet typed
 def saved_values(values: Mapping[str, Any]) -> dict[str, Any]:
     """A saved run's config.json values with each renamed group under its new name (a run written
     before `draw` holds `sampling`); new input naming the old group is refused instead."""
@@ -294,6 +295,7 @@ def saved_values(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# raw settings (text from key=value, values from code) before RunConfig validates them
 def nested(values: Mapping[str, object]) -> dict[str, object]:
     """`values` with dotted keys (`judge.model`) and shorthands (`judge=ID`) put into the nested
     groups' dicts. Pure; an old flat key is a ValueError naming its dotted name."""

@@ -109,6 +109,7 @@ def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
     return value
 
 
+# trajectory table rows: cells of any type, only text ones changed
 def redact_rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     """Trajectory table rows (`rlvr.runs.store.trajectory_rows`) with credentials removed from every
     text cell; `logs`, which carries error text, also loses key-shaped strings."""

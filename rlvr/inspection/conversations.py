@@ -84,12 +84,13 @@ class Conversation(BaseModel):
     turns: list[Turn]
     tools: list[str]
     judge: JudgeNotes
+    # a trajectory's own metrics and metadata as its table row holds them (a task's, any type)
     metrics: dict[str, Any]
     metadata: dict[str, Any]
     logs: list[str]
 
 
-def _turn(message: dict[str, Any]) -> Turn:
+def _turn(message: dict[str, Any]) -> Turn:  # a chat message as the SDK's JSON holds it
     calls = [
         ToolCall(
             name=str(c.get("function", {}).get("name", "?")),
@@ -145,6 +146,7 @@ def judge_notes(metrics: dict[str, Any], metadata: dict[str, Any], logs: list[st
     return JudgeNotes(scores=scores, explanations=explanations, verdicts=verdicts)
 
 
+# a polars row of the trajectories table (`frame.row(i, named=True)`): polars' own type
 def conversation(row: dict[str, Any], source: str = "trajectories") -> Conversation:
     """A trajectory row (e.g. `frame.row(i, named=True)`) as turns plus what judged it."""
     i = int(row.get("index", 0))

@@ -63,7 +63,7 @@ def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # builtins without a signature: call bare
         return factory()
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, object] = {}  # a task's factory takes what it names, of any type
     for name, param in params.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
@@ -362,6 +362,7 @@ def environment(
     )
 
 
+# raw settings (text from key=value, JSON from defaults) before they are validated
 def split_values(
     task: Task, values: Mapping[str, object]
 ) -> tuple[dict[str, object], dict[str, object]]:
@@ -392,6 +393,7 @@ def split_values(
     return config, options
 
 
+# raw settings (text from key=value, JSON from defaults) before RunConfig validates them
 def none_where_accepted(config: Mapping[str, object]) -> dict[str, object]:
     """RunConfig values with `none` (any spelling) as None where the key accepts None."""
     from rlvr.config import accepts_none

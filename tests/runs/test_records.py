@@ -73,8 +73,14 @@ def test_dict_str_any_is_rare_in_the_typed_packages() -> None:
     paths = [p for f in folders for p in ((ROOT / f).rglob("*.py") if "." not in f else [ROOT / f])]
     count = sum(p.read_text().count("dict[str, Any]") for p in paths)
     assert count <= 12, count
-    everywhere = sum(p.read_text().count("dict[str, Any]") for p in (ROOT / "rlvr").rglob("*.py"))
-    assert everywhere <= 45, everywhere  # chat messages, ART and verifiers keyword arguments
+    everywhere = sum(
+        p.read_text().count(bag)
+        for p in (ROOT / "rlvr").rglob("*.py")
+        for bag in ("dict[str, Any]", "dict[str, object]")
+    )
+    # the openai SDK's, ART's, pydantic's and verifiers' own keyword arguments, a before-validator's
+    # raw input, trajectory rows: each says why where it is
+    assert everywhere <= 36, everywhere
 
 
 OLD_STEP = {M.STEP: 1, M.REWARD_MEAN: 0.375, M.GROUPS: 2, "rollout/turns": 1.0}
