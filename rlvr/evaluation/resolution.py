@@ -110,13 +110,14 @@ class HeldOut(BaseModel):
     hold_out_labels: bool
     label_free: bool
     test: Resolution
-    validation: Resolution
+    validation: Resolution  # as each evaluation runs it: max_val_items caps it
+    held_validation: int  # the validation split's items
     stops: bool
     truth_rollouts: bool  # whether training rollouts are checked against a label at all
 
     def labels_line(self) -> str:
         """How the labels were spent, in one line."""
-        spent = f"{self.validation.items} validation, {self.test.items} test"
+        spent = f"{self.held_validation} validation, {self.test.items} test"
         reads = "reads no label" if self.label_free else "reads labels"
         if self.hold_out_labels:
             where = f"all {self.labelled} held out ({spent})"
@@ -154,8 +155,13 @@ class HeldOut(BaseModel):
 
     def validation_line(self, cfg: RunConfig) -> str:
         val = self.validation
+        capped = (
+            f" of {self.held_validation} (max_val_items)"
+            if val.items < self.held_validation
+            else ""
+        )
         line = (
-            f"validation: {val.items} items, steps of {1 / max(val.items, 1):.3f}; "
+            f"validation: {val.items}{capped} items, steps of {1 / max(val.items, 1):.3f}; "
             f"{val.claim().replace('gain', 'change')}"
         )
         if self.stops:

@@ -101,6 +101,7 @@ def held_out(split: Split[Item], val_items: int, scorer: Scorer) -> HeldOut:
         label_free=not needs_labels(scorer),
         test=resolution("test", len(split.test)),
         validation=resolution("validation", val_items),
+        held_validation=len(split.val),
         stops=val_items >= STOP_MIN_ITEMS,
         truth_rollouts=train_labelled > 0,
     )

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlvr.config import VLLM_JUDGE, RunConfig
+from rlvr.evaluation.resolution import HeldOut
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
 from rlvr.memory import EVALUATION, RUN_INTERVAL_S, RssWatch
@@ -45,7 +46,7 @@ from rlvr.training.checkpoints import (
 )
 from rlvr.training.evaluation import Evaluated, Validated, evaluate
 from rlvr.training.failures import FailureLog, RunFailed
-from rlvr.training.labels import HeldOut, held_out, labelled_split
+from rlvr.training.labels import held_out, labelled_split
 from rlvr.training.output import print_alarm, print_validation, settings_line
 from rlvr.training.progress import console
 from rlvr.training.split import Split
@@ -240,11 +241,12 @@ async def open_session(
         stack.enter_context(run_lifetime())  # what the task opens closes with the run
         parts = await resolve_run(cfg, stack, environment, scorer, resume is not None)
         cfg, built, judge = parts.cfg, parts.environment, parts.judge
+        # Split first: a label budget that cannot work is one line, before any other output.
+        split = labelled_split(cfg, built.load(), parts.scorer)
         if resume is None:  # a fresh run says where its settings came from
             console.print(settings_line(cfg, parts.defaults), highlight=False, markup=False)
         check_can_demonstrate(cfg, built)
         check_engine_environment(cfg)
-        split = labelled_split(cfg, built.load(), parts.scorer)
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
         # One writer per run directory, held until summary.json is written; then a fresh run
         # refuses a directory that holds a run (the backend would silently resume its weights).

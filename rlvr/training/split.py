@@ -47,12 +47,13 @@ def pinned_split(items: list[T]) -> Split[T] | None:
     parts = [i.data.get(PINNED) if isinstance(i, Item) else None for i in items]
     if not items or any(p not in PARTS for p in parts):
         return None
-    return Split(
-        **{name: [i for i, p in zip(items, parts, strict=True) if p == name] for name in PARTS}
+    train, val, test = (
+        [i for i, p in zip(items, parts, strict=True) if p == name] for name in PARTS
     )
+    return Split(train=train, val=val, test=test)
 
 
-MIN_LABELLED = 3  # one each for train, validation and test; or validation and test and a spare
+MIN_LABELLED = 3  # as split_sizes needs: one each for validation and test, and one to spare
 
 
 class LabelError(ValueError):

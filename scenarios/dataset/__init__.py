@@ -3,7 +3,9 @@
     rlvr train dataset data_path=my.jsonl verifier=numeric
 
 Rows are `{"prompt": ..., "answer": ...}` with an optional `system` prompt and `id`, in JSONL,
-a JSON array, CSV or parquet (read with polars). Each episode is one chat turn; validation and
+a JSON array, CSV or parquet (read with polars). A row with no or an empty answer is unlabelled:
+it trains under a scorer that reads no label (`scorer=ruler`), and the labelled rows are held out
+(docs/guide/few-labels.md; `examples/few_labels.jsonl`). Each episode is one chat turn; validation and
 test check the answer with the chosen verifier, training gives partial credit where the verifier
 allows it. A file in the Tinker recipe's rubric format (`prompt` plus `rubric - N. criterion`
 columns) is trained with the rubric judge instead (`scorer=rubric`, the default there).
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from rlvr.types import Environment
 
 EXAMPLE = Path(__file__).parent / "examples" / "arithmetic.jsonl"
+FEW_LABELS = EXAMPLE.with_name("few_labels.jsonl")  # 400 unlabelled prompts, 60 labelled rows
 
 
 class Options(BaseModel):
@@ -66,4 +69,4 @@ task = Task(
     description="your labelled examples (prompt, answer) checked by a verifier, or a rubric file",
 )
 
-__all__ = ["EXAMPLE", "Options", "task"]
+__all__ = ["EXAMPLE", "FEW_LABELS", "Options", "task"]
