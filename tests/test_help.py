@@ -11,8 +11,8 @@ import typer
 from typer.core import TyperGroup
 from typer.testing import CliRunner
 
-from rlvr.cli.main import app
 from rlvr.cli.help import one_line_paragraphs
+from rlvr.cli.main import app
 
 SENTENCE = "exit 1 if GRPO would have nothing to learn from"  # in `rlvr preflight`'s docstring
 

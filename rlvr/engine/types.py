@@ -194,7 +194,9 @@ class EngineCounters(BaseModel):
     cached_prompt_tokens: int = 0  # of those, served from the prefix cache (not prefilled)
     prefilled_tokens: int = 0  # prompt tokens fed through the model
     decoded_tokens: int = 0  # completion tokens (sampled, or forced by a tool choice or grammar)
-    drafted_tokens: int = 0  # greedy rows' drafted tokens fed (rlvr.engine.token_sampling.lookup_draft)
+    drafted_tokens: int = (
+        0  # greedy rows' drafted tokens fed (rlvr.engine.token_sampling.lookup_draft)
+    )
     kept_draft_tokens: int = 0  # of those, kept (what greedy decoding chose)
     decode_steps: int = 0  # forwards of a live batch, a token (or a draft) a row
     sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)

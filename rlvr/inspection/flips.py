@@ -15,8 +15,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from rlvr.inspection.reader import InspectError, Run, _read, last_text, parse_field
 from rlvr.evaluation.paired_gains import PairedGain, paired_gain
+from rlvr.inspection.reader import InspectError, Run, _read, last_text, parse_field
 from rlvr.runs import layout
 
 # The checkpoints the test split is evaluated at, by the names a person types; `best` is the

@@ -25,8 +25,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from rlvr.config import RunConfig
-from rlvr.metrics import M
 from rlvr.evaluation.paired_gains import Compared, TestBlock
+from rlvr.metrics import M
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.damage import RunDamaged
 from rlvr.runs.records import Row

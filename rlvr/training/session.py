@@ -56,10 +56,12 @@ from rlvr.training.state import (
     TestResult,
     read_early_tests,
     restore_state,
+    warm_start_row,
     window_reward,
 )
 from rlvr.training.trends import EvalPoint, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
+from rlvr.training.work import fixed_items, item_seconds, refuse_small_cap
 from rlvr.types import Environment, Item, Judge, Sampling, Scorer, ServedJudge
 
 
@@ -79,6 +81,7 @@ class Session:
         policy: Policy,
         compared_with_truth: bool,
         memory: RssWatch,
+        opened: float | None = None,
     ) -> None:
         self.cfg, self.environment, self.scorer, self.run_dir = cfg, environment, scorer, run_dir
         self.memory = memory  # each phase's peak resident memory, for the rows
@@ -87,7 +90,13 @@ class Session:
         self.state: RunState = restore_state(rows)
         # The test results of the start and the warm start, evaluated beside their validations.
         self.tests: dict[Tested, TestResult] = read_early_tests(run_dir, rows)
-        self.started = time.monotonic() - self.state.wall_s
+        # A fresh run's clock starts where it opened (the model's load counts against max_minutes).
+        self.started = (opened or time.monotonic()) - self.state.wall_s
+        # Seconds per item of each evaluation so far: what max_minutes keeps back (work.py).
+        self.item_s: list[float] = [
+            r.eval_item_s for r in rows if isinstance(r, EvalRow) and r.eval_item_s
+        ]
+        self.left_out: list[str] = []  # tests the cap left out (rlvr.training.work.cut_line)
         self.val_items: list[Item] = (
             split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         )
@@ -150,10 +159,15 @@ class Session:
         t0 = time.monotonic()
         validated = await self.evaluate(self.val_items, "val", desc)
         seconds = time.monotonic() - t0
+        self.item_s.append(seconds / max(1, len(self.val_items)))
+        if not self.state.evals and warm_start_row(self.rows) is None:  # the run's first
+            self.refuse_small_cap(start_tested=test is None or test in self.tests)
         if test is not None and test not in self.tests and self.split.test:
             policy_step = await self.policy.model.get_step()
             try:
+                t1 = time.monotonic()
                 evaluated = await self.evaluate(self.split.test, "test", f"test ({test})")
+                self.item_s.append((time.monotonic() - t1) / len(self.split.test))
             except RunFailed as error:  # evaluated again at the end, which says what failed
                 console.print(
                     f"[yellow]test ({test}) left for the end[/]: {error}", highlight=False
@@ -163,6 +177,19 @@ class Session:
                 self.save_trajectories(layout.test_name(test), self.state.step, result.rows)
                 self.tests[test] = result
         return Validated(**dict(validated), seconds=seconds)
+
+    def refuse_small_cap(self, start_tested: bool) -> None:
+        """After the run's first validation: a cap that cannot hold the evaluations still fixed
+        (rlvr.training.work.fixed_items) is refused, before any training."""
+        items = fixed_items(
+            len(self.val_items), len(self.split.test), self.cfg.sft_steps > 0, start_tested
+        )
+        refuse_small_cap(
+            self.cfg, self.wall_s(), items, item_seconds(self.item_s), len(self.val_items)
+        )
+
+    def cap_s(self) -> float | None:
+        return None if self.cfg.max_minutes is None else self.cfg.max_minutes * 60
 
     async def validate(self, step: int, test: Tested | None = None) -> None:
         """Validation accuracy at `step` on ground truth (and the test split beside it as
@@ -237,6 +264,7 @@ async def open_session(
 ) -> AsyncIterator[Session]:
     """The run's session (module docstring); the judge, tracker, lock and policy are closed on
     exit, errors and Ctrl-C included."""
+    opened = time.monotonic()
     async with AsyncExitStack() as stack:
         stack.enter_context(run_lifetime())  # what the task opens closes with the run
         parts = await resolve_run(cfg, stack, environment, scorer, resume is not None)
@@ -287,6 +315,7 @@ async def open_session(
             policy,
             parts.compared_with_truth,
             memory,
+            opened,
         )
 
 
