@@ -37,7 +37,6 @@ PRELOAD = [
     "rlvr.cli.main",
     "rlvr.training.loop",
     "rlvr.engine.backend",
-    "tests.warm",
     "openai.resources.chat.completions",
     "peft",
     "matplotlib.pyplot",

@@ -76,7 +76,7 @@ def hacked_run(tmp_path_factory):
     from rlvr.config import RunConfig
     from rlvr.training import run_training
 
-    from .conftest import TINY_RUN
+    from tests.helpers.tiny_runs import TINY_RUN
 
     run_dir = tmp_path_factory.mktemp("hack") / "math-length"
     # smaller still than the tiny run: one step, 20 items (16 train / 2 val / 2 test)
