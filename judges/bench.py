@@ -34,9 +34,8 @@ from judges.client import JudgeClient
 from judges.rubric import RubricScorer
 from judges.rubric_data import Criterion, healthbench_path
 from judges.ruler import RulerScorer
-from rlvr.bench.figures import Figures
 from rlvr.config import RunConfig
-from rlvr.metrics import JudgeMetric
+from rlvr.metrics import Figures, JudgeMetric
 from rlvr.types import Item
 
 GOAL_RULER_TOKENS_RATIO = 0.5

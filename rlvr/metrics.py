@@ -1,4 +1,5 @@
-"""Metric names (each defined once) and the pure functions that compute per-step statistics."""
+"""Metric names (each defined once), the pure functions that compute per-step statistics, and
+what a benchmark reports (`Figures`, with its peak resident memory)."""
 
 from __future__ import annotations
 
@@ -311,3 +312,17 @@ def trajectory_metric_means(groups: list[art.TrajectoryGroup]) -> dict[str, floa
 def peak_rss_gb() -> float:
     """This process's peak resident memory so far, in GB (the policy trains in-process)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
+
+class Figures(BaseModel):
+    """What a benchmark returns: one typed model per `rlvr bench ...` command, printed as its one
+    JSON line (rlvr.runs.results.BenchLine reads such lines back into the results tables);
+    `bench` names the benchmark (the results table it goes in)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    bench: str
+
+    def line(self) -> str:
+        """The JSON line a benchmark prints last: every figure it has (one it has none of, e.g. a
+        vLLM-only figure on rlvr's engine, is left out)."""
+        return self.model_dump_json(exclude_none=True)

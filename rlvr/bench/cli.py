@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 if TYPE_CHECKING:
-    from rlvr.bench.figures import Figures
     from rlvr.engine.bench import TurnsFigures
+    from rlvr.metrics import Figures
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks; each prints one JSON line last.")
 

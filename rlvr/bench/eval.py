@@ -31,10 +31,9 @@ import torch
 from openai.types.chat import ChatCompletionMessageParam
 
 from rlvr.agent import EpisodeMetric
-from rlvr.bench.figures import Figures
 from rlvr.engine import EngineCounters, LocalTorchBackend
 from rlvr.engine.bench import bare_generate_policy, log
-from rlvr.metrics import peak_rss_gb
+from rlvr.metrics import Figures, peak_rss_gb
 from rlvr.runs import store
 from rlvr.task_api.plugins import task_config
 from rlvr.training.backends import Policy

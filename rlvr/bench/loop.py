@@ -11,9 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rlvr.bench.figures import Figures
 from rlvr.config import RunConfig
-from rlvr.metrics import ALARM_PREFIX
+from rlvr.metrics import ALARM_PREFIX, Figures
 from rlvr.runs import store
 from rlvr.runs.records import AlarmName, EvalRow
 from rlvr.training import run_training

@@ -26,11 +26,10 @@ import httpx
 import openai
 import torch
 
-from rlvr.bench.figures import Figures
 from rlvr.engine import resolve_model
 from rlvr.engine.bench import Target, _endpoint, _prompts, _registered, _side_server, log
 from rlvr.inference.server import ServerSpec, VllmServer, server_threads
-from rlvr.metrics import peak_rss_gb
+from rlvr.metrics import Figures, peak_rss_gb
 
 GIB = 1024**3
 ADAPTER_NAME = "bench-lora"

@@ -12,7 +12,7 @@
   the backend computes the sequences' prefix tree, cut where its levels cost more than they save
   (`tree_tokens` of `sequence_tokens`).
 
-Each returns its typed figures (rlvr.bench.figures) whose `ratio_vs_bare` is the headline, plus
+Each returns its typed figures (rlvr.metrics.Figures) whose `ratio_vs_bare` is the headline, plus
 peak RSS. Runs alternate
 (bare, ours, bare, ours, ...) and report medians, because the machine may be shared.
 """
@@ -36,7 +36,6 @@ from art.preprocessing.pack import PackedTensors
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import BaseModel, ConfigDict
 
-from rlvr.bench.figures import Figures
 from rlvr.engine.adapters import AdapterStore
 from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.decoding import Decoder
@@ -45,7 +44,7 @@ from rlvr.engine.lora_engine import Engine
 from rlvr.engine.server import Route, ServerThread, create_app
 from rlvr.engine.types import SampleRow
 from rlvr.engine.weights import WeightsView
-from rlvr.metrics import peak_rss_gb
+from rlvr.metrics import Figures, peak_rss_gb
 
 RATIO = "ratio_vs_bare"
 PEAK_RSS = "peak_rss_gb"
