@@ -156,6 +156,33 @@ ALARM_PREFIX = "alarm/"
 HINT_KEY = "hints"
 INDEPENDENT_REWARD = "independent_reward"
 
+# The namespaces of the loop's own keys (M, WarmMetric): each key in one is a field of a row's
+# record (rlvr.runs.records). judge/ is not one: the judge clients count there too.
+LOOP_PREFIXES = ("train/", "val/", "time/", "tokens/", "sys/", "test/", "draw/", "pool/", "warm/")
+ROLLOUT_PREFIX = "rollout/"
+SCORER_PREFIX = "scorer/"
+# The loop's keys a scorer counts itself (rlvr.scoring.scorers).
+SCORER_KEYS = frozenset({M.REWARD_ERRORS, M.REWARD_CLIPPED})
+
+
+def is_figure_key(key: str) -> bool:
+    """Whether `key` names a figure, a number a row carries beside its fields: one a scorer, a
+    judge, a task's rollouts or the serving backend named under a namespace of its own
+    (`judge/calls`, `reward/<part>`, `rollout/turns`, `vllm/servers`), so neither an alarm's nor
+    in the loop's namespaces."""
+    return "/" in key and not key.startswith((*LOOP_PREFIXES, ALARM_PREFIX))
+
+
+def scorer_figures(counters: dict[str, float]) -> dict[str, float]:
+    """A scorer's counters (Scorer.pop_metrics) as a step's row carries them: the loop's keys it
+    counts and its figures as they are, any other name under `scorer/`, so that a counter never
+    takes a name of the loop's."""
+    return {
+        key if key in SCORER_KEYS or is_figure_key(key) else SCORER_PREFIX + key: value
+        for key, value in counters.items()
+    }
+
+
 # Key prefixes rows written before a rename carry -> the current ones (the item draw's metrics
 # were sampling/*); rows are read through `current_key` once, where they are parsed.
 RENAMED_PREFIXES = {"sampling/": "draw/"}
@@ -287,13 +314,13 @@ def agreement(judge_rewards: list[float], truths: list[float]) -> float | None:
 
 # Per-trajectory metrics that already have a step-level key of their own.
 _SUMMARISED = frozenset({INDEPENDENT_REWARD, "truncated", "reward_error"})
-ROLLOUT_PREFIX = "rollout/"
 
 
 def trajectory_metric_means(groups: list[art.TrajectoryGroup]) -> dict[str, float]:
     """Step means of the numeric metrics rollouts and scorers put on trajectories (a task's
-    `retrieval/recall`, a composite's `reward/<part>`). A key without a '/' is namespaced under
-    `rollout/`, so a task's metric names never collide with the loop's."""
+    `retrieval/recall`, a composite's `reward/<part>`). A key that is not a figure's (one without
+    a '/', or in the loop's namespaces) is put under `rollout/`, so a task's metric names never
+    collide with the loop's."""
     values: dict[str, list[float]] = {}
     for group in groups:
         for trajectory in group.trajectories:
@@ -305,13 +332,15 @@ def trajectory_metric_means(groups: list[art.TrajectoryGroup]) -> dict[str, floa
                 ):
                     continue
                 if math.isfinite(value):
-                    values.setdefault(key if "/" in key else ROLLOUT_PREFIX + key, []).append(value)
+                    name = key if is_figure_key(key) else ROLLOUT_PREFIX + key
+                    values.setdefault(name, []).append(value)
     return {key: sum(v) / len(v) for key, v in sorted(values.items())}
 
 
 def peak_rss_gb() -> float:
     """This process's peak resident memory so far, in GB (the policy trains in-process)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # kB on Linux
+
 
 class Figures(BaseModel):
     """What a benchmark returns: one typed model per `rlvr bench ...` command, printed as its one

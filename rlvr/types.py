@@ -168,7 +168,8 @@ class Scorer(Protocol):
     judge failed after its retries): the loop skips and counts it; it never becomes a fake 0.0.
 
     `pop_metrics` returns the counters accumulated since the last call (e.g. `judge/calls`,
-    `judge/failures`, `judge/cost_usd`, `train/reward_errors`) and resets them.
+    `judge/failures`, `judge/cost_usd`, `train/reward_errors`) and resets them; a step's row
+    writes a name without a namespace of its own as `scorer/<name>` (rlvr.metrics.scorer_figures).
     """
 
     name: str

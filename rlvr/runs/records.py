@@ -3,11 +3,13 @@ evaluation, the warm start), an alarm, why a run stopped, and the summary (`RunR
 paired `test` block of rlvr.evaluation.paired_gains).
 
 Each metrics row is parsed once, where it is read (rlvr.runs.store), into its record type; code
-elsewhere tells rows apart by type. On disk every key stays what it always was: a record's fields
-carry the metric keys of rlvr.metrics as aliases, keys a task or scorer adds (`rollout/...`,
-`judge/...`) and alarms (`alarm/<name>`) ride along as extra values, and a new row also says its
-`kind`. Rows written before `kind` existed are classified by `row_kind`, the one place that looks
-at which keys a row holds.
+elsewhere tells rows apart by type. On disk every key stays what it always was, and each is
+declared: a record's fields carry the metric keys of rlvr.metrics as aliases, alarms
+(`alarm/<name>`) are its `alarms`, and the numbers a scorer, a judge, a task's rollouts or the
+serving backend add under a namespace of their own (`judge/calls`, `rollout/turns`,
+`vllm/servers`) are its `figures`; any other key is an error. A new row also says its `kind`. Rows
+written before `kind` existed are classified by `row_kind`, the one place that looks at which keys
+a row holds, and `parse_row`, the reader of old rows, keeps a key it knows no place for as read.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar, Self
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model_validator
 
 from rlvr.evaluation.paired_gains import TestBlock
 from rlvr.evaluation.resolution import HeldOut
-from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key
+from rlvr.inference.metrics import VllmMetric
+from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key, is_figure_key
 
 KIND_KEY = "kind"
+# The fields that hold a row's patterned keys (`alarm/<name>`, figures) rather than one key each.
+GATHERED = ("alarms", "figures")
 
 
 class RowKind(StrEnum):
@@ -32,6 +37,14 @@ class RowKind(StrEnum):
     EVAL = "eval"  # one validation, beside any test of the same weights
     WARM_START = "warm_start"  # the warm start, once, before the baseline
     OTHER = "other"  # none of these (a row a later version may add)
+
+
+class AlarmName(StrEnum):
+    REWARD_HACKING = "reward_hacking"  # reward up, validation down: stop and read the rollouts
+    VAL_FALLING = "val_falling"  # reward up, validation down once by 1-`val_z` s.e.: a warning
+    CONVERGED = "converged"  # reward up, validation flat: more steps buy nothing
+    JUDGE_DISAGREES = "judge_disagrees"  # training reward far from ground truth, same rollouts
+    RL_REGRESSION = "rl_regression"  # validation below where RL started, beyond paired noise
 
 
 class Outcome(BaseModel):
@@ -45,38 +58,92 @@ class Outcome(BaseModel):
     signal: bool
 
 
+Figure = int | float | None  # a figure's value: a count or a measure (null: it was not finite)
+
+
 class Row(BaseModel):
     """A metrics row: its loop step, the policy checkpoint it stands at, the run's wall-clock
-    seconds when written, and every other key as written (alarms as `alarm/<name>`)."""
+    seconds and the process's peak memory when written, the alarms it raised (name -> message;
+    `alarm/<name>` on disk) and the figures others named (key -> number; each key on disk as it
+    is: rlvr.metrics.is_figure_key).
 
-    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+    Built from its fields, or from its keys as metrics.jsonl holds them (`model_validate`,
+    `with_values`); a key that is neither a field's, an alarm's nor a figure's is an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
     kind: ClassVar[RowKind] = RowKind.OTHER
 
     step: int = Field(0, alias=M.STEP)
     wall_s: float | None = Field(None, alias=M.WALL_SECONDS)
     policy_step: int | None = Field(None, alias=M.POLICY_STEP)
+    peak_rss_gb: float | None = Field(None, alias=M.PEAK_RSS)
+    alarms: dict[AlarmName, str] = {}
+    figures: dict[str, Figure] = {}
+    # Keys an old row holds that no field or pattern declares, kept as read (set by parse_row only).
+    _unread: dict[str, JsonValue] = PrivateAttr(default_factory=dict)
 
-    @property
-    def alarms(self) -> dict[str, str]:
-        """Alarm name -> message, for every alarm this row raised."""
-        extra = self.model_extra or {}
+    @model_validator(mode="before")
+    @classmethod
+    def _gather(cls, data: object) -> object:
+        """A row's `alarm/<name>` keys into its alarms and its figures' keys into its figures
+        (beside any alarms and figures given as such); every other key is left for its field, or
+        without one for extra="forbid" to name."""
+        if not isinstance(data, dict):
+            return data
+        fields = cls.field_keys()
+        out = {k: v for k, v in data.items() if k in fields}
+        alarms, figures = out.get("alarms", {}), out.get("figures", {})
+        if not isinstance(alarms, dict) or not isinstance(figures, dict):
+            return data  # not a mapping: the field's own validation says so
+        alarms, figures = dict(alarms), dict(figures)
+        for key, value in data.items():
+            if key in fields:
+                continue
+            if isinstance(key, str) and key.startswith(ALARM_PREFIX):
+                alarms[key.removeprefix(ALARM_PREFIX)] = value
+            elif isinstance(key, str) and is_figure_key(key):
+                figures[key] = value
+            else:
+                out[key] = value
         return {
-            key.removeprefix(ALARM_PREFIX): str(value)
-            for key, value in extra.items()
-            if key.startswith(ALARM_PREFIX)
+            **out,
+            **({"alarms": alarms} if alarms else {}),
+            **({"figures": figures} if figures else {}),
         }
+
+    @classmethod
+    def field_keys(cls) -> frozenset[str]:
+        """Every name and metric key of this record's fields."""
+        return frozenset(
+            key for name, f in cls.model_fields.items() for key in (name, f.alias) if key
+        )
+
+    @classmethod
+    def declares(cls, key: str, value: JsonValue) -> bool:
+        """Whether this record has a place for `key` holding `value`: a field, an alarm of a
+        known name, or a figure's number."""
+        if key in cls.field_keys():
+            return True
+        if key.startswith(ALARM_PREFIX):
+            return key.removeprefix(ALARM_PREFIX) in set(AlarmName) and isinstance(value, str)
+        return is_figure_key(key) and (value is None or isinstance(value, int | float))
+
+    def _flat(self, exclude_unset: bool) -> dict[str, JsonValue]:
+        """The row's keys as metrics.jsonl holds them, without its kind."""
+        values: dict[str, JsonValue] = self.model_dump(
+            mode="json", by_alias=True, exclude_unset=exclude_unset, exclude=set(GATHERED)
+        )
+        alarms = {f"{ALARM_PREFIX}{name}": message for name, message in self.alarms.items()}
+        return {**values, **alarms, **self.figures, **self._unread}
 
     def on_disk(self) -> dict[str, JsonValue]:
         """The row as metrics.jsonl holds it: its kind, then exactly the keys it was given."""
-        values: dict[str, JsonValue] = self.model_dump(
-            mode="json", by_alias=True, exclude_unset=True
-        )
-        return {KIND_KEY: self.kind.value, **values}
+        return {KIND_KEY: self.kind.value, **self._flat(exclude_unset=True)}
 
     def value(self, key: str) -> JsonValue:
         """The value under metric key `key` as written (None where the row has none)."""
-        return self.model_dump(mode="json", by_alias=True).get(key)
+        return self._flat(exclude_unset=False).get(key)
 
     def number(self, key: str) -> float | None:
         """The number under metric key `key` (None where it is missing or not a number)."""
@@ -86,12 +153,16 @@ class Row(BaseModel):
         )
 
     def with_values(self, **values: object) -> Self:
-        """This row with more values (by field name or metric key): an alarm, the hints, the time.
-        A field's metric key sets that field, so no key is ever written twice."""
-        fields = {str(f.alias): name for name, f in type(self).model_fields.items() if f.alias}
-        named = {fields.get(k, k): v for k, v in values.items()}
+        """This row with more values (by field name or metric key): an alarm, the hints, the time,
+        figures. A field's metric key sets that field, so no key is ever written twice."""
+        aliases = {name: f.alias for name, f in type(self).model_fields.items() if f.alias}
+        given = {aliases.get(k, k): v for k, v in values.items()}
         # validated like the row itself, so a count given as 2.0 is the int field's 2
-        return type(self).model_validate({**self.model_dump(exclude_unset=True), **named})
+        row = type(self).model_validate(
+            {**self.model_dump(by_alias=True, exclude_unset=True), **given}
+        )
+        row._unread = {k: v for k, v in self._unread.items() if k not in given}
+        return row
 
 
 class StepRow(Row):
@@ -115,6 +186,11 @@ class StepRow(Row):
     no_logprob_turns: int | None = Field(None, alias=M.NO_LOGPROB_TURNS)
     rollout_errors: int | None = Field(None, alias=M.ROLLOUT_ERRORS)
     completion_tokens: float | None = Field(None, alias=M.COMPLETION_TOKENS)
+    prompt_tokens: int | None = Field(None, alias=M.PROMPT_TOKENS)
+    cached_prompt_tokens: int | None = Field(None, alias=M.CACHED_PROMPT_TOKENS)
+    prefilled_tokens: int | None = Field(None, alias=M.PREFILLED_TOKENS)
+    sequence_tokens: int | None = Field(None, alias=M.SEQUENCE_TOKENS)
+    forwarded_tokens: int | None = Field(None, alias=M.FORWARDED_TOKENS)
     learning_rate: float | None = Field(None, alias=M.LEARNING_RATE)
     loss: float | None = Field(None, alias=M.LOSS)
     signal_groups: int | None = Field(None, alias=M.SIGNAL_GROUPS)
@@ -128,9 +204,11 @@ class StepRow(Row):
     score_hidden: float | None = Field(None, alias=M.SCORE_HIDDEN)
     update_s: float | None = Field(None, alias=M.UPDATE_SECONDS)
     decoded_tokens: int | None = Field(None, alias=M.DECODED_TOKENS)
-    peak_rss_gb: float | None = Field(None, alias=M.PEAK_RSS)
+    rss_rollouts_gb: float | None = Field(None, alias=M.RSS_ROLLOUTS)
+    rss_update_gb: float | None = Field(None, alias=M.RSS_UPDATE)
     update_kl: float | None = Field(None, alias=M.UPDATE_KL)
     sampler_kl: float | None = Field(None, alias=M.SAMPLER_KL)
+    mismatch_kl: float | None = Field(None, alias=VllmMetric.MISMATCH_KL)
     trained_tokens: float | None = Field(None, alias=M.TRAINED_TOKENS)
     judge_agreement: float | None = Field(None, alias=M.JUDGE_AGREEMENT)
     step_s: float | None = Field(None, alias=M.STEP_SECONDS)
@@ -158,6 +236,7 @@ class EvalRow(Row):
     eval_item_s: float | None = Field(None, alias=M.EVAL_ITEM_SECONDS)
     trend: float | None = Field(None, alias=M.VAL_TREND)
     trend_se: float | None = Field(None, alias=M.VAL_TREND_SE)
+    rss_eval_gb: float | None = Field(None, alias=M.RSS_EVAL)
     test_checkpoint: str | None = Field(None, alias=M.TEST_CHECKPOINT)
 
     def item_seconds(self, val_items: int) -> float:
@@ -186,6 +265,8 @@ class WarmStartRow(Row):
     tokens_planned: float | None = Field(None, alias=WarmMetric.TOKENS_PLANNED)
     cut: float | None = Field(None, alias=WarmMetric.CUT)  # 1 when its budget cut it short
     budget_s: float | None = Field(None, alias=WarmMetric.BUDGET_S)
+    rss_eval_gb: float | None = Field(None, alias=M.RSS_EVAL)  # the validation before it
+    rss_warm_start_gb: float | None = Field(None, alias=M.RSS_WARM_START)
     test_checkpoint: str | None = Field(None, alias=M.TEST_CHECKPOINT)
 
     def summary(self) -> dict[str, JsonValue]:
@@ -222,23 +303,19 @@ def row_kind(raw: dict[str, JsonValue]) -> RowKind:
 
 def parse_row(raw: dict[str, JsonValue]) -> Row:
     """A metrics row as its record (pydantic's ValidationError where a value is not one); keys
-    renamed since the row was written read as their current names (rlvr.metrics.current_key)."""
+    renamed since the row was written read as their current names (rlvr.metrics.current_key),
+    and a key an older or newer rlvr wrote that this one has no place for is kept as read."""
     values = {current_key(key): value for key, value in raw.items() if key != KIND_KEY}
-    return ROW_TYPES[row_kind(raw)].model_validate(values)
+    record = ROW_TYPES[row_kind(raw)]
+    row = record.model_validate({k: v for k, v in values.items() if record.declares(k, v)})
+    row._unread = {k: v for k, v in values.items() if not record.declares(k, v)}
+    return row
 
 
 def last_policy_step(rows: list[Row]) -> int:
     """The latest policy checkpoint any of `rows` names (0: none names one); a resumed run
     rewinds its policy to it."""
     return max((r.policy_step for r in rows if r.policy_step is not None), default=0)
-
-
-class AlarmName(StrEnum):
-    REWARD_HACKING = "reward_hacking"  # reward up, validation down: stop and read the rollouts
-    VAL_FALLING = "val_falling"  # reward up, validation down once by 1-`val_z` s.e.: a warning
-    CONVERGED = "converged"  # reward up, validation flat: more steps buy nothing
-    JUDGE_DISAGREES = "judge_disagrees"  # training reward far from ground truth, same rollouts
-    RL_REGRESSION = "rl_regression"  # validation below where RL started, beyond paired noise
 
 
 class Alarm(BaseModel):

@@ -29,6 +29,7 @@ from rlvr.metrics import (
     has_signal,
     peak_rss_gb,
     reward_counts,
+    scorer_figures,
     trajectory_metric_means,
 )
 from rlvr.runs import store
@@ -318,9 +319,9 @@ def step_row(run: Session, step: int, batch: Batch, update: Update, started: flo
     )
     if timing.score_s is not None:  # no group scored: no scoring span to time
         row = row.with_values(score_s=timing.score_s, score_hidden=timing.score_hidden)
-    # Keys a scorer, a task's rollouts and a serving backend name themselves ride along as extras.
+    # Keys a scorer, a task's rollouts and a serving backend name themselves: the row's figures.
     row = row.with_values(
-        **run.scorer.pop_metrics(),
+        **scorer_figures(run.scorer.pop_metrics()),
         **trajectory_metric_means(groups),
         **serving_metrics(run.policy.backend, run.policy.model, update.metrics),
     )

@@ -11,12 +11,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from rlvr import inspection as ri
 from rlvr.cli.main import app
 from rlvr.evaluation.paired_gains import Compared
-from rlvr.metrics import M, WarmMetric
+from rlvr.metrics import M, WarmMetric, scorer_figures
 from rlvr.runs import store
 from rlvr.runs.records import (
     KIND_KEY,
@@ -120,6 +121,46 @@ def test_typed_fields_read_the_metric_keys() -> None:
     assert val.alarms == {"converged": "flat"}
     assert isinstance(warm, WarmStartRow) and (warm.seconds, warm.policy_step) == (12.5, 3)
     assert warm.summary() == {"seconds": 12.5, "val_before": 0.25, M.POLICY_STEP: 3}
+
+
+def test_every_key_a_run_writes_has_a_place_in_its_record() -> None:
+    row = StepRow(reward_mean=0.5).with_values(
+        **{M.PROMPT_TOKENS: 7, "alarm/converged": "flat", "judge/calls": 3, "rollout/turns": 2.0}
+    )
+    assert (row.prompt_tokens, row.alarms, row.figures) == (
+        7,
+        {"converged": "flat"},
+        {"judge/calls": 3, "rollout/turns": 2.0},
+    )
+    written = {k: v for k, v in row.on_disk().items() if k != KIND_KEY}
+    assert StepRow.model_validate(written) == row  # its keys as on disk are the row again
+    # a key of no field, alarm or figure: a typo, an undeclared loop key, an unknown alarm
+    for key, value in (("reward", 0.5), ("train/reward_maen", 0.5), ("alarm/odd", "x")):
+        with pytest.raises(ValidationError):
+            row.with_values(**{key: value})
+    with pytest.raises(ValidationError):
+        row.with_values(**{"judge/calls": "many"})  # a figure is a number
+
+
+def test_only_the_reader_of_old_rows_keeps_keys_it_has_no_place_for() -> None:
+    raw = {**OLD_STEP, "train/retired": 1, "note": "x", "alarm/retired": "gone"}
+    row = parse_row(raw)
+    assert isinstance(row, StepRow) and row.alarms == {} and row.figures == {"rollout/turns": 1.0}
+    assert {k: v for k, v in row.on_disk().items() if k != KIND_KEY} == raw
+    stamped = row.with_values(wall_s=1.0)  # kept through a new value, and written back
+    assert stamped.on_disk() == {**row.on_disk(), M.WALL_SECONDS: 1.0}
+    with pytest.raises(ValidationError):
+        StepRow.model_validate(raw)
+
+
+def test_a_scorer_s_counter_never_takes_a_name_of_the_loop_s() -> None:
+    counted = {M.REWARD_ERRORS: 1.0, "judge/calls": 2.0, "calls": 3.0, "train/odd": 4.0}
+    assert scorer_figures(counted) == {
+        M.REWARD_ERRORS: 1.0,
+        "judge/calls": 2.0,
+        "scorer/calls": 3.0,
+        "scorer/train/odd": 4.0,
+    }
 
 
 def test_a_damaged_value_is_one_line_naming_the_file_line_and_key(tmp_path: Path) -> None:

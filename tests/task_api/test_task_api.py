@@ -331,6 +331,16 @@ def test_trajectory_metrics_are_averaged_per_step() -> None:
     }
 
 
+def test_a_trajectory_metric_in_the_loop_s_namespaces_goes_under_rollout() -> None:
+    a = answered("a")
+    a.metrics.update({"train/reward_mean": 1.0, "time/tool_s": 2.0, "alarm/converged": 1.0})
+    assert trajectory_metric_means([art.TrajectoryGroup([a])]) == {
+        "rollout/alarm/converged": 1.0,
+        "rollout/time/tool_s": 2.0,
+        "rollout/train/reward_mean": 1.0,
+    }
+
+
 # --- the CLI --------------------------------------------------------------------------------------
 
 
