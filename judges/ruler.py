@@ -221,10 +221,13 @@ class RulerScorer:
             return None
         self._counts[RulerMetric.GROUPS_SCORED] += 1
         # ART records the incoming reward as `independent_reward`; where the loop had already put
-        # the ground truth there, that is what must stay.
+        # the ground truth there, that is what must stay, and where it had none (an unlabelled
+        # item) the rollout's placeholder reward is no truth and must not be read as one.
         for before, after in zip(group.trajectories, scored.trajectories, strict=True):
             if INDEPENDENT_REWARD in before.metrics:
                 after.metrics[INDEPENDENT_REWARD] = before.metrics[INDEPENDENT_REWARD]
+            else:
+                after.metrics.pop(INDEPENDENT_REWARD, None)
         return scored
 
     def pop_metrics(self) -> dict[str, float]:

@@ -95,7 +95,14 @@ def split_items(
     on, every labelled item is held out, split between validation and test by their ratio."""
     pinned = pinned_split(items)
     if pinned is not None:
-        return pinned.model_copy(update={"unlabelled": unlabelled_ids(pinned.train)})
+        unlabelled = unlabelled_ids(items)
+        held = [getattr(i, "id", "") for i in pinned.val + pinned.test]
+        if strays := [i for i in held if i in unlabelled]:
+            raise LabelError(
+                f"{len(strays)} unlabelled item(s) pinned to validation or test (first: "
+                f"{strays[0]!r}); held-out items need an answer, or pin them to train"
+            )
+        return pinned.model_copy(update={"unlabelled": unlabelled})
     unlabelled = unlabelled_ids(items)
     labelled = [i for i in items if getattr(i, "id", None) not in unlabelled]
     order = labelled

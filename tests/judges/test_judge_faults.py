@@ -209,6 +209,20 @@ async def test_identical_trajectories_get_one_score_each(server: FaultServer) ->
     assert scored is not None and [t.reward for t in scored.trajectories] == [GOOD_SCORES[0]] * 3
 
 
+async def test_an_unlabelled_group_gets_no_ground_truth_from_ruler(server: FaultServer) -> None:
+    # ART's RULER copies each incoming reward into `independent_reward`; an unlabelled item's
+    # rollouts have no truth, and a placeholder 0 read as one would fake judge agreement.
+    server.schedule([])
+    group = make_group()
+    for trajectory in group.trajectories:
+        trajectory.metrics.pop("independent_reward")
+    unlabelled = ITEM.model_copy(update={"answer": None})
+    async with open_judge(config(server)) as judge:
+        scored = await RulerScorer(judge).score(group, unlabelled)
+    assert scored is not None
+    assert all("independent_reward" not in t.metrics for t in scored.trajectories)
+
+
 async def test_client_error_is_not_retried_and_the_key_never_logged(
     server: FaultServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

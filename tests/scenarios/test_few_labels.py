@@ -101,10 +101,6 @@ def trained_ids(run_dir: Path, name: str) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="issue 70 open: one check of which items trained or what the rows hold fails",
-    strict=False,
-)
 def test_the_page_s_command_trains_on_the_unlabelled_prompts_and_tests_on_labels(
     tmp_path: Path,
 ) -> None:
@@ -206,3 +202,33 @@ def test_a_task_of_one_s_own_trains_its_unlabelled_scenarios_and_never_checks_th
         frame = pl.read_parquet(run_dir / "trajectories" / step)
         assert all(i.startswith("prompt-") for i in frame["item_id"].to_list())
         assert frame["independent_reward"].null_count() == len(frame)
+
+
+@pytest.mark.slow
+def test_sixty_labelled_rows_say_what_their_six_test_items_resolve_before_training(
+    tmp_path: Path,
+) -> None:
+    from tests.helpers.tiny_runs import cli, only_run
+
+    path = write(tmp_path, 60, 0)
+    runs = tmp_path / "runs"
+    settings = {**TINY, "max_steps": 1, "eval_every": 1, "judge": "none"}
+    out = cli(
+        "train",
+        "dataset",
+        f"data_path={path}",
+        "verifier=exact",
+        *(f"{k}={v}" for k, v in settings.items()),
+        f"runs_root={runs}",
+    )
+    said = "test: 6 labelled items; a gain resolves only if all 6 improve"
+    printed = out.stdout.replace("\n", " ")
+    assert said in printed, out.stdout[-3000:]
+    # said before the first step trains, not only in the summary
+    first_step = re.search(r"\bstep 1 ", printed)
+    assert first_step is not None and printed.index(said) < first_step.start()
+    summary = json.loads((only_run(runs) / "summary.json").read_text())
+    held = summary["held_out"]
+    assert (held["labelled"], held["unlabelled"], held["train_labelled"]) == (60, 0, 48)
+    assert held["test"]["items"] == 6 and held["test"]["fewest"] == 6
+    assert held["stops"] is False

@@ -102,6 +102,29 @@ def test_fewer_than_three_labels_beside_unlabelled_items_is_an_error() -> None:
         split_items(items(2, 50), val_ratio=0.1, test_ratio=0.1, seed=0, hold_out_labels=True)
 
 
+@pytest.mark.parametrize("part", ["val", "test"])
+def test_an_unlabelled_item_pinned_to_a_held_out_part_is_an_error(part: str) -> None:
+    from rlvr.types import PINNED
+
+    pinned = [
+        i.model_copy(update={"data": {PINNED: p}})
+        for i, p in zip(items(3, 2), ["train", "val", "test", "train", part], strict=True)
+    ]
+    with pytest.raises(LabelError, match=r"1 unlabelled item.*'u1'"):
+        split_items(pinned, val_ratio=0.1, test_ratio=0.1, seed=0)
+
+
+def test_a_pinned_split_names_its_unlabelled_training_items() -> None:
+    from rlvr.types import PINNED
+
+    pinned = [
+        i.model_copy(update={"data": {PINNED: p}})
+        for i, p in zip(items(3, 2), ["train", "val", "test", "train", "train"], strict=True)
+    ]
+    split = split_items(pinned, val_ratio=0.1, test_ratio=0.1, seed=0)
+    assert split.unlabelled == {"u0", "u1"} and [i.id for i in split.val] == ["l1"]
+
+
 def config(**values) -> RunConfig:
     return RunConfig(**values)
 

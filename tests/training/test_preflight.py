@@ -301,3 +301,6 @@ def test_preflight_suggests_room_and_a_larger_validation_for_real() -> None:
     assert code in (0, 1), out[-3000:]
     assert "suggest max_tokens=8: " in out and "were cut at max_tokens=4" in out, out[-3000:]
     assert "suggest validation items=" in out and "a validation of 4 items" in out, out[-3000:]
+    # what the held-out splits can resolve, before any training
+    assert "labels: 40 labelled item(s): 32 train, 4 validation, 4 test" in out, out[-3000:]
+    assert "test: 4 labelled items; " in out and "too small to stop on" in out
