@@ -65,7 +65,10 @@ task = Task(
         "max_tokens": 8,  # a direction is one or two tokens: room for "right.", none for rambling
         "temperature": 1.0,
         "groups_per_batch": 4,
-        "max_minutes": 18,  # sized so the RL steps never run short of fresh training boards
+        # Work, not minutes, so a seed gives the same agent on every CPU: the steps a capped
+        # run reached (results/records/2048-2026-11-26-rlvr-train-2048-sampling-signal-e9a520.json),
+        # well inside the fresh training boards.
+        "max_steps": 10,
         "train_ratio": 0.7,
         "val_ratio": 0.1,  # 40 boards: less noise than 20 at an evaluation cost the budget holds
         "test_ratio": 0.2,  # 80 boards: a +0.10 paired gain needs ~73 to clear its 95% interval

@@ -106,7 +106,7 @@ ONE_TURN_DEFAULTS: dict[str, float | int] = {
     "temperature": 0.8,  # below 1: fewer rambling samples, groups still mix right and wrong
     "max_tokens": 32,  # the answer is a number: room for a short working, not for rambling
     "groups_per_batch": 8,  # one-turn rollouts are cheap, and more items steady the update
-    "max_minutes": 18,  # above a plateau stop's usual time on a CPU: the plateau rule decides
+    # No minutes: the plateau rule decides within max_steps, the same on every CPU.
 }
 
 

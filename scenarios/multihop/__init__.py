@@ -93,7 +93,7 @@ task = Task(
         "groups_per_batch": 2,
         "max_tokens": 32,
         "max_val_items": 32,
-        "max_minutes": 22,
+        "max_steps": 6,  # work, not minutes: the steps of the run above, on every CPU
     },
     description="answer multi-hop questions by searching and reading generated passages",
 )

@@ -50,7 +50,10 @@ task = Task(
         "group_size": 4,  # half the default: each rollout is a judge call
         "groups_per_batch": 2,  # with groups of 4: eight judge calls a step
         "max_tokens": 64,  # a shorter reply is a shorter judge prompt
-        "max_minutes": 25,  # the judge shares the CPU with the policy: steps are slow
+        # Work, not minutes: the judge shares the CPU with the policy, so a step is slow, and
+        # the steps a capped run reached are few
+        # (results/records/rubric_if-2026-11-26-rlvr-train-rubric-if-ba0020.json).
+        "max_steps": 2,
     },
     description="instruction following graded per rubric criterion by a judge (Tinker recipe)",
 )
