@@ -34,7 +34,7 @@ LOCK_FLAGS := --no-config --extra dev --extra verifiers --generate-hashes --pyth
 # Test workers: pytest-xdist processes (auto = one per core).
 WORKERS ?= auto
 
-.PHONY: setup lock train test test-fast durations lint bench preflight clean docs lab
+.PHONY: setup lock train test test-fast durations lint bench preflight clean docs lab docs-screenshot
 
 setup: $(STAMP)
 
@@ -100,11 +100,19 @@ test: $(STAMP)
 # The documentation site (mkdocs.yml, docs/) into site/. Strict: a broken link, a page missing from
 # the nav or a stale API reference fails the build (`make test` builds it too, beside the tests).
 # NO_MKDOCS_2_WARNING: mkdocs-material's banner about a future MkDocs, printed on every build.
+# Not -q: it lowers mkdocs' logger to errors, so the warnings --strict counts are never raised and
+# a broken link or missing picture builds.
 export NO_MKDOCS_2_WARNING := 1
-MKDOCS_BUILD := $(BIN)/mkdocs build --strict -q
+MKDOCS_BUILD := $(BIN)/mkdocs build --strict
 docs: $(STAMP)
 	$(MKDOCS_BUILD) -d site
 	@echo "docs: site/index.html"
+
+# The built site served on localhost and its results and benchmarks pages taken by headless
+# Chromium (Debian's `chromium` package), as PNGs in $(SHOTS): the pictures as a reader sees them.
+SHOTS ?= build/docs-shots
+docs-screenshot: docs
+	$(BIN)/python -m tools.docshots site $(SHOTS)
 
 # JupyterLab on the project's kernel (.venv's python) with notebooks/ as its root, on 127.0.0.1
 # only, behind a fresh token: the URL to open is printed once (tools/lab.py).

@@ -1,13 +1,15 @@
 """The documentation site's generated pages, and the mkdocs hook that adds them at build time
 (mkdocs.yml `hooks:`): the configuration reference from RunConfig's fields, the command-line
 reference from the typer app, the tasks reference from the installed tasks, the Python API through
-mkdocstrings, and the results and benchmarks pages from results/. Generating them from the code
-keeps them from drifting: a renamed field or command changes its page, and `mkdocs build --strict`
-fails on a link to a page or name that is gone."""
+mkdocstrings, and the results and benchmarks pages from results/, with their pictures (each
+task's kept run drawn as its report.png, the benchmarks against their baselines). Generating them
+from the code keeps them from drifting: a renamed field or command changes its page, and `mkdocs
+build --strict` fails on a link to a page, name or picture that is gone."""
 
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from collections.abc import Iterator
 from enum import Enum
@@ -24,6 +26,8 @@ if TYPE_CHECKING:
     from mkdocs.config.defaults import MkDocsConfig
     from mkdocs.structure.files import Files
 
+    from rlvr.runs.results import Inputs, RunRecord
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "results" / "records"
 BENCH = ROOT / "results" / "bench"
@@ -36,6 +40,9 @@ API_PAGE = "reference/api.md"
 RESULTS_PAGE = "results/index.md"
 BENCH_PAGE = "results/benchmarks.md"
 CHANGELOG_PAGE = "changelog.md"
+# The pictures the results pages show, drawn when the site is built; none is a file under docs/.
+FIGURES = "results/figures"
+BENCH_FIGURE = f"{FIGURES}/benchmarks.png"
 # Every page the hook adds: none of them is a file under docs/.
 GENERATED_PAGES = (
     CONFIG_PAGE,
@@ -266,12 +273,65 @@ def api_reference() -> str:
 # --- results -------------------------------------------------------------------------------------
 
 
-def results_pages() -> tuple[str, str]:
-    """The results page (every record by task) and the benchmarks page (bench JSON lines)."""
-    from rlvr.runs.results import Inputs, bench_tables, gather, made_by, results_page
+def record_inputs(records: Path = RECORDS) -> Inputs:
+    from rlvr.runs.results import Inputs, gather
 
-    inputs = gather([RECORDS]) if RECORDS.is_dir() else Inputs()
-    runs = results_page(Inputs(records=inputs.records), [Path("results/records")])
+    return gather([records]) if records.is_dir() else Inputs()
+
+
+def bench_inputs(bench: Path = BENCH) -> Inputs:
+    from rlvr.runs.results import Inputs, gather
+
+    return gather([bench]) if bench.is_dir() and any(bench.iterdir()) else Inputs()
+
+
+def figure_path(task: str) -> str:
+    """Where a task's picture goes in the site (a task name may hold any character)."""
+    return f"{FIGURES}/{re.sub(r'[^A-Za-z0-9_-]+', '-', task)}.png"
+
+
+def results_pictures(records: Path = RECORDS, bench: Path = BENCH) -> dict[str, bytes]:
+    """Every picture of the results pages by its path in the site: each task's current run
+    (the one the results page's first table shows) drawn from its record by the code of
+    report.png, and the benchmark chart where bench lines are kept."""
+    from rlvr.runs.pictures import bench_figure, png, record_figure
+    from rlvr.runs.results import current
+
+    pictures = {
+        figure_path(r.task): png(record_figure(r)) for r in current(record_inputs(records).records)
+    }
+    lines = bench_inputs(bench).bench
+    if lines:
+        pictures[BENCH_FIGURE] = png(bench_figure(lines))
+    return pictures
+
+
+def _picture(path: str, alt: str) -> str:
+    """A Markdown image from a page under results/, a link to the full-size file: strict mkdocs
+    fails the build where the file is missing."""
+    target = Path(path).relative_to("results")
+    return f"[![{alt}]({target})]({target})"
+
+
+def _run_picture(record: RunRecord) -> str:
+    """A task's picture on the results page, and which run it draws."""
+    shown = _picture(figure_path(record.task), f"{record.task}: its run's curves and paired gains")
+    drawn = "" if record.curves else "; the record keeps no curves, so it shows the paired gains"
+    return (
+        f"{shown}\n\n*The picture: `{record.command}` ({record.date}), drawn from its record as "
+        f"the run's report.png{drawn}.*"
+    )
+
+
+def results_pages(records: Path = RECORDS, bench: Path = BENCH) -> tuple[str, str]:
+    """The results page (every record by task) and the benchmarks page (bench JSON lines)."""
+    from rlvr.runs.results import Inputs, bench_tables, current, made_by, results_page
+
+    inputs = record_inputs(records)
+    pictures = {r.task: _run_picture(r) for r in current(inputs.records)}
+    runs = results_page(
+        Inputs(records=inputs.records), [Path("results/records")], pictures=pictures
+    )
     results = "\n\n".join(
         [
             "# Results",
@@ -282,7 +342,9 @@ def results_pages() -> tuple[str, str]:
             "interval inverts the paired sign-flip test, bold where its lower bound is above 0 "
             "([how it is measured](../concepts/hybrid-loop.md#the-test-block-paired-gains)). "
             "The first table holds one run per task: its newest run at the task's own defaults "
-            "(on any seed; the command names it).",
+            "(on any seed; the command names it). Under each task's heading that run is drawn as "
+            "its report.png draws it: training reward, validation, test accuracy and alarms over "
+            "the steps, and the paired test gains with their 95% intervals.",
             "Keep a run of your own with `rlvr results record RUN_DIR` (it writes "
             "`results/records/<task>-<date>-<run>.json`), and see every record with `rlvr "
             "results results/records`. Records whose source is the README measurement log were "
@@ -291,10 +353,11 @@ def results_pages() -> tuple[str, str]:
             runs,
         ]
     )
-    bench = gather([BENCH]) if BENCH.is_dir() and any(BENCH.iterdir()) else Inputs()
+    kept = bench_inputs(bench)
+    chart = _picture(BENCH_FIGURE, "speed and peak memory of each benchmark against its baseline")
     tables = (
-        f"*{made_by([Path('results/bench')])}*\n\n{bench_tables(bench.bench)}"
-        if bench.bench
+        f"{chart}\n\n*{made_by([Path('results/bench')])}*\n\n{bench_tables(kept.bench)}"
+        if kept.bench
         else "No benchmark output is kept in `results/bench/` yet."
     )
     bench_page = "\n\n".join(
@@ -308,7 +371,10 @@ def results_pages() -> tuple[str, str]:
             "where it came from. `ratio_vs_bare` is rlvr's figure over the bare baseline's: a "
             "throughput for serve and eval (above 1 is faster than bare), a time for train and "
             "turns (below 1 is faster). "
-            "[Performance notes](performance.md) puts the figures in context.",
+            "[Performance notes](performance.md) puts the figures in context. The chart draws "
+            "each line that has a bare baseline: its speed as a multiple of the baseline's "
+            "(above 1 is faster, whether the figure is a throughput or a time) and the peak "
+            "memory of the process that ran both.",
             tables,
         ]
     )
@@ -334,13 +400,18 @@ def generated_pages() -> dict[str, str]:
     return pages
 
 
+def generated_files() -> dict[str, str | bytes]:
+    """Every file the hook adds by its path in the site: the pages and the pictures they show."""
+    return {**generated_pages(), **results_pictures()}
+
+
 def on_files(files: Files, config: MkDocsConfig) -> Files:
-    """mkdocs hook: add the generated pages before the navigation is built."""
+    """mkdocs hook: add the generated pages and pictures before the navigation is built."""
     from mkdocs.structure.files import File
 
-    for path, text in generated_pages().items():
+    for path, content in generated_files().items():
         existing = files.get_file_from_path(path)
         if existing is not None:
             files.remove(existing)
-        files.append(File.generated(config, path, content=text))
+        files.append(File.generated(config, path, content=content))
     return files

@@ -6,7 +6,9 @@ the test accuracy of the starting model), so its gain is seen apart from RL's; t
 of the start, after the warm start, of the best and of the last checkpoint at their steps; and
 beside it the paired test gains with their 95% intervals. `story_lines` says the same in words
 for `rlvr inspect`, the notebook and the end of a run. It reads the run's records
-(rlvr.runs.records): its metrics rows and its summary.
+(rlvr.runs.records): its metrics rows and its summary. A results record keeps the rows cut to
+what is drawn from them (`drawn`), so the documentation draws a kept run with this same code
+(rlvr.runs.pictures).
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from rlvr.evaluation.paired_gains import Compared, TestBlock
+from rlvr.metrics import ALARM_PREFIX, M, WarmMetric
 from rlvr.runs import atomic
-from rlvr.runs.records import EvalRow, Row, RunResult, StepRow, WarmStartRow
+from rlvr.runs.records import KIND_KEY, EvalRow, Row, RunResult, StepRow, WarmStartRow
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -47,13 +50,42 @@ class Gain(BaseModel):
     gain: float
     low: float
     high: float
-    p: float
+    p: float | None = None  # None where a transcribed record kept no p-value
 
     def words(self, items: int) -> str:
-        return (
-            f"{self.label}: {self.gain:+.3f} [{self.low:+.3f}, {self.high:+.3f}] on {items} "
-            f"test items (p={self.p:.3g})"
-        )
+        said = f"{self.label}: {self.gain:+.3f} [{self.low:+.3f}, {self.high:+.3f}] on {items} "
+        return said + ("test items" if self.p is None else f"test items (p={self.p:.3g})")
+
+
+# The metric keys the picture and the story read from a row, beside its kind, its step and its
+# alarms: what a results record keeps of each row, so a kept run is drawn without its run directory.
+DRAWN_KEYS = frozenset(
+    {
+        KIND_KEY,
+        M.STEP,
+        M.REWARD_MEAN,
+        M.REWARD_STD,
+        M.INDEPENDENT,
+        M.VAL_ACCURACY,
+        M.VAL_ITEMS,
+        WarmMetric.SECONDS,
+        WarmMetric.VAL_BEFORE,
+        WarmMetric.CUT,
+        WarmMetric.STEPS,
+        WarmMetric.STEPS_PLANNED,
+        WarmMetric.TOKENS,
+        WarmMetric.TOKENS_PLANNED,
+    }
+)
+
+
+def drawn(row: Row) -> dict[str, JsonValue]:
+    """The row as metrics.jsonl holds it, cut to the keys the report draws and tells from it."""
+    return {
+        key: value
+        for key, value in row.on_disk().items()
+        if key in DRAWN_KEYS or key.startswith(ALARM_PREFIX)
+    }
 
 
 def warm_start_of(rows: list[Row]) -> WarmStartRow | None:
@@ -158,9 +190,7 @@ def story_lines(rows: list[Row], summary: RunResult | None) -> list[str]:
 
 def plot_report(rows: list[Row], summary: RunResult, path: Path) -> Path:
     """Write report.png (or the format `path`'s suffix names) of the run's story."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # headless: runs and CI have no display
+    headless()
     import matplotlib.pyplot as plt
 
     fig = report_figure(rows, summary)
@@ -169,6 +199,13 @@ def plot_report(rows: list[Row], summary: RunResult, path: Path) -> Path:
         fig.savefig(tmp, format=path.suffix.lstrip(".") or "png")
     plt.close(fig)
     return path
+
+
+def headless() -> None:
+    """matplotlib without a display: runs, CI and the docs build have none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
 
 
 def report_figure(rows: list[Row], summary: RunResult) -> Figure:
@@ -180,7 +217,7 @@ def report_figure(rows: list[Row], summary: RunResult) -> Figure:
         1, 2, figsize=(12, 5.2 + 0.16 * len(lines)), dpi=110, width_ratios=[3, 1.25]
     )
     plot_curves(ax, rows, summary)
-    plot_gains(side, summary)
+    plot_gains(side, gains(summary.test), summary.test.items if summary.test else 0)
     fig.suptitle(f"{summary.task} — stop: {summary.stop_reason}", fontsize=10)
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=8, va="bottom", family="monospace")
     fig.tight_layout(rect=(0, 0.03 + 0.026 * len(lines), 1, 0.96))
@@ -297,10 +334,21 @@ def plot_marks(ax: Axes, rows: list[Row], summary: RunResult) -> None:
     )
 
 
-def plot_gains(ax: Axes, summary: RunResult) -> None:
+def gains_figure(title: str, found: list[Gain], items: int, lines: list[str]) -> Figure:
+    """The paired test gains alone, as report.png draws them beside the curves, with `lines` of
+    words below: the picture of a run whose curves were not kept."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.2 + 0.16 * len(lines)), dpi=110)
+    plot_gains(ax, found, items)
+    fig.suptitle(title, fontsize=10)
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=8, va="bottom", family="monospace")
+    fig.tight_layout(rect=(0, 0.03 + 0.05 * len(lines), 1, 0.94))
+    return fig
+
+
+def plot_gains(ax: Axes, found: list[Gain], items: int) -> None:
     """The paired test gains, each a point with its 95% interval, against zero."""
-    found = gains(summary.test)
-    items = summary.test.items if summary.test else 0
     ax.set_title(
         f"paired test gains, 95% intervals ({items} items)" if found else "no paired test gain",
         fontsize=9,

@@ -3,7 +3,9 @@ and benchmarks pages are made of.
 
 A *record* is one finished run in a small JSON file (`results/records/*.json`): the task, the
 exact command, where and when it ran, and what its summary.json, config.json and metrics.jsonl
-say about RL's own test gain, its steps, its time and its memory. Records are kept instead of
+say about RL's own test gain, its steps, its time and its memory, and the curves its report.png
+is drawn from (`Curves`; records written without them draw their paired gains alone, in
+rlvr.runs.pictures). Records are kept instead of
 run directories, which hold checkpoints and rollouts (hundreds of MB). `rlvr results record
 RUN_DIR` writes one; `rlvr results PATHS...` turns run directories, record files and folders of
 them, and `rlvr bench` JSON lines, into Markdown tables.
@@ -17,19 +19,20 @@ import hashlib
 import json
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
 from rlvr.config import RunConfig
 from rlvr.evaluation.paired_gains import Compared, TestBlock
 from rlvr.metrics import M
 from rlvr.runs import atomic, layout, store
 from rlvr.runs.damage import RunDamaged
-from rlvr.runs.records import Row
+from rlvr.runs.records import Row, RunResult, parse_row
+from rlvr.runs.report import drawn
 
 RECORD_FORMAT: Literal[1] = 1
 BENCH_SUFFIXES = (".jsonl",)
@@ -63,6 +66,26 @@ class Gain(BaseModel):
         return f"**{said}**" if self.low > 0 else said
 
 
+class Curves(BaseModel):
+    """What a run's report.png is drawn from (rlvr.runs.report), kept in its record: the rows of
+    its metrics.jsonl cut to the keys the picture reads (report.drawn), and its summary.json with
+    `run_dir` as the directory's name."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rows: tuple[dict[str, JsonValue], ...]
+    summary: dict[str, JsonValue]
+
+    @model_validator(mode="after")
+    def _readable(self) -> Curves:
+        self.parsed()  # a row or summary that is not one fails where the record is read
+        return self
+
+    def parsed(self) -> tuple[list[Row], RunResult]:
+        """The rows and the summary as the run directory's reader parses them."""
+        return [parse_row(r) for r in self.rows], RunResult.model_validate(self.summary)
+
+
 class RunRecord(BaseModel):
     """One finished run, as a results table shows it."""
 
@@ -90,6 +113,7 @@ class RunRecord(BaseModel):
     run: str | None = Field(None, description="the run directory's name")
     source: str = Field(min_length=1, description="where the figures come from")
     note: str | None = None
+    curves: Curves | None = Field(None, description="what the run's report.png is drawn from")
 
 
 class BenchLine(BaseModel):
@@ -100,6 +124,7 @@ class BenchLine(BaseModel):
     bench: str
     source: str
     figures: tuple[tuple[str, str], ...]
+    numbers: tuple[tuple[str, float], ...] = ()  # the figures that are numbers, for charts
 
 
 class Inputs(BaseModel):
@@ -154,7 +179,12 @@ def read_bench(path: Path) -> list[BenchLine]:
         if not isinstance(name, str):
             raise ResultsError(f"{path}:{number}: no 'bench' key; expected an `rlvr bench` line")
         figures = tuple((k, _cell(v)) for k, v in data.items() if k != "config")
-        lines.append(BenchLine(bench=name, source=path.name, figures=figures))
+        numbers = tuple(
+            (k, float(v))
+            for k, v in data.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        )
+        lines.append(BenchLine(bench=name, source=path.name, figures=figures, numbers=numbers))
     return lines
 
 
@@ -305,6 +335,11 @@ def record_from_run(
             run=run_dir.name,
             source=f"run directory {run_dir.name}",
             note=note,
+            curves=Curves(
+                rows=tuple(drawn(r) for r in rows),
+                # the recording machine's path says nothing of the run
+                summary=summary.on_disk() | {"run_dir": run_dir.name},
+            ),
         )
     except ValidationError as error:
         raise ResultsError(_one_line(summary_path, error)) from None
@@ -509,9 +544,15 @@ def made_by(paths: Sequence[Path], *options: str) -> str:
     return f"Made by `rlvr results {shown}`; do not edit by hand."
 
 
-def results_page(inputs: Inputs, paths: Sequence[Path], summary_only: bool = False) -> str:
+def results_page(
+    inputs: Inputs,
+    paths: Sequence[Path],
+    summary_only: bool = False,
+    pictures: Mapping[str, str] | None = None,
+) -> str:
     """The Markdown the command prints: the summary table, then (unless `summary_only`) every
-    record by task and the benchmark tables."""
+    record by task and the benchmark tables; `pictures`: task -> Markdown put under the task's
+    heading (the documentation's picture of its run)."""
     options = ("--summary",) if summary_only else ()
     parts = [f"*{made_by(paths, *options)}*"]
     if inputs.records:
@@ -520,7 +561,8 @@ def results_page(inputs: Inputs, paths: Sequence[Path], summary_only: bool = Fal
         tasks = sorted({r.task for r in inputs.records})
         for task in tasks:
             mine = [r for r in inputs.records if r.task == task]
-            parts.append(f"## `{task}`\n\n" + runs_table(mine))
+            shown = (pictures or {}).get(task)
+            parts.append(f"## `{task}`\n\n" + (f"{shown}\n\n" if shown else "") + runs_table(mine))
         if inputs.bench:
             parts.append("## Benchmarks\n\n" + bench_tables(inputs.bench))
     return "\n\n".join(parts) + "\n"
