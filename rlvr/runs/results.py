@@ -110,6 +110,7 @@ class RunRecord(BaseModel):
     stop_reason: str | None = None
     wall_s: float | None = Field(None, ge=0)
     peak_rss_gb: float | None = Field(None, ge=0)
+    run_mb: float | None = Field(None, ge=0, description="the run directory's size when recorded")
     run: str | None = Field(None, description="the run directory's name")
     source: str = Field(min_length=1, description="where the figures come from")
     note: str | None = None
@@ -249,6 +250,20 @@ def peak_rss(rows: Iterable[Row]) -> float | None:
     return max(seen) if seen else None
 
 
+def directory_mb(folder: Path) -> float:
+    """The bytes of every file under `folder`, in MB (10^6)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+
+
+def _disk(record: RunRecord) -> str:
+    """The run directory's size, and its growth a minute of the run."""
+    if record.run_mb is None:
+        return DASH
+    if not record.wall_s:
+        return f"{record.run_mb:.0f} MB"
+    return f"{record.run_mb:.0f} MB ({record.run_mb / (record.wall_s / 60):.1f} MB/min)"
+
+
 def this_commit(cwd: Path | None = None) -> str | None:
     """The checkout's short commit, or None outside a git checkout."""
     try:
@@ -332,6 +347,7 @@ def record_from_run(
             stop_reason=summary.stop_reason,
             wall_s=summary.wall_s,
             peak_rss_gb=peak_rss(rows),
+            run_mb=directory_mb(run_dir),
             run=run_dir.name,
             source=f"run directory {run_dir.name}",
             note=note,
@@ -497,6 +513,7 @@ def runs_table(records: Iterable[RunRecord]) -> str:
             _steps(r),
             _minutes(r.wall_s),
             _rss(r.peak_rss_gb),
+            _disk(r),
             _cell(r.cpu),
             _cell(r.commit),
             _cell(r.source),
@@ -513,6 +530,7 @@ def runs_table(records: Iterable[RunRecord]) -> str:
         "steps (stop)",
         "wall",
         "peak RSS",
+        "run dir",
         "CPU",
         "commit",
         "source",

@@ -125,6 +125,8 @@ def test_a_run_directory_becomes_its_record(
     assert record.rl_gain_best.low <= record.rl_gain_best.value <= record.rl_gain_best.high
     assert (record.steps, record.stop_reason, record.wall_s) == (9, "plateau", 940.5)
     assert record.peak_rss_gb == 7.25
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert record.run_mb == pytest.approx(sum(p.stat().st_size for p in files) / 1e6)
     path = write_record(record, tmp_path / "records")
     assert read_record(path) == record  # the file holds exactly the record
 
@@ -379,6 +381,30 @@ def test_the_kept_records_read_and_make_a_row_per_task() -> None:
     assert len(summary_table(records).splitlines()) == 2 + len(tasks)
 
 
+@pytest.mark.parametrize(
+    ("run_mb", "wall_s", "shown"),
+    [(None, 600.0, "—"), (30.0, None, "30 MB"), (30.0, 600.0, "30 MB (3.0 MB/min)")],
+)
+def test_the_runs_table_gives_the_run_directory_s_size_a_minute(
+    run_mb: float | None, wall_s: float | None, shown: str
+) -> None:
+    from rlvr.runs.results import RunRecord, runs_table
+
+    record = RunRecord(
+        task="math",
+        command="rlvr train math",
+        defaults=True,
+        date="2026-12-02",
+        source="test",
+        run_mb=run_mb,
+        wall_s=wall_s,
+    )
+    header, _, row = runs_table([record]).splitlines()
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    names = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[names.index("run dir")] == shown
+
+
 @pytest.mark.slow
 def test_a_real_run_is_recorded_and_tabled(tiny_run: Any, tmp_path: Path) -> None:
     record_path = write_record(record_from_run(tiny_run.run_dir), tmp_path)
@@ -390,6 +416,7 @@ def test_a_real_run_is_recorded_and_tabled(tiny_run: Any, tmp_path: Path) -> Non
         summary["test"]["rl_gain"]
     )
     assert kept.peak_rss_gb is not None and kept.peak_rss_gb > 0
+    assert kept.run_mb is not None and kept.run_mb > 0
     assert kept.command.startswith("rlvr train math ") and "num_items=40" in kept.command
     config = store.read_config(tiny_run.run_dir).model_dump(mode="json")
     assert rerun(kept.command) == {**config, "run_dir": None}  # the command runs the same config
