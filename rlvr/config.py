@@ -284,8 +284,7 @@ def renamed_message(key: str, new: str) -> str:
     return f"config: '{key}' is no longer a key; use '{new}'"
 
 
-# RunConfig's before-validator input: whatever it was given, not yet typed
-def saved_values(values: Mapping[str, Any]) -> dict[str, Any]:
+def saved_values(values: JsonObject) -> JsonObject:
     """A saved run's config.json values with each renamed group under its new name (a run written
     before `draw` holds `sampling`); new input naming the old group is refused instead."""
     out = dict(values)

@@ -25,7 +25,7 @@ import os
 import re
 import traceback
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 REDACTED = "[redacted]"
 MIN_LENGTH = 8
@@ -109,13 +109,15 @@ def redact_data(value: Any, secrets: tuple[str, ...] | None = None) -> Any:
     return value
 
 
-# trajectory table rows: cells of any type, only text ones changed
-def redact_rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+Cell = TypeVar("Cell")  # a table's cell: only text ones are changed, into text
+
+
+def redact_rows(rows: Sequence[Mapping[str, Cell]]) -> list[dict[str, Cell | str]]:
     """Trajectory table rows (`rlvr.runs.store.trajectory_rows`) with credentials removed from every
     text cell; `logs`, which carries error text, also loses key-shaped strings."""
     secrets = secret_values()
 
-    def clean(key: str, value: object) -> object:
+    def clean(key: str, value: Cell) -> Cell | str:
         if not isinstance(value, str):
             return value
         return redact_error(value) if key == "logs" else redact_text(value, secrets)

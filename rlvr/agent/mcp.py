@@ -51,8 +51,8 @@ from rlvr.lifetime import close_with_the_run
 LAUNCHER = Path(__file__).with_name("mcp_launch.py")
 REQUEST_TIMEOUT = 408  # the code of the SDK's error for a call without an answer in time
 STOP_TIMEOUT_S = 10.0  # the SDK closes stdin, waits 2 s, then SIGTERM and SIGKILL
-# JSON Schema type -> the annotation its values validate as (a type or a type alias: object)
-_JSON_TYPES: dict[str, object] = {
+# JSON Schema type -> the annotation its values validate as
+_JSON_TYPES: dict[str, type[str | int | float | bool | JsonObject]] = {
     "string": str,
     "integer": int,
     "number": float,

@@ -9,13 +9,15 @@ import re
 from typing import Any
 
 import polars as pl
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 from rich.console import Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rlvr.inspection.reader import content_text, parse_field
+from rlvr.inspection.reader import InspectError, content_text, parse_field
+from rlvr.json_types import JsonObject
+from rlvr.runs.store import TableRow
 
 # a test keeps them in step, so this module never imports the judges).
 RUBRIC_VERDICTS = "rubric_verdicts"
@@ -84,33 +86,41 @@ class Conversation(BaseModel):
     turns: list[Turn]
     tools: list[str]
     judge: JudgeNotes
-    # a trajectory's own metrics and metadata as its table row holds them (a task's, any type)
-    metrics: dict[str, Any]
-    metadata: dict[str, Any]
+    # a trajectory's own metrics and metadata as its table row holds them: JSON, a task's keys
+    metrics: JsonObject
+    metadata: JsonObject
     logs: list[str]
 
 
-def _turn(message: dict[str, Any]) -> Turn:  # a chat message as the SDK's JSON holds it
-    calls = [
-        ToolCall(
-            name=str(c.get("function", {}).get("name", "?")),
-            arguments=str(c.get("function", {}).get("arguments", "")),
-            id=c.get("id"),
-        )
-        for c in message.get("tool_calls") or []
-        if isinstance(c, dict)
-    ]
+def _text(value: JsonValue) -> str | None:
+    return None if value is None else str(value)
+
+
+def _call(call: JsonObject) -> ToolCall:  # a tool call as the SDK's JSON holds it
+    function = call.get("function")
+    named = function if isinstance(function, dict) else {}
+    return ToolCall(
+        name=str(named.get("name", "?")),
+        arguments=str(named.get("arguments", "")),
+        id=_text(call.get("id")),
+    )
+
+
+def _turn(message: JsonObject) -> Turn:  # a chat message as the SDK's JSON holds it
+    calls = message.get("tool_calls")
     return Turn(
         role=str(message.get("role", "?")),
         content=content_text(message.get("content")),
-        tool_calls=calls,
-        tool_call_id=message.get("tool_call_id"),
-        name=message.get("name"),
+        tool_calls=[_call(c) for c in calls if isinstance(c, dict)]
+        if isinstance(calls, list)
+        else [],
+        tool_call_id=_text(message.get("tool_call_id")),
+        name=_text(message.get("name")),
         trainable=bool(message.get("trainable", False)),
     )
 
 
-def judge_notes(metrics: dict[str, Any], metadata: dict[str, Any], logs: list[str]) -> JudgeNotes:
+def judge_notes(metrics: JsonObject, metadata: JsonObject, logs: list[str]) -> JudgeNotes:
     """Judge scores (metrics), explanations (RULER's log line, `*explanation*` metadata) and
     per-criterion verdicts (rubric metadata, else the rubric's log lines)."""
     scores = {
@@ -146,23 +156,30 @@ def judge_notes(metrics: dict[str, Any], metadata: dict[str, Any], logs: list[st
     return JudgeNotes(scores=scores, explanations=explanations, verdicts=verdicts)
 
 
-# a polars row of the trajectories table (`frame.row(i, named=True)`): polars' own type
-def conversation(row: dict[str, Any], source: str = "trajectories") -> Conversation:
+def _json_column(row: TableRow, name: str) -> str | None:
+    """A JSON column's text, for reader.parse_field."""
+    cell = row.get(name)
+    return None if cell is None else str(cell)
+
+
+def conversation(row: TableRow, source: str = "trajectories") -> Conversation:
     """A trajectory row (e.g. `frame.row(i, named=True)`) as turns plus what judged it."""
-    i = int(row.get("index", 0))
-    messages = parse_field(source, i, "messages", row.get("messages"), list)
-    metrics = parse_field(source, i, "metrics", row.get("metrics"), dict)
-    metadata = parse_field(source, i, "metadata", row.get("metadata"), dict)
-    logs = [str(line) for line in parse_field(source, i, "logs", row.get("logs"), list)]
-    tools = parse_field(source, i, "tools", row.get("tools"), list)
-    independent = row.get("independent_reward")
+    i = int(row.get("index") or 0)
+    messages = parse_field(source, i, "messages", _json_column(row, "messages"), list)
+    metrics = parse_field(source, i, "metrics", _json_column(row, "metrics"), dict)
+    metadata = parse_field(source, i, "metadata", _json_column(row, "metadata"), dict)
+    logs = [str(line) for line in parse_field(source, i, "logs", _json_column(row, "logs"), list)]
+    tools = parse_field(source, i, "tools", _json_column(row, "tools"), list)
+    independent, item_id, reward = row.get("independent_reward"), row.get("item_id"), row["reward"]
+    if reward is None:
+        raise InspectError(f"{source}: row {i}: reward: missing")
     return Conversation(
-        step=int(row.get("step", 0)),
-        split=str(row.get("split", "")),
-        item_id=row.get("item_id"),
-        group=int(row.get("group", 0)),
+        step=int(row.get("step") or 0),
+        split=str(row.get("split") or ""),
+        item_id=None if item_id is None else str(item_id),
+        group=int(row.get("group") or 0),
         index=i,
-        reward=float(row["reward"]),
+        reward=float(reward),
         independent_reward=None if independent is None else float(independent),
         turns=[_turn(m) for m in messages if isinstance(m, dict)],
         tools=[

@@ -28,6 +28,7 @@ from openai.types.chat.chat_completion import Choice
 from pydantic import JsonValue, ValidationError
 
 from rlvr.config import SAVED_RUN, RunConfig
+from rlvr.json_types import JsonObject
 from rlvr.redact import redact_data, redact_rows
 from rlvr.runs import atomic, layout, runlock
 from rlvr.runs.damage import RunDamaged, fault_point, space_guard
@@ -223,8 +224,8 @@ def read_json_object(path: Path, what: str) -> dict[str, JsonValue]:
     return found
 
 
-# ART's messages are the openai SDK's TypedDicts and Choices; their dict is the SDK's, untyped
-def _message_dict(message: Any) -> dict[str, Any]:
+# ART's messages are the openai SDK's TypedDicts and Choices, as the JSON the table holds
+def _message_dict(message: Any) -> JsonObject:
     if isinstance(message, Choice):
         return {**message.message.model_dump(exclude_none=True), "trainable": True}
     return dict(message)

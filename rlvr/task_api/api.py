@@ -41,8 +41,10 @@ from rlvr.types import (
     Sampling,
 )
 
-# What a factory may ask for, by parameter name.
+# What a factory may ask for, by parameter name, and what each is: the options and the config
+# (cfg) are models, the judge a Judge or None, the environment an Environment.
 FACTORY_ARGS = ("options", "cfg", "config", "judge", "environment")
+FactoryArg = BaseModel | Judge | Environment | None
 
 
 class PluginError(ConfigError):
@@ -55,7 +57,7 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any:
+def call_factory(factory: Callable[..., Any], ref: str, **available: FactoryArg) -> Any:
     """Call `factory` with the arguments it names among `available` (cfg is also `config`). A
     required parameter that is not on offer is an error naming the reference."""
     available = {**available, "config": available.get("cfg")}
@@ -63,7 +65,7 @@ def call_factory(factory: Callable[..., Any], ref: str, **available: Any) -> Any
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # builtins without a signature: call bare
         return factory()
-    kwargs: dict[str, object] = {}  # a task's factory takes what it names, of any type
+    kwargs: dict[str, FactoryArg] = {}
     for name, param in params.items():
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
@@ -109,7 +111,7 @@ class Task(BaseModel):
         if not self.defaults:
             return self
         config, options = split_values(self, self.defaults)
-        build_config({**none_where_accepted(config), "task": self.name})
+        build_config({**config, "task": self.name})
         try:
             self.options.model_validate(options)
         except ValidationError as error:
@@ -362,12 +364,16 @@ def environment(
     )
 
 
-# raw settings (text from key=value, JSON from defaults) before they are validated
+# raw settings (text from key=value, JSON from defaults, values from code) before pydantic
+# validates them (its own input: any value)
 def split_values(
     task: Task, values: Mapping[str, object]
 ) -> tuple[dict[str, object], dict[str, object]]:
-    """Split flat `key=value` settings into RunConfig values and the task's option values. A key
-    that is neither is one line naming both sets of keys."""
+    """Split flat `key=value` settings into RunConfig values, with `none` (any spelling) as None
+    where the key accepts None, and the task's option values. A key that is neither is one line
+    naming both sets of keys."""
+    from rlvr.config import accepts_none
+
     config: dict[str, object] = {}
     given = values.get("task_options") or {}
     if not isinstance(given, Mapping):
@@ -377,7 +383,7 @@ def split_values(
         if key == "task_options":
             continue
         if known_key(key):
-            config[key] = value
+            config[key] = None if means_none(value) and accepts_none(key) else value
         elif key in task.options.model_fields or task.open_options:
             options[key] = value
         elif (new := dotted_name(key)) is not None:
@@ -393,20 +399,11 @@ def split_values(
     return config, options
 
 
-# raw settings (text from key=value, JSON from defaults) before RunConfig validates them
-def none_where_accepted(config: Mapping[str, object]) -> dict[str, object]:
-    """RunConfig values with `none` (any spelling) as None where the key accepts None."""
-    from rlvr.config import accepts_none
-
-    return {k: None if means_none(v) and accepts_none(k) else v for k, v in config.items()}
-
-
 def config_for(task: Task, ref: str, values: Mapping[str, Any]) -> RunConfig:
     """RunConfig for `task` (named `ref` in config.json): its defaults, then `values` on top;
     the options are validated now and recorded in full, so config.json replays the run."""
     from rlvr.config import build_config
 
     config, options = split_values(task, {**task.defaults, **values})
-    config = none_where_accepted(config)
     parsed = task.parse_options(options)
     return build_config({**config, "task": ref, "task_options": parsed.model_dump(mode="json")})

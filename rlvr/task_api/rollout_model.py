@@ -16,14 +16,22 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NotRequired
 
 import art
 
-from rlvr.types import Sampling
+from rlvr.types import ChatKeywords, Sampling
 
-# the defaults of the next call: the openai SDK's create() keywords (its own **kwargs)
-Defaults = Callable[[], dict[str, Any]]
+
+class CallDefaults(ChatKeywords):
+    """What one chat completion of a rollout gets where its caller does not set it: the
+    sampling's keywords, the checkpoint's model name and, for a seeded sampling, the call's seed."""
+
+    model: str
+    seed: NotRequired[int]
+
+
+Defaults = Callable[[], CallDefaults]  # the defaults of the next call
 
 
 class _Completions:
@@ -70,8 +78,8 @@ class _Client:
         return getattr(self._client, name)
 
 
-# chat-completion keywords as the openai SDK's create(**kwargs) takes them
-def with_defaults(request: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+# the caller's keywords as the openai SDK's create(**kwargs) takes them: its own type
+def with_defaults(request: dict[str, Any], defaults: CallDefaults) -> dict[str, Any]:
     """`request` with the defaults it does not set; a length limit counts as set when either of
     OpenAI's two names for it is."""
     filled = {k: v for k, v in defaults.items() if k not in request}
@@ -98,10 +106,19 @@ class RolloutModel:
     def openai_client(self) -> Any:
         return _Client(self._model.openai_client(), self._next_defaults)
 
-    def _next_defaults(self) -> dict[str, Any]:  # create()'s keywords (Defaults)
-        defaults = {"model": self.get_inference_name(), **self._sampling.request()}
+    def _next_defaults(self) -> CallDefaults:
+        sampled = self._sampling.request()
+        defaults = CallDefaults(
+            model=self.get_inference_name(),
+            temperature=sampled["temperature"],
+            top_p=sampled["top_p"],
+            max_tokens=sampled["max_tokens"],
+            logprobs=sampled["logprobs"],
+        )
         seed = self._sampling.call_seed(next(self._calls))
-        return defaults if seed is None else {**defaults, "seed": seed}
+        if seed is not None:
+            defaults["seed"] = seed
+        return defaults
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)

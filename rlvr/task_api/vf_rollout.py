@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import art
+from art.trajectories import MetadataValue
 from art.types import MessagesAndChoices
 from openai.types.chat import (
     ChatCompletionFunctionToolParam,
@@ -42,6 +43,7 @@ from verifiers.legacy.clients.openai_chat_completions_client import (
 )
 from verifiers.legacy.utils.error_utils import ErrorChain
 
+from rlvr.json_types import JsonObject
 from rlvr.scoring.scorers import rescored
 from rlvr.types import PINNED, EnvironmentBase, Item, Sampling
 
@@ -86,8 +88,8 @@ class PolicyClient(OpenAIChatCompletionsClient):  # type: ignore[misc]  # verifi
         return response
 
 
-# verifiers' sampling_args: the environment's own keyword dict (the library is untyped)
-def sampling_args(env_args: Mapping[str, Any], sampling: Sampling) -> dict[str, Any]:
+# verifiers' sampling_args: the environment's own (the library is untyped), a request body's JSON
+def sampling_args(env_args: Mapping[str, Any], sampling: Sampling) -> JsonObject:
     """The environment's sampling args with the run's on top (greedy for validation and test)."""
     own = {
         k: v
@@ -120,7 +122,7 @@ def answer_text(answer: Any) -> str | None:
     return answer if isinstance(answer, str) else json.dumps(answer, default=str)
 
 
-# a row of a verifiers environment's dataset (Hugging Face datasets: any column type)
+# a row of a verifiers environment's dataset: Hugging Face's Dataset.to_list(), any column type
 def as_item(row: dict[str, Any], part: str, pinned: str | None) -> Item:
     return Item(
         id=f"{part}-{row['example_id']}",
@@ -132,9 +134,9 @@ def as_item(row: dict[str, Any], part: str, pinned: str | None) -> Item:
 
 
 def plan_items(
-    train: list[dict[str, Any]],
-    held_out: list[dict[str, Any]],
-    seed: int,  # dataset rows
+    train: list[dict[str, Any]],  # the dataset's rows as Hugging Face's to_list() gives them
+    held_out: list[dict[str, Any]],  # the eval dataset's, likewise
+    seed: int,
 ) -> list[Item]:
     """Items from the dataset rows and the eval dataset rows (module docstring)."""
     if train and len(held_out) >= 2:
@@ -210,18 +212,19 @@ async def as_trajectory(
     tools: list[ChatCompletionFunctionToolParam] = [
         await client.to_native_tool(t) for t in state.get("tool_defs") or []
     ]
-    metadata: dict[str, Any] = {  # ART's TrajectoryGroup.metadata type
+    reward = float(state.get("reward") or 0.0)
+    metadata: dict[str, MetadataValue] = {
         "item_id": item_id,
         "vf_stop": str(state.get("stop_condition")),
         "vf_turns_matched": matched,
-        REWARD: float(state.get("reward") or 0.0),
+        REWARD: reward,
     }
     if errored:
         metadata["vf_error"] = repr(ErrorChain(state["error"]))[:300]
     return art.Trajectory(
         messages_and_choices=[*(_plain(m) for m in prompt), *messages],
         tools=[ChatCompletionFunctionToolParam(**t) for t in tools] or None,
-        reward=metadata[REWARD],
+        reward=reward,
         metadata=metadata,
         metrics={"turns": float(len(state.get("trajectory") or [])), **rubric_metrics(state)},
     )

@@ -13,7 +13,7 @@ import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import art
 from pydantic import BaseModel, ConfigDict, SkipValidation
@@ -37,15 +37,6 @@ class Policy(BaseModel):
     # Protocol that isinstance cannot check.
     model: SkipValidation[art.TrainableModel[Any, Any]]
     backend: SkipValidation[art.Backend]
-
-
-def check_engine_environment(cfg: RunConfig) -> None:
-    """For rlvr's own engine, its environment knobs read before a run writes anything (a bad
-    value is one line naming it: rlvr.engine.loaded_model.check_environment)."""
-    if cfg.backend == "local":
-        from rlvr.engine import check_environment
-
-        check_environment()
 
 
 def _make_backend(cfg: RunConfig, art_path: Path) -> tuple[art.Backend, str]:
@@ -118,22 +109,35 @@ def step_learning_rate(cfg: RunConfig, step: int) -> float:
     return cfg.learning_rate * step / cfg.lr_warmup_steps
 
 
-# each backend's train() names its own keyword arguments (module docstring): ART's **kwargs
-def train_kwargs(cfg: RunConfig, step: int) -> dict[str, Any]:
-    """Keyword arguments of RL step `step`'s `backend.train`, in the names each backend's
-    signature uses (ART's LocalBackend and TinkerBackend, rlvr's LocalTorchBackend: `loss_fn`;
-    ServerlessBackend: `ppo`). Options a backend cannot honour were refused when the config was
-    validated."""
-    loss = {
-        "importance_sampling_level": cfg.importance_sampling_level,
-        "epsilon": cfg.epsilon,
-        "epsilon_high": cfg.epsilon_high,
-        "scale_rewards": cfg.scale_rewards,
-    }
-    kwargs: dict[str, Any] = {  # ART's train(**kwargs)
-        "learning_rate": step_learning_rate(cfg, step),
-        **loss,
-    }
+class TrainKwargs(TypedDict, total=False):
+    """Keyword arguments of a backend's `train`, each in the name that backend's signature uses
+    (ART's LocalBackend and TinkerBackend, rlvr's LocalTorchBackend: `loss_fn`; ServerlessBackend:
+    `ppo`); the loss options of RunConfig."""
+
+    learning_rate: float
+    importance_sampling_level: str
+    epsilon: float | None
+    epsilon_high: float | None
+    scale_rewards: bool
+    ppo: bool  # ServerlessBackend's name for loss_fn=ppo
+    loss_fn: str
+    kl_penalty_coef: float
+    truncated_importance_sampling: float | None
+    num_substeps: int  # rlvr's own backend
+    rollout_temperature: float  # rlvr's own backend
+    allow_training_without_logprobs: bool  # ART's, for turns sampled without logprobs
+
+
+def train_kwargs(cfg: RunConfig, step: int) -> TrainKwargs:
+    """Keyword arguments of RL step `step`'s `backend.train` (TrainKwargs). Options a backend
+    cannot honour were refused when the config was validated."""
+    kwargs = TrainKwargs(
+        learning_rate=step_learning_rate(cfg, step),
+        importance_sampling_level=cfg.importance_sampling_level,
+        epsilon=cfg.epsilon,
+        epsilon_high=cfg.epsilon_high,
+        scale_rewards=cfg.scale_rewards,
+    )
     if cfg.backend == "serverless":
         return {**kwargs, "ppo": cfg.loss_fn == "ppo"}
     kwargs |= {

@@ -74,14 +74,15 @@ def test_dict_str_any_is_rare_in_the_typed_packages() -> None:
     paths = [p for f in folders for p in ((ROOT / f).rglob("*.py") if "." not in f else [ROOT / f])]
     count = sum(p.read_text().count("dict[str, Any]") for p in paths)
     assert count <= 12, count
-    everywhere = sum(
-        p.read_text().count(bag)
+    lines = [
+        line
         for p in (ROOT / "rlvr").rglob("*.py")
-        for bag in ("dict[str, Any]", "dict[str, object]")
-    )
-    # the openai SDK's, ART's, pydantic's and verifiers' own keyword arguments, a before-validator's
-    # raw input, trajectory rows: each says why where it is
-    assert everywhere <= 36, everywhere
+        for line in p.read_text().splitlines()
+        if "dict[str, Any]" in line or "dict[str, object]" in line
+    ]
+    # the openai SDK's, pydantic's, typing's, verifiers' and Hugging Face's own types, and raw
+    # settings before pydantic validates them: each says why where it is (issue 68)
+    assert len(lines) <= 15, lines
 
 
 OLD_STEP = {M.STEP: 1, M.REWARD_MEAN: 0.375, M.GROUPS: 2, "rollout/turns": 1.0}
