@@ -75,7 +75,6 @@ def test_cli_on_the_tiny_run(tiny_run):
 def hacked_run(tmp_path_factory):
     from rlvr.config import RunConfig
     from rlvr.training import run_training
-
     from tests.helpers.tiny_runs import TINY_RUN
 
     run_dir = tmp_path_factory.mktemp("hack") / "math-length"
