@@ -17,12 +17,15 @@ import asyncio
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Literal
 
+import art
+
 from rlvr.config import VLLM_JUDGE, RunConfig
+from rlvr.engine import check_environment
 from rlvr.evaluation.resolution import HeldOut
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
@@ -33,18 +36,13 @@ from rlvr.runs.records import EvalRow, Row, StepRow, last_policy_step
 from rlvr.task_api.api import Task
 from rlvr.task_api.plugins import RunParts, resolve_run
 from rlvr.training.alarms import Thresholds, validation_alarms
-from rlvr.training.backends import (
-    ART_DIR,
-    Policy,
-    check_engine_environment,
-    open_policy,
-)
+from rlvr.training.backends import ART_DIR, Policy, open_policy
 from rlvr.training.checkpoints import (
     keep_checkpoints,
     keep_optimizer_newest,
     optimizer_restart_line,
 )
-from rlvr.training.evaluation import Evaluated, Validated, evaluate
+from rlvr.training.evaluation import Evaluated, RolloutFn, Validated, evaluate
 from rlvr.training.failures import FailureLog, RunFailed
 from rlvr.training.labels import held_out, labelled_split
 from rlvr.training.output import print_alarm, print_validation, settings_line
@@ -64,10 +62,15 @@ from rlvr.training.warmstart import check_can_demonstrate
 from rlvr.training.work import fixed_items, item_seconds, refuse_small_cap
 from rlvr.types import Environment, Item, Judge, Sampling, Scorer, ServedJudge
 
+# A scorer's `score`, as the run's tracker traces it.
+ScoreFn = Callable[[art.TrajectoryGroup, Item], Awaitable[art.TrajectoryGroup | None]]
+
 
 class Session:
     """One open run: its config, task, scorer, policy, directory and state, and the writers of
-    its metrics rows, trajectory tables and validations."""
+    its metrics rows, trajectory tables and validations. Its opener hands it what it worked out
+    already: what the split holds out (`held`), and the environment's rollout and the scorer's
+    score as the tracker traces them."""
 
     def __init__(
         self,
@@ -81,6 +84,10 @@ class Session:
         policy: Policy,
         compared_with_truth: bool,
         memory: RssWatch,
+        *,
+        held: HeldOut,
+        rollout: RolloutFn,
+        score: ScoreFn,
         opened: float | None = None,
     ) -> None:
         self.cfg, self.environment, self.scorer, self.run_dir = cfg, environment, scorer, run_dir
@@ -101,11 +108,10 @@ class Session:
             split.val[: cfg.max_val_items] if cfg.max_val_items else split.val
         )
         # Where the labels went and what test and validation can resolve (rlvr.training.labels).
-        self.held_out: HeldOut = held_out(split, len(self.val_items), scorer)
+        self.held_out = held
         # Training items with a label: the only ones a check (or a demonstration's) may read.
         self.labelled_train = [i for i in split.train if i.id not in split.unlabelled]
-        self.rollout = tracker.traced(environment.rollout, name="rollout")
-        self.score = tracker.traced(scorer.score, name="score")
+        self.rollout, self.score = rollout, score
         self.limit = asyncio.Semaphore(cfg.rollout_concurrency)
         self.failure_log = FailureLog(console)  # each distinct rollout exception printed once
         self.thresholds = Thresholds(
@@ -274,7 +280,8 @@ async def open_session(
         if resume is None:  # a fresh run says where its settings came from
             console.print(settings_line(cfg, parts.defaults), highlight=False, markup=False)
         check_can_demonstrate(cfg, built)
-        check_engine_environment(cfg)
+        if cfg.backend == "local":  # rlvr's own engine: a bad environment knob is one line
+            check_environment()
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
         # One writer per run directory, held until summary.json is written; then a fresh run
         # refuses a directory that holds a run (the backend would silently resume its weights).
@@ -290,13 +297,17 @@ async def open_session(
             judge.spent_usd = sum(r.judge_cost_usd or 0.0 for r in rows if isinstance(r, StepRow))
         # Optional W&B / Weave (imported only when switched on; failures only warn).
         tracker = stack.enter_context(open_tracker(cfg, run_dir))
+        # The rollout and the score as Weave ops (each the function itself with weave off).
+        rollout = tracker.traced(built.rollout, name="rollout")
+        score = tracker.traced(parts.scorer.score, name="score")
         console.print(
             f"[bold]{cfg.task}[/]: {len(split.train)} train / {len(split.val)} val / "
             f"{len(split.test)} test items; scorer {parts.scorer.name}; run dir {run_dir}",
             highlight=False,
         )
+        held = held_out(split, val_size(cfg, split), parts.scorer)
         if resume is None:
-            for line in held_out(split, val_size(cfg, split), parts.scorer).lines(cfg):
+            for line in held.lines(cfg):
                 console.print(line, highlight=False, markup=False)
         rewind_to = last_policy_step(rows) if resume is not None else None
         policy = await stack.enter_async_context(open_policy(cfg, run_dir, rewind_to))
@@ -315,7 +326,10 @@ async def open_session(
             policy,
             parts.compared_with_truth,
             memory,
-            opened,
+            held=held,
+            rollout=rollout,
+            score=score,
+            opened=opened,
         )
 
 
@@ -335,14 +349,28 @@ async def quiet_session(
 ) -> Session:
     """A session on `run_dir` that writes nothing a run keeps: no tracker, the policy opened in
     place (for a finished run: its checkpoints; for a scratch directory: a fresh adapter)."""
-    cfg = parts.cfg
-    split = labelled_split(cfg, parts.environment.load(), parts.scorer)
+    cfg, built, scorer = parts.cfg, parts.environment, parts.scorer
+    split = labelled_split(cfg, built.load(), scorer)
     quiet = cfg.model_copy(update={"wandb_project": None, "weave": False})
     tracker = stack.enter_context(open_tracker(quiet, run_dir))
+    rollout = tracker.traced(built.rollout, name="rollout")
+    score = tracker.traced(scorer.score, name="score")
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
     memory = stack.enter_context(RssWatch(RUN_INTERVAL_S))
     return Session(
-        cfg, parts.environment, parts.scorer, run_dir, rows, split, tracker, policy, False, memory
+        cfg,
+        built,
+        scorer,
+        run_dir,
+        rows,
+        split,
+        tracker,
+        policy,
+        False,
+        memory,
+        held=held_out(split, val_size(cfg, split), scorer),
+        rollout=rollout,
+        score=score,
     )
 
 

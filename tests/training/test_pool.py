@@ -22,6 +22,7 @@ from rlvr.scoring.scorers import RolloutScorer
 from rlvr.task_api.api import environment
 from rlvr.training import pool
 from rlvr.training.backends import open_policy
+from rlvr.training.labels import held_out
 from rlvr.training.session import Session
 from rlvr.training.split import split_items
 from rlvr.training.state import restore_state
@@ -145,7 +146,22 @@ async def open_fixed_session(stack: AsyncExitStack, run_dir: Path, **overrides) 
     tracker = stack.enter_context(open_tracker(cfg, run_dir))
     policy = await stack.enter_async_context(open_policy(cfg, run_dir))
     memory = stack.enter_context(RssWatch())
-    return Session(cfg, built, RolloutScorer(), run_dir, [], split, tracker, policy, False, memory)
+    scorer = RolloutScorer()
+    return Session(
+        cfg,
+        built,
+        scorer,
+        run_dir,
+        [],
+        split,
+        tracker,
+        policy,
+        False,
+        memory,
+        held=held_out(split, len(split.val), scorer),
+        rollout=built.rollout,
+        score=scorer.score,
+    )
 
 
 @pytest.mark.parametrize("max_refill", [0, 1, 3, 8])
