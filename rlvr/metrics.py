@@ -49,6 +49,21 @@ class RubricMetric(StrEnum):
     NO_SIGNAL_RATE = "rubric/no_signal_criteria_rate"  # (always + never) / criteria
 
 
+class VllmMetric(StrEnum):
+    """Keys a step's row gets from the vLLM backend (each a number; rlvr.inference)."""
+
+    STARTUP_S = "vllm/startup_s"  # seconds the started server took to answer /health
+    ADAPTER_LOAD_S = "vllm/adapter_load_s"  # this step's adapter into every server
+    RSS_GB = "vllm/rss_gb"  # resident memory of the started server's processes, now
+    SERVERS = "vllm/servers"  # servers still answering
+    RETRIED = "vllm/retried_requests"  # requests re-sent this step after their server died
+    # k3 estimate of KL(vLLM's sampling || the trainer) on the sampled tokens, before the update
+    MISMATCH_KL = "train/mismatch_kl"
+
+
+VLLM_PREFIX = "vllm/"
+
+
 class M(StrEnum):
     """Keys written to metrics.jsonl."""
 

@@ -24,9 +24,8 @@ from pydantic import BaseModel, ConfigDict
 
 from rlvr.engine import Engine, LocalTorchBackend, pack_groups
 from rlvr.engine.bench import bare_generate_policy, bare_train_step, log
-from rlvr.inference.metrics import VllmMetric
 from rlvr.memory import EVALUATION, ROLLOUTS, UPDATE, WARM_START, RssWatch
-from rlvr.metrics import Figures, M, peak_rss_gb
+from rlvr.metrics import Figures, M, VllmMetric, peak_rss_gb
 from rlvr.task_api.plugins import task_config
 from rlvr.training.backends import engine_counters, token_metrics
 from rlvr.training.pool import record

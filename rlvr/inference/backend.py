@@ -31,9 +31,9 @@ from rlvr.config import InferenceConfig
 from rlvr.engine import LocalTorchBackend, Precision, ServerThread, resolve_model
 from rlvr.engine import types as engine_names
 from rlvr.inference.errors import InferenceError
-from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.server import ServerSpec, VllmServer
 from rlvr.inference.servers import Endpoint, VllmServers, create_router, served_base_name
+from rlvr.metrics import VllmMetric
 
 logger = logging.getLogger(__name__)
 

@@ -1,24 +1,11 @@
-"""The serving figures a vLLM-served run adds to each step's row (named once)."""
+"""The serving figures a vLLM-served run adds to each step's row (named once, as
+rlvr.metrics.VllmMetric)."""
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
-
-class VllmMetric(StrEnum):
-    """Keys a step's row gets from the vLLM backend (each a number)."""
-
-    STARTUP_S = "vllm/startup_s"  # seconds the started server took to answer /health
-    ADAPTER_LOAD_S = "vllm/adapter_load_s"  # this step's adapter into every server
-    RSS_GB = "vllm/rss_gb"  # resident memory of the started server's processes, now
-    SERVERS = "vllm/servers"  # servers still answering
-    RETRIED = "vllm/retried_requests"  # requests re-sent this step after their server died
-    # k3 estimate of KL(vLLM's sampling || the trainer) on the sampled tokens, before the update
-    MISMATCH_KL = "train/mismatch_kl"
-
-
-PREFIX = "vllm/"
+from rlvr.metrics import VLLM_PREFIX, VllmMetric
 
 
 def serving_metrics(backend: Any, model: Any, trained: dict[str, float]) -> dict[str, float]:
@@ -27,5 +14,5 @@ def serving_metrics(backend: Any, model: Any, trained: dict[str, float]) -> dict
     live = getattr(backend, "serving_metrics", None)
     figures: dict[str, float] = live(model) if callable(live) else {}
     return figures | {
-        k: v for k, v in trained.items() if k.startswith(PREFIX) or k == VllmMetric.MISMATCH_KL
+        k: v for k, v in trained.items() if k.startswith(VLLM_PREFIX) or k == VllmMetric.MISMATCH_KL
     }

@@ -22,8 +22,15 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, model
 
 from rlvr.evaluation.paired_gains import TestBlock
 from rlvr.evaluation.resolution import HeldOut
-from rlvr.inference.metrics import VllmMetric
-from rlvr.metrics import ALARM_PREFIX, HINT_KEY, M, WarmMetric, current_key, is_figure_key
+from rlvr.metrics import (
+    ALARM_PREFIX,
+    HINT_KEY,
+    M,
+    VllmMetric,
+    WarmMetric,
+    current_key,
+    is_figure_key,
+)
 
 KIND_KEY = "kind"
 # The fields that hold a row's patterned keys (`alarm/<name>`, figures) rather than one key each.

@@ -29,10 +29,10 @@ from rlvr.config import ConfigError, parse_overrides
 from rlvr.engine.models import resolve_model
 from rlvr.engine.server import ServerThread
 from rlvr.inference.errors import InferenceError
-from rlvr.inference.metrics import VllmMetric
 from rlvr.inference.server import PYTHON_ENV, ServerSpec, VllmServer, group_rss_bytes
 from rlvr.inference.servers import Endpoint, VllmServers, create_router, served_base_name
 from rlvr.inference.supervise import GROUP_LINE
+from rlvr.metrics import VllmMetric
 from tests.helpers.repo import ROOT
 
 START_TIMEOUT_S = 1200  # two servers starting side by side on 2 busy cores
