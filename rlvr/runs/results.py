@@ -251,8 +251,15 @@ def peak_rss(rows: Iterable[Row]) -> float | None:
 
 
 def directory_mb(folder: Path) -> float:
-    """The bytes of every file under `folder`, in MB (10^6)."""
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
+    """The bytes of the files under `folder`, in MB (10^6), a file linked twice counted once
+    (ART's checkpoint folder hard-links the run's own checkpoint files)."""
+    sizes = {
+        (stat.st_dev, stat.st_ino): stat.st_size
+        for path in folder.rglob("*")
+        if path.is_file() and not path.is_symlink()
+        for stat in [path.stat()]
+    }
+    return sum(sizes.values()) / 1e6
 
 
 def _disk(record: RunRecord) -> str:

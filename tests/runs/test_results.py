@@ -127,6 +127,8 @@ def test_a_run_directory_becomes_its_record(
     assert record.peak_rss_gb == 7.25
     files = [p for p in run.rglob("*") if p.is_file()]
     assert record.run_mb == pytest.approx(sum(p.stat().st_size for p in files) / 1e6)
+    (run / "linked").hardlink_to(files[0])  # as ART links the run's checkpoint files
+    assert record_from_run(run, commit="abc1234", cpu="AVX2").run_mb == record.run_mb
     path = write_record(record, tmp_path / "records")
     assert read_record(path) == record  # the file holds exactly the record
 
