@@ -14,6 +14,10 @@ file (USER_AGENT of tests/helpers/agents.py, text protocol), output piped to a f
 start on 6 demonstrations, then 1 RL step. tests/agent/test_agent.py reads its metrics,
 tests/training/test_progress.py its piped output. Read-only too.
 
+`tiny_model` (session scope): a model directory of the tiny random Llama with SmolLM2's tokenizer
+(tests/helpers/tiny_llama.py), for `model=` in the whole runs that test plumbing (run directories,
+resumes, damaged files) rather than what the policy learns.
+
 Their settings are in tests/helpers/tiny_runs.py; how the suite is grouped and ordered, in
 tests/helpers/suite.py.
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -64,6 +69,13 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
     assert done.returncode == 0, done.stderr[-3000:]
     [run_dir] = [p.parent for p in (folder / "runs").glob("*/summary.json")]
     return AgentRun(run_dir=run_dir, stdout=done.stdout, stderr=done.stderr)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.helpers.tiny_llama import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
 
 
 def group_of(item: pytest.Item) -> str:

@@ -1,6 +1,8 @@
 """A tiny Llama with random weights (no download): 2 layers, grouped key/value heads, for tests of
 the engine's parts that need a real transformers model but not a trained one; with a LoRA adapter,
-which `perturb` makes non-zero as training would."""
+which `perturb` makes non-zero as training would. `tiny_model_dir` saves it as a model directory
+with SmolLM2's tokenizer and chat template, for whole runs (`model=DIR`) that test plumbing: what
+they check is the run directory, the CLI and the loop, not what the policy says."""
 
 from __future__ import annotations
 
@@ -13,6 +15,14 @@ import torch
 from rlvr.engine.adapters import AdapterStore, attach_adapter
 from rlvr.engine.loaded_model import LoadedModel
 from rlvr.engine.types import LIVE_ADAPTER, LoraSettings
+
+# What a model directory holds besides its weights and config: copied from SmolLM2's.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "generation_config.json",
+)
 
 
 def tiny_llama(vocab_size: int = 64, max_positions: int = 128) -> Any:
@@ -30,6 +40,27 @@ def tiny_llama(vocab_size: int = 64, max_positions: int = 128) -> Any:
         max_position_embeddings=max_positions,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def tiny_model_dir(folder: Path) -> Path:
+    """`folder` made a Hugging Face model directory: the seeded tiny Llama at SmolLM2's vocabulary
+    (its tokenizer, chat template and end tokens, copied from the converted model), for `model=`.
+    A token costs it about a hundredth of SmolLM2-135M's products (most of them its LM head); its
+    replies are noise, so a run that must train every step scores with a scorer giving spread."""
+    import json
+    import shutil
+
+    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+
+    real = resolve_model(DEFAULT_MODEL)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        shutil.copy(real / name, folder / name)
+    vocab = json.loads((real / "config.json").read_text())["vocab_size"]
+    model = tiny_llama(vocab_size=vocab, max_positions=2048)
+    model.config.update({"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2})
+    model.save_pretrained(folder)
+    return folder
 
 
 def fp32_loaded(model: Any, tokenizer: Any = None, max_context: int = 128) -> LoadedModel:

@@ -1,6 +1,7 @@
 """Three-step training runs with each judge scorer against the fault-injecting judge server: every
 fault lands in metrics.jsonl, failed calls skip groups instead of scoring them, and the spend cap
-ends a run cleanly with stop_reason=judge_budget."""
+ends a run cleanly with stop_reason=judge_budget. The policy is the tiny random model
+(`tiny_model`): what is checked is the judge's route, not what the policy says."""
 
 from __future__ import annotations
 
@@ -56,9 +57,10 @@ def recipe_file(tmp_path: Path) -> Path:
     return path
 
 
-def run_config(server: FaultServer, tmp_path: Path, **overrides: object) -> RunConfig:
+def run_config(server: FaultServer, tmp_path: Path, model: Path, **overrides: object) -> RunConfig:
     values: dict = {
         "task": "math",
+        "model": str(model),
         "judge": "openai/gpt-4o-mini",  # priced by litellm: cost and the cap are real
         "judge.base_url": server.base_url,
         # Generous: the policy trains on CPU in this process while the server thread answers
@@ -132,12 +134,17 @@ FAULT_METRIC = {
     ],
 )
 async def test_three_step_run_counts_every_fault(
-    server: FaultServer, tmp_path: Path, recipe_file: Path, scorer: str, task: str
+    server: FaultServer,
+    tmp_path: Path,
+    tiny_model: Path,
+    recipe_file: Path,
+    scorer: str,
+    task: str,
 ) -> None:
     faults = FAULTS[scorer]
     server.schedule(faults)
     options = {"num_items": 20} | ({"data_path": str(recipe_file)} if task == "rubric_if" else {})
-    cfg = run_config(server, tmp_path, task=task, scorer=scorer, task_options=options)
+    cfg = run_config(server, tmp_path, tiny_model, task=task, scorer=scorer, task_options=options)
     result = await run_training(cfg)
 
     rows = metric_rows(result.run_dir)
@@ -165,11 +172,11 @@ async def test_three_step_run_counts_every_fault(
 
 
 async def test_failed_judge_calls_skip_groups_never_score_them(
-    server: FaultServer, tmp_path: Path
+    server: FaultServer, tmp_path: Path, tiny_model: Path
 ) -> None:
     # RULER on math (a deterministic truth): every judge request fails, no retries.
     server.schedule([Fault.SERVER_ERROR] * 100)
-    cfg = run_config(server, tmp_path, scorer="ruler", **{"judge.max_retries": 0})
+    cfg = run_config(server, tmp_path, tiny_model, scorer="ruler", **{"judge.max_retries": 0})
     result = await run_training(cfg)
     server.schedule([])
 
@@ -191,12 +198,24 @@ async def test_failed_judge_calls_skip_groups_never_score_them(
     ],
 )
 async def test_spend_cap_ends_the_run_cleanly(
-    server: FaultServer, tmp_path: Path, recipe_file: Path, scorer: str, task: str, cap: float
+    server: FaultServer,
+    tmp_path: Path,
+    tiny_model: Path,
+    recipe_file: Path,
+    scorer: str,
+    task: str,
+    cap: float,
 ) -> None:
     server.schedule([])
     options = {"num_items": 20} | ({"data_path": str(recipe_file)} if task == "rubric_if" else {})
     cfg = run_config(
-        server, tmp_path, task=task, scorer=scorer, task_options=options, **{"judge.max_usd": cap}
+        server,
+        tmp_path,
+        tiny_model,
+        task=task,
+        scorer=scorer,
+        task_options=options,
+        **{"judge.max_usd": cap},
     )
     result = await run_training(cfg)
 
@@ -209,7 +228,7 @@ async def test_spend_cap_ends_the_run_cleanly(
 
 
 async def test_reference_guided_ruler_sees_training_labels_only(
-    server: FaultServer, tmp_path: Path
+    server: FaultServer, tmp_path: Path, tiny_model: Path
 ) -> None:
     """scorer=ruler_ref puts each item's label in the judge's prompt: asserted on the prompts
     the judge received, every one is a training item's with its own label, and no validation
@@ -219,7 +238,7 @@ async def test_reference_guided_ruler_sees_training_labels_only(
 
     server.schedule([])
     server.bodies.clear()
-    cfg = run_config(server, tmp_path, scorer="ruler_ref", max_steps=2, eval_every=2)
+    cfg = run_config(server, tmp_path, tiny_model, scorer="ruler_ref", max_steps=2, eval_every=2)
     result = await run_training(cfg)
     assert result.steps == 2
 

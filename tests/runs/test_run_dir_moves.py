@@ -1,7 +1,8 @@
 """A run directory keeps working when renamed, moved or copied (nothing in it depends on its old
 path or name), stores each checkpoint once, and names a damaged file in one line.
 
-Two real tiny runs (math, 2 steps, 1 group of 2, 6 tokens): one killed after its first step
+Two real tiny runs (math, 2 steps, 1 group of 2, 6 tokens) on the tiny random model (`tiny_model`:
+what is checked is the run directory, not the policy): one killed after its first step
 (resumable), and the same run resumed to the end (finished). Each test works on copies."""
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def train(*args: str, env: dict[str, str] | None = None) -> warm.Finished:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
+def runs(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Runs:
     folder = tmp_path_factory.mktemp("moves")
     scorer = folder / "alternate.py"
     scorer.write_text(SCORER)
@@ -65,6 +66,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
         "math",
         *(f"{k}={v}" for k, v in RUN.items()),
         f"scorer={scorer}:alternate",
+        f"model={tiny_model}",
         f"run_dir={run_dir}",
         env={faults.FAULT_ENV: f"{faults.FaultPoint.ROLLOUTS}:2"},
     )

@@ -4,6 +4,9 @@ steps: the second asks, by `get_inference_name(sampling.step)`, for the first up
 and an installed entry point (1 step). `run_training(cfg, task=..., scorer=...)` with objects
 is the custom-task notebook's run (tests/test_notebooks.py). Its own scorer is used alone and
 inside a composite. Also the `rlvr new` scaffold and the no-code dataset task (1 step each).
+The two routes train the tiny random model (`tiny_model`): the user's scorer gives every group
+spread whatever the replies say, and the route is what is checked; the scaffold and the dataset
+task score with their own checks, which want replies that are sometimes right (SmolLM2's).
 """
 
 from __future__ import annotations
@@ -119,11 +122,12 @@ def tiny_args(runs: Path, **more: object) -> list[str]:
 
 
 def test_a_file_reference_trains_with_the_users_scorer_alone(
-    user_dir: Path, tmp_path: Path
+    user_dir: Path, tmp_path: Path, tiny_model: Path
 ) -> None:
     ref = f"{user_dir}/__init__.py"
     runs = tmp_path / "runs"
-    fresh_cli("train", f"{ref}:make", f"scorer={ref}:brevity", *tiny_args(runs, **TWO_STEPS))
+    args = tiny_args(runs, model=tiny_model, **TWO_STEPS)
+    fresh_cli("train", f"{ref}:make", f"scorer={ref}:brevity", *args)
     run_dir = only_run(runs)
     assert run_dir.name.startswith("user-sums-")
     assert_complete(run_dir, steps=2)
@@ -135,7 +139,9 @@ def test_a_file_reference_trains_with_the_users_scorer_alone(
     assert frame["reward"].to_list() == pytest.approx(lengths)  # the user's scorer gave them
 
 
-def test_an_installed_entry_point_trains_with_a_composite(user_dir: Path, tmp_path: Path) -> None:
+def test_an_installed_entry_point_trains_with_a_composite(
+    user_dir: Path, tmp_path: Path, tiny_model: Path
+) -> None:
     site = user_dir.parent
     info = site / "user_sums-1.0.dist-info"
     info.mkdir()
@@ -145,7 +151,8 @@ def test_an_installed_entry_point_trains_with_a_composite(user_dir: Path, tmp_pa
     )
     assert "\nuser_sums\t" in cli("tasks", path=[site]).stdout
     runs = tmp_path / "runs"
-    cli("train", "user_sums", "scorer=verifier*0.5+brevity*0.5", *tiny_args(runs), path=[site])
+    scorer = "scorer=verifier*0.5+brevity*0.5"
+    cli("train", "user_sums", scorer, *tiny_args(runs, model=tiny_model), path=[site])
     run_dir = only_run(runs)
     assert_complete(run_dir)
     rows = [r for r in (row.on_disk() for row in store.read_metrics(run_dir)) if M.REWARD_MEAN in r]

@@ -6,7 +6,8 @@ The fault chain is ONE run directory (math, 3 steps, evaluation at 0, 2 and 3): 
 killed during step 2's rollouts, each resume is killed at the next point of step 2 (optimizer,
 checkpoint write, metrics append), the last resume finishes. Every kill is checked for what it
 left on disk, the end for a continuous history. The scorer gives 0 and 1 inside every group, so
-every step trains and the policy step equals the loop step: a step lost or done twice shows.
+every step trains and the policy step equals the loop step: a step lost or done twice shows. The
+policy is the tiny random model (`tiny_model`): what is checked is what a kill leaves on disk.
 Each process of the chain is a real `rlvr train`, forked from a warm process
 (tests/helpers/warm.py).
 """
@@ -487,7 +488,7 @@ class Chain(BaseModel):
     final: Launch
 
 
-def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
+def launch(run_dir: Path, scorer: Path, model: Path, fault: str | None) -> Launch:
     """One `rlvr train` process of the chain (forked warm: tests/helpers/warm.py)."""
     token = uuid.uuid4().hex
     args = (
@@ -497,6 +498,7 @@ def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
             "math",
             *(f"{k}={v}" for k, v in RUN.items()),
             f"scorer={scorer}:alternate",
+            f"model={model}",
             f"run_dir={run_dir}",
         ]
     )
@@ -527,13 +529,15 @@ def launch(run_dir: Path, scorer: Path, fault: str | None) -> Launch:
 
 
 @pytest.fixture(scope="module")
-def chain(tmp_path_factory: pytest.TempPathFactory) -> Chain:
+def chain(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Chain:
     folder = tmp_path_factory.mktemp("crash")
     scorer = folder / "alternate.py"
     scorer.write_text(SCORER)
     run_dir = folder / "math-crash"
-    kills = {str(point): launch(run_dir, scorer, f"{point}:{step}") for point, step in FAULTS}
-    return Chain(run_dir=run_dir, kills=kills, final=launch(run_dir, scorer, None))
+    kills = {
+        str(point): launch(run_dir, scorer, tiny_model, f"{point}:{step}") for point, step in FAULTS
+    }
+    return Chain(run_dir=run_dir, kills=kills, final=launch(run_dir, scorer, tiny_model, None))
 
 
 def train_steps(text: str) -> list[int]:
