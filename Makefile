@@ -77,13 +77,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Everything: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
+# What CI runs: lint, fast tests, and the slow tier (real model, real servers, real runs), spread
 # over $(WORKERS) processes of one torch thread each (torch threads fight each other on shared
 # cores); the model conversion is done once before the workers start. mypy runs at the lowest
 # priority from the start, on the cycles the tests leave (a cold check is half a minute of one
 # core); its report follows the tests', and either failing fails the target. Groups start
-# heaviest first (tests/durations.json), in that order (no xdist reorder).
+# heaviest first (tests/durations.json), in that order (no xdist reorder). TEST_MARKS leaves out
+# the tests that start vLLM servers (`make test-vllm`) and the experiments (`make
+# test-experiments`): pyproject.toml's markers; `make test-all` runs everything.
 PYTEST_XDIST := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
+TEST_MARKS ?= not vllm and not vllm_run and not experiment
 test: $(STAMP)
 	$(BIN)/ruff check .
 	nice -n 19 $(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
@@ -91,7 +94,7 @@ test: $(STAMP)
 	  $(BIN)/python -c "from rlvr.engine.models import resolve_model; resolve_model('smollm2-135m')" \
 	  || { kill $$mypy $$docs; exit 1; }; \
 	  RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) \
-	  -m "not vllm_run" --durations=25; tests=$$?; \
+	  -m "$(TEST_MARKS)" --durations=25; tests=$$?; \
 	  wait $$mypy; checked=$$?; cat $(VENV)/mypy.log; \
 	  wait $$docs; built=$$?; (( built == 0 )) && echo "docs: mkdocs build --strict passed" \
 	  || { cat $(VENV)/docs.log; echo "docs: mkdocs build --strict failed"; }; \
@@ -121,11 +124,26 @@ lab: $(STAMP)
 	@$(BIN)/python -m tools.lab --port $(LAB_PORT)
 
 # Each test group's seconds on this machine into tests/durations.json (the order `make test`
-# starts them in): rerun after adding or much changing a slow test module. TESTS='FILES' runs and
-# records those modules alone (the others keep their records; a removed module's goes).
+# starts them in), over the tests `make test` runs (TEST_MARKS): rerun after adding or much
+# changing a slow test module. TESTS='FILES' runs and records those modules alone (the others keep
+# their records; a removed module's goes).
 TESTS ?=
 durations: $(STAMP)
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_XDIST) --store-durations $(TESTS)
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q $(PYTEST_XDIST) \
+	  -m "$(TEST_MARKS)" --store-durations $(TESTS)
+
+# The experiments alone (pyproject's `experiment` marker): minutes of real training each, to see
+# what it learns; not part of `make test`.
+.PHONY: test-experiments test-all
+test-experiments: $(STAMP)
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) \
+	  -m experiment --durations=10
+
+# Everything: `make test` with the experiments among its groups, then the vLLM tests alone (two
+# vLLM servers start slowly beside a busy suite on two cores); either failing fails the target.
+test-all: $(STAMP) $(VLLM_STAMP)
+	$(MAKE) --no-print-directory test TEST_MARKS="not vllm and not vllm_run"; suite=$$?; \
+	  $(MAKE) --no-print-directory test-vllm; vllm=$$?; exit $$(( suite || vllm ))
 
 # The fast tier for development.
 test-fast: $(STAMP)
@@ -161,10 +179,11 @@ $(VLLM_STAMP): $(VLLM_LOCK) | $(UV)
 	  $(UV) pip sync -q --python $(VLLM_VENV)/bin/python --require-hashes $$links $(VLLM_LOCK)
 	touch $(VLLM_STAMP)
 
-# The tests that start real vLLM servers (also part of `make test`), alone.
+# The tests that start real vLLM servers (pyproject's `vllm` and `vllm_run` markers), alone: not
+# part of `make test`; `make test-all` runs them after it.
 .PHONY: test-vllm
 test-vllm: $(STAMP) $(VLLM_STAMP)
-	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -m vllm tests/inference/
+	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra -m "vllm or vllm_run"
 
 # Re-resolve vLLM's lock after changing requirements-vllm.in (needs the package index).
 vllm-lock: | $(UV)

@@ -344,6 +344,7 @@ def starts_with_the(text: str | None) -> float:
     return float((text or "").strip().startswith("The"))
 
 
+@pytest.mark.experiment  # `make test`'s learning check is tests/engine/test_rl_update.py's
 async def test_grpo_steps_raise_a_simple_preference(backend) -> None:
     """Reward 1 when the reply starts with "The" (the model does so ~1 time in 4). The rollouts
     stop after 4 tokens, which show whether a reply starts so: 3 steps raise it past 0.8."""
