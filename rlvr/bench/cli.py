@@ -198,3 +198,36 @@ def bench_step(
     if inference != "rlvr":
         _fail(f"--inference {inference!r}: expected rlvr or vllm")
     _print_figures(run_step_bench(task, steps, bare, **extra))
+
+
+@bench_app.command("phases")
+def bench_phases(
+    task: Annotated[str, typer.Argument(help="a task name (see `rlvr tasks`)")] = "email",
+    overrides: Overrides = None,
+    demonstrations: Annotated[
+        int, typer.Option(help="warm-start demonstrations (whole SFT batches; 0: none)", min=0)
+    ] = 8,
+    steps: Annotated[int, typer.Option(help="RL steps measured (0: none)", min=0)] = 1,
+    items: Annotated[
+        int,
+        typer.Option(
+            help="held-out items evaluated, in flight together up to rollout_concurrency "
+            "(a run's validation: up to max_val_items)",
+            min=0,
+        ),
+    ] = 8,
+    peak_size: Annotated[int, typer.Option(help="the peak's square torch.mm size", min=64)] = 2048,
+    peak_repeats: Annotated[int, typer.Option(help="torch.mm calls (best kept)", min=1)] = 10,
+) -> None:
+    """This CPU's matrix-product peak (the best of a few large torch.mm, in each precision the
+    run's phases use, on a run's torch threads), then a short real run of TASK at its defaults:
+    the warm start's SFT, an evaluation, RL steps' rollouts (prefill and decode) and update, each
+    as tokens/s, useful FLOP/s and a share of the peak; with the issue-69 goals for email on the
+    AVX2 path (a step at most 30 s, an evaluation at most 1.0 s an item) beside what was
+    measured (no exit code). Prints one JSON line last."""
+    from rlvr.bench.phases import run_phases_bench
+
+    extra = _overrides(overrides)
+    _print_figures(
+        run_phases_bench(task, demonstrations, steps, items, peak_size, peak_repeats, **extra)
+    )

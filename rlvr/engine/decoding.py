@@ -359,6 +359,7 @@ class Decoder:
         """Feed the new columns `input_ids` ([B, N]) into `cache` in slices of about
         PREFILL_TOKENS tokens; the logits of the last `keep` columns. `mask` covers the cached
         columns and the new ones; `positions` the new ones."""
+        started = time.perf_counter()
         rows, width = input_ids.shape
         past = mask.shape[1] - width
         step = max(PREFILL_TOKENS // rows, 1)
@@ -378,6 +379,7 @@ class Decoder:
         assert logits is not None  # cuts always holds 0: at least one slice was fed
         if self.loaded.prefill_dtype != self.loaded.sample_dtype:
             as_decoded(cache, self.loaded.sample_dtype or torch.float32)
+        self.count(EngineCounters(prefill_s=time.perf_counter() - started))
         return logits
 
     def _cache_from(self, prefixes: list[Prefix | None], length: int) -> Any:

@@ -202,6 +202,7 @@ class EngineCounters(BaseModel):
     sampling_passes: int = 0  # batched admissions of new rows (how well requests were batched)
     cancelled_rows: int = 0  # rows dropped unfinished or unadmitted (their client had gone)
     sampling_s: float = 0.0  # seconds the decoder held the model
+    prefill_s: float = 0.0  # of those, seconds feeding prompts (the rest: decode steps)
     trained_tokens: int = 0  # positions trained on (the loss's tokens)
     sequence_tokens: int = 0  # tokens of the trained sequences, each counted in full
     forwarded_tokens: int = 0  # of those, tokens computed (and back-propagated): their trees
