@@ -154,6 +154,7 @@ bench: $(STAMP)
 	$(BIN)/rlvr bench turns
 	$(BIN)/rlvr bench train
 	$(BIN)/rlvr bench eval math
+	$(BIN)/rlvr bench phases
 	$(BIN)/rlvr bench step math
 	$(BIN)/rlvr bench judge
 	$(BIN)/rlvr bench hack

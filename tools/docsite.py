@@ -363,7 +363,7 @@ def results_pages(records: Path = RECORDS, bench: Path = BENCH) -> tuple[str, st
     bench_page = "\n\n".join(
         [
             "# Benchmarks",
-            "`rlvr bench serve | turns | train | eval | step | judge | hack` each run one part of "
+            "`rlvr bench serve | turns | train | eval | step | phases | judge | hack` each run one part of "
             "rlvr against its bare baseline in the same process and print one JSON line last "
             "(`make bench` runs them all; the [command-line reference](../reference/cli.md#rlvr-bench) "
             "says what each measures). Lines kept in `results/bench/NAME.jsonl` appear here, a "
