@@ -409,7 +409,12 @@ class RunConfig(BaseModel):
     # the RL gain is reported from the warmed-up baseline.
     sft_steps: int = Field(0, ge=0, description="warm-start optimizer steps (0 = no warm start)")
     sft_batch_size: int = Field(16, ge=1, description="demonstrations per warm-start step")
-    sft_learning_rate: float = Field(1e-3, gt=0, description="warm-start learning rate")
+    sft_learning_rate: float = Field(1e-3, gt=0, description="warm-start peak learning rate")
+    sft_schedule: Literal["constant", "linear", "cosine"] = Field(
+        "constant",
+        description="the warm start's learning rate over its steps (ART's create_lr_schedule: "
+        "linear and cosine decay from sft_learning_rate to 0 one step past the last)",
+    )
     sft_budget_share: float = Field(
         0.4,
         gt=0,
@@ -438,7 +443,12 @@ class RunConfig(BaseModel):
         "fit, keeping time for the test split",
     )
     eval_every: int = Field(2, ge=1, description="validate every N steps")
-    save_every: int = Field(1, ge=1, description="keep a checkpoint every N steps")
+    save_every: int | None = Field(
+        None,
+        ge=1,
+        description="also keep every Nth step's checkpoint (none: only the start of RL, the best "
+        "and the newest)",
+    )
     val_temperature: float = Field(0.0, ge=0.0, le=2.0, description="0 = greedy validation")
     max_val_items: int | None = Field(None, ge=1, description="cap on validation items per eval")
     stopping: StoppingConfig = Field(

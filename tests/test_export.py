@@ -396,14 +396,17 @@ def test_greedy_answers_match_rlvr_eval(exported_best: Path, run_copy: Path) -> 
 
 
 def add_noise(folder: Path) -> None:
-    """Corrupt the merged weights as a faulty merge would: noise on one projection."""
+    """Corrupt the merged weights as a faulty merge would: seeded noise on every layer's query
+    projection (one layer's alone left a few short greedy answers unchanged, on some seeds)."""
     import torch
     from safetensors.torch import load_file, save_file
 
     path = folder / "model.safetensors"
     weights = load_file(str(path))
-    name = "model.layers.0.self_attn.q_proj.weight"
-    weights[name] = weights[name] + torch.randn_like(weights[name])
+    noise = torch.Generator().manual_seed(0)
+    for name in [n for n in weights if n.endswith("self_attn.q_proj.weight")]:
+        weight = weights[name]
+        weights[name] = weight + torch.randn(weight.shape, generator=noise).to(weight.dtype)
     save_file(weights, str(path), metadata={"format": "pt"})
 
 

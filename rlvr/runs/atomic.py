@@ -117,6 +117,16 @@ def writing_dir(path: Path) -> Iterator[Path]:
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def remove_dir(path: Path) -> None:
+    """Remove the directory `path` whole: renamed to its temporary name first, so a kill midway
+    leaves a temporary that `remove_leftovers` clears, never a directory cut short."""
+    tmp = temp_path(path)
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.replace(path, tmp)
+    fsync_dir(path.parent)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def remove_leftovers(folder: Path) -> list[Path]:
     """Remove the temporaries a killed writer left directly in `folder`; returns them. An old
     directory set aside whose replacement never arrived is put back first."""

@@ -1,5 +1,11 @@
-"""The run's checkpoints: which the backend keeps, which are copied into checkpoints/, which
-the test split is evaluated for, and which keeps the optimizer's state (the newest only)."""
+"""The run's checkpoints: which the backend keeps, which checkpoints/ keeps, which the test split
+is evaluated for, and which keeps the optimizer's state (the newest only).
+
+checkpoints/ keeps the first evaluation's (the start of RL), the best and the newest step, and
+every `save_every`-th where that is set: a run writes an adapter at every evaluation, and keeping
+them all made the run directory grow with its length (the hardening issue's record of a default
+email run).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,8 @@ from pathlib import Path
 from rlvr import art_private
 from rlvr.config import RunConfig
 from rlvr.engine.types import OPTIMIZER_FILE
-from rlvr.runs import layout, store
+from rlvr.runs import atomic, layout, store
+from rlvr.runs.checkpoints import saved_steps
 from rlvr.runs.records import Row
 from rlvr.training.backends import Policy
 from rlvr.training.progress import phase
@@ -31,14 +38,18 @@ def checkpoint_path(policy: Policy, policy_step: int) -> Path | None:
 async def keep_checkpoints(
     cfg: RunConfig, policy: Policy, state: RunState, run_dir: Path, rows: list[Row]
 ) -> None:
-    """Copy this evaluation's adapter into checkpoints/ every save_every steps; the backend keeps
-    only its latest and best adapters (ART's own checkpoint directory would grow every step)."""
+    """Name this evaluation's adapter in checkpoints/ and remove the copies the run no longer
+    needs (`copies_kept`); the backend keeps only the adapters named below (ART's own checkpoint
+    directory would grow every step)."""
     step = state.evals[-1].step
     source = checkpoint_path(policy, state.policy_steps[step])
-    if source is not None and step % cfg.save_every == 0:
+    if source is not None:
         with phase(f"saving checkpoint {layout.step_name(step)}"):
             store.save_checkpoint(run_dir, source, layout.step_name(step))
     best = state.evals[best_eval(state.evals, cfg.stopping.min_delta)]
+    keep_copies = copies_kept(saved_steps(run_dir), best.step, step, cfg.save_every)
+    for old in set(saved_steps(run_dir)) - keep_copies:
+        atomic.remove_dir(run_dir / layout.CHECKPOINTS / layout.step_name(old))
     # The start and the warm start stay too: the test split is evaluated for them at the end.
     warm = warm_policy_step(rows)
     keep = sorted(
@@ -46,6 +57,28 @@ async def keep_checkpoints(
         | ({warm} if warm is not None else set())
     )
     await art_private.delete_checkpoints(policy.backend, policy.model, keep)
+
+
+def copies_kept(saved: list[int], best: int, newest: int, save_every: int | None) -> set[int]:
+    """The saved steps checkpoints/ keeps: the first (the start of RL), the best, the newest, and
+    every `save_every`-th (None: no others)."""
+    every = {s for s in saved if save_every is not None and s % save_every == 0}
+    first = {min(saved)} if saved else set()
+    return first | ({best, newest} & set(saved)) | every
+
+
+def kept_line(evaluated: list[int], saved: list[int], save_every: int | None) -> str | None:
+    """What checkpoints/ kept of the evaluated steps, where it removed some (said once, at the
+    end of a run); None where it kept them all."""
+    removed = sorted(set(evaluated) - set(saved))
+    if not removed:
+        return None
+    names = ", ".join(layout.step_name(s) for s in saved)
+    more = f"save_every={save_every}" if save_every is not None else "save_every=N"
+    return (
+        f"checkpoints: kept {names} and {layout.BEST} (the start of RL, the best, the newest); "
+        f"removed the adapters of {len(removed)} other evaluations ({more} keeps every Nth)"
+    )
 
 
 def save_best(policy: Policy, policy_step: int, run_dir: Path) -> None:

@@ -28,11 +28,12 @@ from rlvr.memory import EVALUATION, WARM_START
 from rlvr.metrics import M, peak_rss_gb
 from rlvr.redact import install_log_redaction
 from rlvr.runs import layout, store
+from rlvr.runs.checkpoints import saved_steps
 from rlvr.runs.records import RunResult, StepRow, StopReason
 from rlvr.runs.report import plot_report
 from rlvr.task_api.api import Task
 from rlvr.training.alarms import judge_alarm
-from rlvr.training.checkpoints import checkpoint_path, keep_checkpoints, save_best
+from rlvr.training.checkpoints import checkpoint_path, keep_checkpoints, kept_line, save_best
 from rlvr.training.evaluation import rollout_groups
 from rlvr.training.failures import RunFailed, require_some
 from rlvr.training.hints import decision_hints
@@ -328,6 +329,9 @@ def finish(
     plot_report(run.rows, result, run.run_dir / store.REPORT)
     store.write_summary(run.run_dir, result)
     print_finished(result, run.rows)
+    evaluated = [e.step for e in run.state.evals]
+    if kept := kept_line(evaluated, saved_steps(run.run_dir), run.cfg.save_every):
+        console.print(kept, highlight=False, markup=False)
     if cut:
         console.print(f"[yellow]{cut}[/]", highlight=False)
     return result

@@ -220,7 +220,7 @@ async def train_within(
 ) -> tuple[list[float], int]:
     """SFT on `steps` through the backend, as many as fit in `budget` seconds from `started`
     (rlvr.training.warmstart.steps_that_fit): (each trained batch's loss, steps trained)."""
-    config = TrainSFTConfig(learning_rate=cfg.sft_learning_rate, batch_size=cfg.sft_batch_size)
+    rates = sft_rates(cfg, len(steps))
     losses: list[float] = []
     done, spent_s = 0, 0.0
     with Progress("warm start: SFT", len(steps), "step", out, clock) as bar:
@@ -232,12 +232,24 @@ async def train_within(
                 break
             began = clock()
             batch = [d for step in steps[done : done + take] for d in step]
+            config = TrainSFTConfig(
+                learning_rate=rates[done : done + take], batch_size=cfg.sft_batch_size
+            )
             async for metrics in art_private.train_sft(model, batch, config):
                 losses.append(float(metrics["loss"]))
                 bar.advance(note=f"loss {losses[-1]:.3f}")
             spent_s += clock() - began
             done += take
     return losses, done
+
+
+def sft_rates(cfg: RunConfig, steps: int) -> list[float]:
+    """Each planned warm-start step's learning rate: ART's schedule over the planned steps and one
+    more, so a decay reaches 0 just past the last step (which then still trains), and a budget
+    that cuts the warm start short cuts the schedule, not its shape."""
+    from art.utils.sft import create_lr_schedule
+
+    return create_lr_schedule(steps + 1, cfg.sft_learning_rate, method=cfg.sft_schedule)[:steps]
 
 
 def print_cut(

@@ -9,6 +9,7 @@ backend under a clock that runs ten thousand times fast."""
 from __future__ import annotations
 
 import io
+import itertools
 import math
 from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
@@ -24,6 +25,7 @@ from rlvr.training.split import split_items
 from rlvr.training.warmstart import (
     WARM_SHARE,
     demonstrations,
+    sft_rates,
     steps_that_fit,
     token_counter,
     warm_budget_s,
@@ -49,12 +51,14 @@ class SlowCPU:
     ) -> None:
         self.clock, self.rate, self.count, self.save_s = clock, seconds_per_token, count, save_s
         self.calls: list[int] = []
+        self.rates: list[float] = []  # each step's learning rate, as the calls gave them
 
     async def _train_sft(
         self, model: Any, trajectories: Iterable[art.Trajectory], config: Any, dev: Any
     ) -> AsyncIterator[dict[str, float]]:
         demos = list(trajectories)
         self.calls.append(len(demos))
+        self.rates += config.learning_rate
         size = int(config.batch_size)
         for start in range(0, len(demos), size):
             batch = demos[start : start + size]
@@ -218,6 +222,37 @@ async def test_without_a_budget_one_call_and_rejected_demonstrations_are_said(
     assert row.cut == 0 and row.tokens == 40
     assert "2 of 6 demonstrations failed the task's own check" in buffer.getvalue()
     assert not math.isnan(row.loss_last)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+@pytest.mark.parametrize("minutes", [None, 600])  # one call, or steps over several calls
+async def test_the_schedule_spans_the_planned_steps_across_calls(
+    schedule: str, minutes: float | None
+) -> None:
+    environment = sums()
+    cfg = rlvr.build_config(
+        {"task": "x", "sft_steps": 6, "sft_batch_size": 2, "sft_schedule": schedule}
+        | {"sft_learning_rate": 1e-3, "max_minutes": minutes}
+    )
+    clock = FakeClock()
+    backend = SlowCPU(clock, 0.01, lambda t: 10)
+    await warm_start(
+        cfg,
+        environment,
+        Model(backend),  # type: ignore[arg-type]
+        environment.load(),  # 12 items cycled from 9, of which 8 are correct: 4 steps
+        count_tokens=lambda t: 10,
+        clock=clock,
+        out=Console(file=io.StringIO()),
+    )
+    planned = sft_rates(cfg, 4)
+    assert backend.rates == pytest.approx(planned)
+    assert len(backend.calls) == (1 if minutes is None else 2)
+    assert planned[0] == pytest.approx(1e-3)
+    if schedule == "constant":
+        assert planned == pytest.approx([1e-3] * 4)
+    else:  # decays, and the last step still trains
+        assert all(a > b > 0 for a, b in itertools.pairwise(planned))
 
 
 @pytest.mark.slow
