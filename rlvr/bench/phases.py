@@ -40,9 +40,11 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from rlvr.bench.step import StepFigures, bench_one_step, rounded
-from rlvr.engine import EngineCounters, LocalTorchBackend
+from rlvr.config import RunConfig
+from rlvr.engine import THREADS_ENV, EngineCounters, LocalTorchBackend
 from rlvr.engine.bench import log, sampling_precision
 from rlvr.engine.loaded_model import LoadedModel
+from rlvr.engine.types import whole_number
 from rlvr.memory import EVALUATION, WARM_START, RssWatch
 from rlvr.metrics import Figures, peak_rss_gb
 from rlvr.task_api.plugins import task_config
@@ -192,7 +194,10 @@ class PhasesFigures(Figures):
     peak_size: int
     peak_fp32_flop_s: float | None
     peak_bf16_flop_s: float | None
-    # the warm start: demonstrations through the loop's SFT path
+    seed: int  # the split's, the demonstrations' and their order's
+    # the warm start: demonstrations through the loop's SFT path, at its rate and schedule
+    sft_learning_rate: float
+    sft_schedule: str
     sft_demonstrations: int
     warm_start_s: float | None  # wall, the demonstrations' making included
     sft_tokens: int  # tokens computed (forward and backward)
@@ -200,8 +205,10 @@ class PhasesFigures(Figures):
     sft_tok_s: float | None
     sft_flop_s: float | None
     sft_vs_peak: float | None
+    sft_loss_last: float | None  # the last batch's loss: where the warm start ended
     # the evaluation after the warm start
     eval_items: int
+    eval_accuracy: float | None  # ground truth over its items: what the warm start taught
     eval_s_per_item: float | None
     eval_prefilled_tokens: int
     eval_decoded_tokens: int
@@ -248,6 +255,8 @@ class Measured(BaseModel):
     done: EngineCounters
     seconds: float
     count: int
+    # what the phase ended at: the warm start's last batch loss, the evaluation's accuracy
+    outcome: float | None = None
 
 
 class Peaks(BaseModel):
@@ -302,7 +311,10 @@ async def measured_warm_start(run: Session, watch: RssWatch) -> Measured | None:
         row = await warm_start(cfg, run.environment, run.policy.model, run.split.train, share=1.0)
     seconds = time.monotonic() - started
     return Measured(
-        done=counted(run).minus(before), seconds=seconds, count=int(row.demonstrations or 0)
+        done=counted(run).minus(before),
+        seconds=seconds,
+        count=int(row.demonstrations or 0),
+        outcome=row.loss_last,
     )
 
 
@@ -319,9 +331,14 @@ async def measured_evaluation(run: Session, items: int, watch: RssWatch) -> Meas
         return None
     before, started = counted(run), time.monotonic()
     with watch.phase(EVALUATION):
-        await run.evaluate(chosen, "val", "phases: evaluation")
+        evaluated = await run.evaluate(chosen, "val", "phases: evaluation")
     seconds = time.monotonic() - started
-    return Measured(done=counted(run).minus(before), seconds=seconds, count=len(chosen))
+    return Measured(
+        done=counted(run).minus(before),
+        seconds=seconds,
+        count=len(chosen),
+        outcome=evaluated.accuracy,
+    )
 
 
 def median_of(per_step: list[StepFigures], key: str) -> float | None:
@@ -360,6 +377,9 @@ async def run_phases_bench(
                         f"not {cfg.backend}"
                     )
                 loaded = backend.engine(run.policy.model).loaded
+                # torch's threads are set per thread, and the engine set its own in a worker's
+                if threads := whole_number(THREADS_ENV, 0):
+                    torch.set_num_threads(threads)
                 peaks = measure_peaks(loaded, peak_size, peak_repeats)
                 log(
                     "peak: "
@@ -371,17 +391,14 @@ async def run_phases_bench(
                 before = counted(run)
                 per_step = [await bench_one_step(run, step, False, watch) for step in range(steps)]
                 stepped = counted(run).minus(before)
-    figures = phases_figures(
-        cfg.task, cfg.model, loaded, peaks, peak_size, warm, evaluation, per_step, stepped
-    )
+    figures = phases_figures(cfg, loaded, peaks, peak_size, warm, evaluation, per_step, stepped)
     for line in report_lines(figures):
         log(line)
     return figures
 
 
 def phases_figures(
-    task: str,
-    model: str,
+    cfg: RunConfig,
     loaded: LoadedModel,
     peaks: Peaks,
     peak_size: int,
@@ -407,10 +424,11 @@ def phases_figures(
     step_s = median_of(per_step, "step_s")
     capability = torch.backends.cpu.get_cpu_capability()
     fp32 = set(peaks.precisions.values()) == {"fp32"}
-    goals = task == GOAL_TASK
+    goals = cfg.task == GOAL_TASK
     return PhasesFigures(
-        task=task,
-        model=model,
+        task=cfg.task,
+        model=cfg.model,
+        seed=cfg.seed,
         device=str(loaded.device),
         precision=f"{sampling_precision(loaded)}, train {peaks.precisions['train']}",
         cpu_capability=capability,
@@ -420,6 +438,8 @@ def phases_figures(
         peak_size=peak_size,
         peak_fp32_flop_s=significant(peaks.flop_s.get("fp32")),
         peak_bf16_flop_s=significant(peaks.flop_s.get("bf16")),
+        sft_learning_rate=cfg.sft_learning_rate,
+        sft_schedule=cfg.sft_schedule,
         sft_demonstrations=warm.count if warm is not None else 0,
         warm_start_s=round(warm.seconds, 3) if warm is not None else None,
         sft_tokens=sft.forwarded_tokens,
@@ -427,7 +447,11 @@ def phases_figures(
         sft_tok_s=per_s(sft.forwarded_tokens, sft.training_s),
         sft_flop_s=sft_done.flop_s,
         sft_vs_peak=sft_done.vs_peak,
+        sft_loss_last=significant(warm.outcome) if warm is not None else None,
         eval_items=evaluation.count if evaluation is not None else 0,
+        eval_accuracy=round(evaluation.outcome, 4)
+        if evaluation is not None and evaluation.outcome is not None
+        else None,
         eval_s_per_item=eval_s_per_item,
         eval_prefilled_tokens=ev.prefilled_tokens,
         eval_decoded_tokens=ev.decoded_tokens,
@@ -523,6 +547,8 @@ def report_lines(f: PhasesFigures) -> list[str]:
         ),
         f"  RL step {f.step_s} s (rollouts {f.rollout_s} s, {f.rollout_vs_peak} of peak; update "
         f"{f.update_s} s); evaluation {f.eval_s_per_item} s an item over {f.eval_items} items",
+        f"  warm start ({f.sft_schedule} from {f.sft_learning_rate}, seed {f.seed}): last loss "
+        f"{f.sft_loss_last}; evaluation correct {f.eval_accuracy}",
     ]
     where = "on the AVX2 path" if f.avx2_path else "set for the AVX2 path; this run is not on it"
     goals = [

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,14 @@ import torch
 from rlvr.bench import phases
 from rlvr.bench.phases import Achieved, ModelSize, achieved, matmul_peak
 from tests.helpers.tiny_llama import tiny_llama
+
+WARM_START_PAGE = Path(__file__).parents[2] / "docs" / "concepts" / "warm-start.md"
+
+
+def page_command() -> list[str]:
+    """The warm-start page's `rlvr bench phases` command, as words after `rlvr`."""
+    [command] = re.findall(r"```bash\n(rlvr bench phases [^\n]+)\n```", WARM_START_PAGE.read_text())
+    return shlex.split(command)[1:]
 
 
 def test_the_peak_is_the_flops_of_one_product_over_its_fastest_call(monkeypatch) -> None:
@@ -113,25 +123,40 @@ def test_bench_phases_prints_every_phase_against_the_peak(tmp_path: Path, tiny_m
         "preflight=false",
         "sft_batch_size=2",
     ]
+    # the page's command on the tiny model: the later options win, one RL step is measured too
     options = [
         "--demonstrations",
         "2",
         "--items",
         "2",
+        "--steps",
+        "1",
         "--peak-size",
         "512",
         "--peak-repeats",
         "20",
     ]
-    result = CliRunner().invoke(
-        app, ["bench", "phases", "email", *args, *options], env={"RLVR_PRECISION": "fp32"}
-    )
+    threads = torch.get_num_threads()
+    try:  # one thread, as on a busy machine: the peak is measured on the run's threads
+        result = CliRunner().invoke(
+            app,
+            [*page_command(), *args, *options],
+            env={"RLVR_PRECISION": "fp32", "RLVR_TORCH_THREADS": "1"},
+        )
+    finally:
+        torch.set_num_threads(threads)
     assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout.strip().splitlines()[-1])["threads"] == 1
+    assert "torch.mm, 1 threads" in result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["bench"] == "phases" and figures["task"] == "email"
+    assert figures["seed"] == 1 and figures["sft_schedule"] == "linear"  # the page's, email's
     assert figures["precision"].startswith("fp32") and "peak_bf16_flop_s" not in figures
     assert figures["sft_demonstrations"] == 2 and figures["eval_items"] == 2
     assert figures["steps"] == 1 and figures["trained_tokens"] > 0
+    # where the warm start ended: its last batch's loss, and ground truth over the 2 items
+    assert figures["sft_loss_last"] > 0 and figures["eval_accuracy"] in (0.0, 0.5, 1.0)
+    assert f"evaluation correct {figures['eval_accuracy']}" in result.stderr
     for key in RAW:
         assert figures[key] > 0, key
     for key in RATIOS:
