@@ -82,9 +82,10 @@ task = Task(
     # email task's defaults", says more):
     # - sft_steps 12 of 8 oracle episodes: after half as many the policy searched and read but
     #   still answered wrong.
-    # - sft_schedule linear from 2e-3: at a constant rate the last batches decided whether the
-    #   policy reads after a search, and one seed's warm start almost never did; decaying, every
-    #   seed ended near what all the demonstrations teach (results/bench/warm-start.jsonl).
+    # - sft_schedule stays constant at rlvr's 1e-3: a linear decay from 2e-3 ended the seeds'
+    #   warm starts nearer one another (results/bench/warm-start.jsonl), but RL then gained
+    #   nothing (results/records/email-2026-12-03-email-20261203-063002.json), where from the
+    #   constant rate's weaker start it did (docs/concepts/warm-start.md says more).
     # - max_tokens 96, since fewer cut many turns; temperature 0.7, since sampling at 1.0 answered
     #   far worse than greedy.
     # - learning_rate 1.5e-4: rlvr's 3e-4 moved the policy in one update far past the update-KL
@@ -105,8 +106,6 @@ task = Task(
         "lr_warmup_steps": 4,
         "sft_steps": 12,
         "sft_batch_size": 8,
-        "sft_learning_rate": 2e-3,
-        "sft_schedule": "linear",
         "temperature": 0.7,
         "max_tokens": 96,
         "groups_per_batch": 2,

@@ -150,7 +150,7 @@ def test_bench_phases_prints_every_phase_against_the_peak(tmp_path: Path, tiny_m
     assert "torch.mm, 1 threads" in result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["bench"] == "phases" and figures["task"] == "email"
-    assert figures["seed"] == 1 and figures["sft_schedule"] == "linear"  # the page's, email's
+    assert figures["seed"] == 1 and figures["sft_schedule"] == "constant"  # the page's, email's
     assert figures["precision"].startswith("fp32") and "peak_bf16_flop_s" not in figures
     assert figures["sft_demonstrations"] == 2 and figures["eval_items"] == 2
     assert figures["steps"] == 1 and figures["trained_tokens"] > 0
