@@ -83,10 +83,11 @@ lint: $(STAMP)
 # priority from the start, on the cycles the tests leave (a cold check is half a minute of one
 # core); its report follows the tests', and either failing fails the target. Groups start
 # heaviest first (tests/durations.json), in that order (no xdist reorder). TEST_MARKS leaves out
-# the tests that start vLLM servers (`make test-vllm`) and the experiments (`make
-# test-experiments`): pyproject.toml's markers; `make test-all` runs everything.
+# the tests that start vLLM servers (`make test-vllm`), the experiments (`make
+# test-experiments`) and the real-model checks of one route each (`full`: the install routes, the
+# GGUF export, ...): pyproject.toml's markers; `make test-all` runs everything.
 PYTEST_XDIST := -n $(WORKERS) --dist loadgroup --no-loadscope-reorder
-TEST_MARKS ?= not vllm and not vllm_run and not experiment
+TEST_MARKS ?= not vllm and not vllm_run and not experiment and not full
 test: $(STAMP)
 	$(BIN)/ruff check .
 	nice -n 19 $(BIN)/mypy > $(VENV)/mypy.log 2>&1 & mypy=$$!; \
@@ -139,8 +140,9 @@ test-experiments: $(STAMP)
 	RLVR_TORCH_THREADS=$${RLVR_TORCH_THREADS:-1} $(BIN)/python -m pytest -q -ra $(PYTEST_XDIST) \
 	  -m experiment --durations=10
 
-# Everything: `make test` with the experiments among its groups, then the vLLM tests alone (two
-# vLLM servers start slowly beside a busy suite on two cores); either failing fails the target.
+# Everything: `make test` with the `full` checks and the experiments among its groups, then the
+# vLLM tests alone (two vLLM servers start slowly beside a busy suite on two cores); either
+# failing fails the target.
 test-all: $(STAMP) $(VLLM_STAMP)
 	$(MAKE) --no-print-directory test TEST_MARKS="not vllm and not vllm_run"; suite=$$?; \
 	  $(MAKE) --no-print-directory test-vllm; vllm=$$?; exit $$(( suite || vllm ))

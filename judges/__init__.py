@@ -39,7 +39,9 @@ async def open_judge(cfg: RunConfig) -> AsyncIterator[JudgeClient]:
     settings = JudgeSettings.from_config(cfg)
     local = None
     if cfg.judge.model == LOCAL_JUDGE and cfg.judge.base_url is None:
-        local = LocalJudge(LocalJudgeSettings.default(threads=cfg.judge.threads))
+        local = LocalJudge(
+            LocalJudgeSettings.default(threads=cfg.judge.threads, model=cfg.judge.local_model)
+        )
     client = JudgeClient(
         settings,
         local.ensure_started if local else None,

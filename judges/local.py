@@ -52,8 +52,10 @@ class LocalJudgeSettings(BaseModel):
     startup_timeout_s: float = 180.0
 
     @classmethod
-    def default(cls, threads: int | None = None, port: int | None = None) -> LocalJudgeSettings:
-        return cls(threads=threads or default_threads(), port=port)
+    def default(
+        cls, threads: int | None = None, port: int | None = None, model: str | None = None
+    ) -> LocalJudgeSettings:
+        return cls(model=model or JUDGE_MODEL, threads=threads or default_threads(), port=port)
 
 
 def server_command(settings: LocalJudgeSettings, fd: int) -> list[str]:

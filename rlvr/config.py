@@ -80,6 +80,11 @@ class JudgeConfig(BaseModel):
     threads: int | None = Field(
         None, ge=1, description="local judge CPU threads (default: half the cores)"
     )
+    local_model: str | None = Field(
+        None,
+        description="the model the local judge serves: an rlvr model name or a model directory "
+        "(default: smollm2-135m)",
+    )
 
 
 PlateauRule = Literal["trend", "best"]  # how the plateau stop reads the validation history

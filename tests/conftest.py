@@ -43,7 +43,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model h
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     from rlvr.config import RunConfig
     from rlvr.training import run_training
+    from tests.helpers.tiny_llama import cached_tiny_model
 
+    cached_tiny_model()
     run_dir = tmp_path_factory.mktemp("tiny") / "math-tiny"
     result = asyncio.run(run_training(RunConfig(**TINY_RUN, run_dir=run_dir)))
     return TinyRun(run_dir=run_dir, result=result)
@@ -73,9 +75,9 @@ def agent_run(tmp_path_factory: pytest.TempPathFactory) -> AgentRun:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tests.helpers.tiny_llama import tiny_model_dir
+    from tests.helpers.tiny_llama import cached_tiny_model
 
-    return tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
+    return cached_tiny_model()
 
 
 def group_of(item: pytest.Item) -> str:
@@ -135,6 +137,14 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("store_durations") and "PYTEST_XDIST_WORKER" not in os.environ:
         config.pluginmanager.register(GroupSeconds(), "rlvr-group-seconds")
     torch_threads_for_this_thread()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """The tiny model's directory, which TINY names, is on disk before any slow test runs."""
+    if item.get_closest_marker("slow"):
+        from tests.helpers.tiny_llama import cached_tiny_model
+
+        cached_tiny_model()
 
 
 def torch_threads_for_this_thread() -> None:

@@ -31,7 +31,7 @@ from rlvr.runs.report import story_lines
 from rlvr.runs.store import read_metrics, read_summary
 from rlvr.serve import KEY_ENV, Endpoint, serve_key
 from tests.helpers import warm
-from tests.helpers.tiny_runs import TinyRun
+from tests.helpers.tiny_runs import TINY_RUN, TinyRun
 
 runner = CliRunner()
 FP32 = {"RLVR_PRECISION": "fp32"}  # the engine's answers computed as plain transformers computes
@@ -318,9 +318,37 @@ def exported_best(run_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> P
 @pytest.fixture(scope="module")
 def exported_last(run_copy: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("exports") / "last"
-    args = ("export", str(run_copy), "--checkpoint", "last", "--gguf", "--no-verify")
-    args = (*args, "--out", str(out))
+    args = ("export", str(run_copy), "--checkpoint", "last", "--no-verify", "--out", str(out))
     done = warm.rlvr(*args, timeout_s=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+# The smallest run of the real model: --gguf writes the GGUF its base was converted from, so the
+# shared tiny run (a model directory, not a converted GGUF) cannot take it.
+SMOLLM_STEP = {
+    "difficulty": "easy",
+    "num_items": 20,
+    "group_size": 2,
+    "groups_per_batch": 1,
+    "max_steps": 1,
+    "max_tokens": 8,
+    "judge": "none",
+    "scorer": "length",
+    "preflight": "false",
+    "draw.max_refill": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def exported_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.helpers.tiny_runs import cli, only_run
+
+    runs = tmp_path_factory.mktemp("smollm-runs")
+    cli("train", "math", *(f"{k}={v}" for k, v in SMOLLM_STEP.items()), f"runs_root={runs}")
+    out = tmp_path_factory.mktemp("exports") / "gguf"
+    args = ("export", str(only_run(runs)), "--checkpoint", "last", "--gguf", "--no-verify")
+    done = warm.rlvr(*args, "--out", str(out), timeout_s=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return out
 
@@ -338,7 +366,11 @@ def test_export_is_a_plain_transformers_model(exported_best: Path, run_copy: Pat
     for name in ("model.safetensors", "config.json", "generation_config.json", "tokenizer.json"):
         assert (exported_best / name).is_file(), name
     adapter = json.loads((exported_best / "adapter" / "adapter_config.json").read_text())
-    assert adapter["base_model_name_or_path"] == "smollm2-135m"  # not a path of this machine
+    # the run's model as its config names it (an alias stays an alias, not a path of this machine)
+    assert (
+        adapter["base_model_name_or_path"]
+        == json.loads((run_copy / "config.json").read_text())["model"]
+    )
     assert (exported_best / "adapter" / "adapter_model.safetensors").is_file()
     card = (exported_best / "README.md").read_text()
     summary = json.loads((run_copy / "summary.json").read_text())
@@ -366,7 +398,7 @@ def test_merged_weights_are_the_base_plus_the_lora(exported_last: Path, run_copy
     checkpoint = checkpoint_for(run_copy, "last")
     config = json.loads((checkpoint / "adapter_config.json").read_text())
     lora = load_file(str(checkpoint / "adapter_model.safetensors"))
-    base = load_file(str(resolve_model("smollm2-135m") / "model.safetensors"))
+    base = load_file(str(resolve_model(TINY_RUN["model"]) / "model.safetensors"))
     merged = load_file(str(exported_last / "model.safetensors"))
     scale = config["lora_alpha"] / config["r"]
     targeted = 0
@@ -379,7 +411,8 @@ def test_merged_weights_are_the_base_plus_the_lora(exported_last: Path, run_copy
         b = lora[f"base_model.model.{stem}.lora_B.weight"]
         torch.testing.assert_close(merged[name], weight + scale * b @ a, rtol=0, atol=1e-6)
         targeted += 1
-    assert targeted == 30 * len(config["target_modules"])
+    layers = json.loads((exported_last / "config.json").read_text())["num_hidden_layers"]
+    assert targeted == layers * len(config["target_modules"])
 
 
 @pytest.mark.slow
@@ -415,7 +448,7 @@ def ship_the_base(folder: Path) -> None:
     from rlvr.engine.models import resolve_model
 
     shutil.copyfile(
-        resolve_model("smollm2-135m") / "model.safetensors", folder / "model.safetensors"
+        resolve_model(TINY_RUN["model"]) / "model.safetensors", folder / "model.safetensors"
     )
 
 
@@ -441,10 +474,12 @@ def test_an_export_that_fails_its_check_writes_nothing(
 
 
 @pytest.mark.slow
-def test_gguf_loads_in_transformers(exported_last: Path) -> None:
+@pytest.mark.full
+def test_gguf_loads_in_transformers(exported_gguf: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    exported_last = exported_gguf
     [gguf] = exported_last.glob("*.gguf")
     card = (exported_last / "README.md").read_text()
     assert "`" + gguf.name + "` (f16)" in card

@@ -100,6 +100,7 @@ def imports(python: Path, code: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_setup_takes_torch_from_the_index_when_the_wheel_folder_is_empty(tmp_path, torch_index):
     index, server = torch_index
     (tmp_path / "empty").mkdir()
@@ -128,6 +129,7 @@ def test_setup_with_no_torch_source_stops_in_one_line(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.full
 def test_pip_route_keeps_the_users_torch(tmp_path):
     """Where the lock does not fit (CUDA, macOS, another Python): the user's torch first, then
     rlvr's ranges around it; llama-cpp-python (never imported) is not built."""

@@ -1,6 +1,7 @@
 """The notebooks, executed headless with nbclient (a failing cell fails the test): the inspection
 notebook on the shared tiny run, the quickstart and the tool agent with their own tiny training
-runs.
+runs, on the tiny random model (RLVR_MODEL, which the notebooks read): what is checked is that
+every cell runs and shows what it should, not what the policy learns.
 
 Each kernel is the one Jupyter starts (`python -m ipykernel_launcher -f FILE`), forked from the
 test worker's warm process (tests/warm) so it skips importing torch, transformers and ART again."""
@@ -20,6 +21,7 @@ from nbclient import NotebookClient
 
 from rlvr import inspection as ri
 from tests.helpers import warm
+from tests.helpers.tiny_runs import tiny_model_path
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 900  # the quickstart's training cell on 2 busy cores
@@ -119,6 +121,7 @@ def test_inspect_rollouts_notebook_on_the_tiny_run(tiny_run, monkeypatch):
 @pytest.mark.slow
 def test_quickstart_notebook_trains_and_looks(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_RUNS_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("RLVR_MODEL", str(tiny_model_path()))  # the notebook's route, quickly
     notebook = execute("quickstart.ipynb")
     [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -132,6 +135,7 @@ def test_quickstart_notebook_trains_and_looks(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_custom_task_notebook_trains_an_inline_task(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_RUNS_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("RLVR_MODEL", str(tiny_model_path()))  # the notebook's route, quickly
     notebook = execute("custom_task.ipynb")
     [run_dir] = [p.parent for p in (tmp_path / "runs").glob("inline-adder-*/summary.json")]
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -146,6 +150,7 @@ def test_custom_task_notebook_trains_an_inline_task(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_tool_agent_notebook_trains_an_agent(tmp_path, monkeypatch):
     monkeypatch.setenv("RLVR_RUNS_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setenv("RLVR_MODEL", str(tiny_model_path()))  # the notebook's route, quickly
     notebook = execute("tool_agent.ipynb")
     [run_dir] = [p.parent for p in (tmp_path / "runs").glob("*/summary.json")]
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -22,6 +22,7 @@ from rlvr import redact
 from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.engine.models import CACHE_ENV, cache_root
 from tests.helpers.run_dirs import finished_summary
+from tests.helpers.tiny_runs import tiny_model_path
 
 OPENAI_KEY = "sk-test-PLANTED-123456"
 WANDB_KEY = "PLANTEDwandb" + "0" * 28  # W&B keys are 40 characters
@@ -170,7 +171,7 @@ def test_the_local_judge_child_inherits_no_key(planted: None) -> None:
     from judges.local import LocalJudge, LocalJudgeSettings
     from judges.server import SERVER_KEY_ENV
 
-    local_judge = LocalJudge(LocalJudgeSettings.default())
+    local_judge = LocalJudge(LocalJudgeSettings.default(model=str(tiny_model_path())))
     try:
         asyncio.run(local_judge.ensure_started())
         environ = Path(f"/proc/{local_judge.pid}/environ").read_bytes().decode(errors="replace")
@@ -361,6 +362,7 @@ async def test_a_real_run_writes_and_prints_no_credential(
     monkeypatch.setattr(sys, "argv", ["rlvr", "train", f"judge.base_url={BASE_URL}"])
     caplog.set_level(logging.INFO)
     cfg = RunConfig(
+        model=str(tiny_model_path()),  # what is written and printed is the claim
         group_size=2,
         groups_per_batch=1,
         max_tokens=6,

@@ -29,6 +29,7 @@ from rlvr.runs import store
 from rlvr.types import Item, Sampling
 from tests.helpers import warm
 from tests.helpers.processes import alive, gone_within
+from tests.helpers.tiny_runs import tiny_model_path
 
 pytestmark = pytest.mark.slow  # every test starts a real MCP server process
 
@@ -283,6 +284,7 @@ def test_a_tool_agent_on_an_mcp_server_trains_a_step(tmp_path: Path) -> None:
     out = warm.rlvr(
         "train",
         f"{folder}/task.py:task",
+        f"model={tiny_model_path()}",  # the route and the server's life, not what the policy says
         "group_size=2",
         "groups_per_batch=2",
         "max_steps=1",

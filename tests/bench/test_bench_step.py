@@ -63,8 +63,12 @@ def test_bench_step_prints_the_split_its_bare_figures_and_peak_memory() -> None:
     from rlvr.bench.step import PEAK_RSS_BY_PHASE
     from rlvr.cli.main import app
     from rlvr.memory import ROLLOUTS, UPDATE
+    from tests.helpers.tiny_runs import tiny_model_path
 
+    # the tiny random model: the bench's figures and their arithmetic are checked, not its speed
+    # (it never answers a sum: the length scorer gives its groups the spread an update needs)
     args = ["groups_per_batch=2", "group_size=4", "max_tokens=16", "num_items=40"]
+    args += [f"model={tiny_model_path()}", "scorer=length"]
     result = CliRunner().invoke(app, ["bench", "step", "math", "--steps", "1", *args])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.stdout.strip().splitlines()[-1])
@@ -77,8 +81,9 @@ def test_bench_step_prints_the_split_its_bare_figures_and_peak_memory() -> None:
     assert len(figures["per_step"]) == 1
     phases = figures[PEAK_RSS_BY_PHASE]
     assert {ROLLOUTS, UPDATE} <= set(phases)
-    # The model alone is ~0.5 GB resident; no phase is above the process's high-water mark.
-    assert all(0.5 < peak <= figures["peak_rss_gb"] + 0.01 for peak in phases.values()), phases
+    # torch alone is ~0.3 GB resident (the figures are in GB, not MB); no phase is above the
+    # process's high-water mark.
+    assert all(0.1 < peak <= figures["peak_rss_gb"] + 0.01 for peak in phases.values()), phases
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,5 @@
-"""LocalTorchBackend with the real SmolLM2-135M: ART client code, real sampling, real GRPO steps.
+"""LocalTorchBackend with the real SmolLM2-135M: ART client code, real sampling, real GRPO steps
+(a resume, whose claim is the stored step's, on the tiny random model `BASE`).
 
 One backend (one loaded model per model name) is shared by the module; tests that train use their
 own model names so each starts at step 0. Everything goes through `model.openai_client()` over
@@ -23,9 +24,11 @@ from rlvr.engine.models import DEFAULT_MODEL, resolve_model
 from rlvr.engine.toolcalls import call_prefix
 from tests.helpers.engine import registered
 from tests.helpers.real_policy import logprobs_alone
+from tests.helpers.tiny_runs import tiny_model_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
+BASE = str(tiny_model_path())  # made before any slow test runs (tests/conftest.py)
 TOOLS = [
     {
         "type": "function",
@@ -381,7 +384,7 @@ async def test_grpo_steps_raise_a_simple_preference(backend) -> None:
 
 async def test_a_new_backend_resumes_at_the_stored_step(tmp_path) -> None:
     first = LocalTorchBackend(path=str(tmp_path))
-    model = await registered(first, "restart")
+    model = await registered(first, "restart", BASE)
     group = await rollout_group(
         model, "Name a color.", [1, 2, 3, 4], lambda seed, _: float(seed % 2)
     )
@@ -390,7 +393,7 @@ async def test_a_new_backend_resumes_at_the_stored_step(tmp_path) -> None:
     await first.close()
 
     second = LocalTorchBackend(path=str(tmp_path))
-    again = await registered(second, "restart")
+    again = await registered(second, "restart", BASE)
     try:
         assert await again.get_step() == 1 and again.get_inference_name() == "restart@1"
         assert second.engine(again).trainer.optimizer.state  # the optimizer state came back too

@@ -133,12 +133,11 @@ def test_a_zero_budget_turns_it_off(monkeypatch) -> None:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     from rlvr.engine.lora_engine import Engine
-    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
+    from tests.helpers.tiny_runs import tiny_model_path
 
     # fp32: the cache must reproduce a fresh prefill exactly (bf16 rounds differently per shape).
-    return Engine(
-        resolve_model(DEFAULT_MODEL), Path(tmp_path_factory.mktemp("model")), precision="fp32"
-    )
+    # The tiny random model: what a cache holds and reuses does not depend on the weights.
+    return Engine(tiny_model_path(), Path(tmp_path_factory.mktemp("model")), precision="fp32")
 
 
 def chat(engine, turns: list[str]) -> list[int]:

@@ -21,9 +21,14 @@ from openai.types.chat.chat_completion import Choice
 from rlvr.engine.backend import LocalTorchBackend, pack_groups
 from rlvr.engine.trainer import OBJECTIVE_KEY, _trimmed, trained_positions
 from tests.helpers.engine import registered
+from tests.helpers.tiny_runs import tiny_model_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
+# The engine's claims (which tokens train, with which logprobs; the step's size; the optimizer's
+# moments) hold for any weights: the tiny random model's (made before any slow test runs). The
+# learning check needs the real model's.
+TINY_MODEL = str(tiny_model_path())
 QUESTION = "Find the capital of France. Use the tool: write LOOKUP: <country>."
 OBSERVATIONS = ["LOOKUP result: Paris is the capital of France.", "Now answer in one word."]
 
@@ -77,7 +82,7 @@ def spans(mask: list[bool]) -> list[tuple[int, int]]:
 
 
 async def test_every_turn_is_trained_with_the_logprobs_it_was_sampled_with(backend) -> None:
-    model = await registered(backend, "turns")
+    model = await registered(backend, "turns", TINY_MODEL)
     group = art.TrajectoryGroup(
         list(await asyncio.gather(*(episode(model, s, float(s)) for s in (0, 1))))
     )
@@ -127,9 +132,9 @@ async def update(
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 async def test_update_kl_is_the_step_size(backend, temperature) -> None:
     # One model (one engine to load): a step that moves nothing first, then one that moves.
-    model = await registered(backend, f"size-{temperature:g}")
+    model = await registered(backend, f"size-{temperature:g}", TINY_MODEL)
     unchanged = await update(backend, model, 1e-12, temperature)
-    moved = await update(backend, model, 1e-3, temperature)
+    moved = await update(backend, model, 1e-2, temperature)  # the tiny model's near-flat logits
     for metrics in (unchanged, moved):
         assert metrics["sampler_kl"] < 1e-3  # the engines agree, whatever the step
     assert unchanged["update_kl"] < 1e-6  # rounding: the step moved nothing
@@ -137,7 +142,7 @@ async def test_update_kl_is_the_step_size(backend, temperature) -> None:
 
 
 async def test_grpo_starts_with_fresh_optimizer_moments(backend) -> None:
-    model = await registered(backend, "moments")
+    model = await registered(backend, "moments", TINY_MODEL)
     demo = art.Trajectory(
         messages_and_choices=[
             {"role": "user", "content": QUESTION},

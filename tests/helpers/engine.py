@@ -37,7 +37,11 @@ def continuous(decoder: Decoder, arrivals: dict[int, list[SampleRow]]) -> list[l
     return [done[i] for i in range(len(order))]
 
 
-async def registered(backend: LocalTorchBackend, name: str) -> art.TrainableModel:
-    model = art.TrainableModel(name=name, project="tests", base_model=DEFAULT_MODEL)
+async def registered(
+    backend: LocalTorchBackend, name: str, base_model: str = DEFAULT_MODEL
+) -> art.TrainableModel:
+    """`name` registered on `backend`: the real model, or `base_model` (a model directory: the
+    tiny one, tests/helpers/tiny_runs.py `tiny_model_path`, where the claim is the engine's)."""
+    model = art.TrainableModel(name=name, project="tests", base_model=base_model)
     await model.register(backend)
     return model

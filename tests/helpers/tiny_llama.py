@@ -63,6 +63,28 @@ def tiny_model_dir(folder: Path) -> Path:
     return folder
 
 
+def cached_tiny_model() -> Path:
+    """`tiny_model_path()`, made once per machine: every test worker calls it at start, and the
+    first to finish renames its copy into place (a rename is atomic; the losers drop theirs)."""
+    import contextlib
+    import os
+    import shutil
+    import tempfile
+
+    from tests.helpers.tiny_runs import tiny_model_path
+
+    target = tiny_model_path()
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=target.parent, prefix=".tiny-"))
+    tiny_model_dir(scratch / "model")
+    with contextlib.suppress(OSError):  # another worker's copy is in place
+        os.rename(scratch / "model", target)
+    shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
 def fp32_loaded(model: Any, tokenizer: Any = None, max_context: int = 128) -> LoadedModel:
     """`model` as the engine's parts see it, fp32 in every phase with plain weights (no packing)
     and no end tokens (rows end at their max_tokens: lengths are the test's to set)."""

@@ -10,7 +10,23 @@ from pydantic import BaseModel, ConfigDict
 
 from tests.helpers import warm
 
+
+def tiny_model_path() -> Path:
+    """Where the suite's one tiny model directory lives (tests/helpers/tiny_llama.py
+    `cached_tiny_model` makes it): under the converted models' cache, named by the text of the
+    file that makes it, so a change there makes a new one."""
+    import hashlib
+
+    from rlvr.engine.models import cache_root
+
+    maker = Path(__file__).with_name("tiny_llama.py")
+    digest = hashlib.sha256(maker.read_bytes()).hexdigest()[:12]
+    return cache_root() / "models" / f"tests-tiny-llama-{digest}"
+
+
 TINY_RUN = {
+    # the tiny random model: its readers check the run directory, the CLI and the loop's story
+    "model": str(tiny_model_path()),
     "task": "math",
     "task_options": {"difficulty": "easy", "num_items": 40},
     "group_size": 4,
@@ -19,6 +35,8 @@ TINY_RUN = {
     "eval_every": 1,
     "max_tokens": 16,
     "judge": "none",
+    # the tiny model never answers a sum: a reward with spread trains it (validation stays 0)
+    "scorer": "length",
     # 4 validation items swing by 0.25: a noisy fall must not stop this fixture early
     "stopping.on_divergence": "warn",
     # the tests that read it count groups: no refills (tests/training/test_pool.py covers them)
@@ -48,8 +66,11 @@ class AgentRun(BaseModel):
 
 # The CLI settings of a user's task or agent trained from its file. One step: these runs test a
 # route (loading, scoring, the run directory), and a second step would only repeat the first;
-# TWO_STEPS where the second step is what a test checks.
+# TWO_STEPS where the second step is what a test checks. The policy is the tiny random model
+# (tests/helpers/tiny_llama.py, made before any slow test starts): what they check is the route,
+# not what the policy says.
 TINY = {
+    "model": str(tiny_model_path()),
     "group_size": 4,
     "groups_per_batch": 2,
     "max_steps": 1,

@@ -33,6 +33,11 @@ from rlvr.config import RunConfig
 from rlvr.types import Item
 from tests.helpers import warm
 from tests.helpers.repo import ROOT
+from tests.helpers.tiny_runs import tiny_model_path
+
+# The lifecycle tests' local judge serves the tiny random model: when it starts and stops is the
+# claim, not what it answers (the scoring tests' judge is SmolLM2-135M).
+TINY_JUDGE = {"model": "local", "local_model": str(tiny_model_path())}
 
 pytestmark = pytest.mark.slow
 
@@ -249,7 +254,7 @@ async def test_two_local_judges_serve_side_by_side_each_on_its_own_key(
 ) -> None:
     """Each local judge's port is bound by its owner and inherited by its child (never picked, released
     and bound again), so a second local judge cannot land on the first one's port."""
-    second = LocalJudge(LocalJudgeSettings.default())
+    second = LocalJudge(LocalJudgeSettings.default(model=TINY_JUDGE["local_model"]))
     try:
         await second.ensure_started()
         assert second.port != local_judge.port and second.key != local_judge.key
@@ -313,7 +318,7 @@ async def test_local_judge_starts_on_first_use_restarts_when_dead_and_stops_on_e
     """Lazily started by the first request; a killed local judge is started again by the next one;
     the local judge running at exit stops with the judge."""
     before = set(judge_children())
-    async with open_judge(RunConfig(judge="local")) as judge:
+    async with open_judge(RunConfig(judge=TINY_JUDGE)) as judge:
         assert set(judge_children()) == before  # nothing started yet
         reply = await ask_tiny(judge, "Is 2 + 2 = 4? Answer in JSON.")
         assert isinstance(reply.value, bool)
@@ -331,7 +336,7 @@ async def test_local_judge_starts_on_first_use_restarts_when_dead_and_stops_on_e
 
 async def test_local_judge_never_starts_when_the_judge_is_not_used() -> None:
     before = set(judge_children())
-    async with open_judge(RunConfig(judge="local")):
+    async with open_judge(RunConfig(judge=TINY_JUDGE)):
         await asyncio.sleep(0.2)
     assert set(judge_children()) == before
 
@@ -339,7 +344,7 @@ async def test_local_judge_never_starts_when_the_judge_is_not_used() -> None:
 async def test_local_judge_stops_when_the_run_raises() -> None:
     before = set(judge_children())
     with pytest.raises(RuntimeError, match="boom"):
-        async with open_judge(RunConfig(judge="local")) as judge:
+        async with open_judge(RunConfig(judge=TINY_JUDGE)) as judge:
             await judge.api_base()
             (started,) = set(judge_children()) - before
             raise RuntimeError("boom")
@@ -352,7 +357,7 @@ from judges import open_judge
 from rlvr.config import RunConfig
 
 async def main():
-    async with open_judge(RunConfig(judge="local")) as judge:
+    async with open_judge(RunConfig(judge={"model": "local", "local_model": sys.argv[1]})) as judge:
         await judge.api_base()
         print("ready", flush=True)
         await asyncio.sleep(600)
@@ -382,7 +387,9 @@ def child_judge_pid(owner: int) -> int:
     ids=["ctrl-c", "sigterm"],
 )
 def test_local_judge_never_outlives_its_owner(sig: signal.Signals) -> None:
-    owner = warm.start("-c", OWNER)  # a process of its own, forked warm (tests/helpers/warm.py)
+    owner = warm.start(
+        "-c", OWNER, TINY_JUDGE["local_model"]
+    )  # a process of its own, forked warm (tests/helpers/warm.py)
     try:
         assert owner.readline().strip() == "ready", owner.read_stderr()[-2000:]
         judge_pid = child_judge_pid(owner.pid)
@@ -395,7 +402,13 @@ def test_local_judge_never_outlives_its_owner(sig: signal.Signals) -> None:
 
 def test_judge_serve_command_answers_and_stops() -> None:
     serve = subprocess.Popen(
-        [str(Path(sys.executable).parent / "rlvr"), "judge", "serve"],
+        [
+            str(Path(sys.executable).parent / "rlvr"),
+            "judge",
+            "serve",
+            "--model",
+            str(tiny_model_path()),
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

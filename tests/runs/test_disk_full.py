@@ -27,6 +27,7 @@ from rlvr.runs.damage import DiskFull, as_disk_full, human_bytes, says_disk_full
 from rlvr.runs.records import RunResult, StopReason, parse_row
 from rlvr.runs.report import plot_report
 from tests.helpers import faults, warm
+from tests.helpers.tiny_runs import tiny_model_path
 
 FULL = "No space left on device"
 
@@ -180,6 +181,7 @@ def alternate(group, item):
     return [float(i % 2) for i in range(len(group.trajectories))]
 '''
 RUN = {
+    "model": str(tiny_model_path()),  # what a full disk leaves is the claim, not the policy
     "difficulty": "easy",
     "num_items": 10,
     "group_size": 2,
@@ -252,10 +254,11 @@ def tmpfs(folder: Path, size: str) -> Iterator[Path]:
 @pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 def test_a_real_small_filesystem_that_fills_during_a_checkpoint(tmp_path: Path) -> None:
     # Room for the start (config, ART's step-0 adapter, the baseline's rows) but not for step 1's
-    # checkpoint, whose optimizer state triples it (lora_rank 2 keeps the numbers small).
+    # checkpoint, whose optimizer state triples it (lora_rank 2 keeps the numbers small): the real
+    # model's sizes, which the tiny model's kilobytes would not fill.
     with tmpfs(tmp_path / "small", "4m") as small:
         run_dir = small / "math-small"
-        line = one_line(train(run_dir, lora_rank=2))
+        line = one_line(train(run_dir, lora_rank=2, model="smollm2-135m"))
         assert "no space left on device" in line and f"`rlvr train --resume {run_dir}`" in line
         assert f"{layout.ART_DIR}/" in line or f"{layout.CHECKPOINTS}/" in line, line
         subprocess.run(["mount", "-o", "remount,size=256m", str(small)], check=True)

@@ -16,12 +16,17 @@ from typer.testing import CliRunner
 
 from rlvr.cli.main import app
 from scenarios.dataset.examples import make_few_labels
+from tests.helpers.tiny_runs import tiny_model_path
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "guide" / "few-labels.md"
 DATA = ROOT / "scenarios" / "dataset" / "examples" / "few_labels.jsonl"
-# The smallest real run: 2 steps of one group of two, short replies, 10 validation items.
+# The smallest real run: 2 steps of one group of two, short replies, 10 validation items, on the
+# tiny random model, which the local judge serves too (what is checked is which items train and
+# which are held out).
 TINY = {
+    "model": str(tiny_model_path()),
+    "judge.local_model": str(tiny_model_path()),
     "group_size": 2,
     "groups_per_batch": 1,
     "max_steps": 2,

@@ -18,6 +18,7 @@ from rlvr.runs import store
 from rlvr.task_api.plugins import resolve_task, task_config
 from scenarios.reasoning_gym.generators import generator_options, parse_choices
 from tests.helpers import warm
+from tests.helpers.tiny_runs import tiny_model_path
 
 EASY = {"dataset": "chain_sum", "min_terms": "2", "max_terms": "2", "max_digits": "1"}
 
@@ -160,6 +161,7 @@ def test_a_generator_trains_a_step_from_the_cli(tmp_path: Path) -> None:
     out = warm.rlvr(
         "train",
         "reasoning_gym",
+        f"model={tiny_model_path()}",  # the generator's route, not what the policy says
         *[f"{k}={v}" for k, v in EASY.items()],
         "num_items=40",
         "group_size=4",

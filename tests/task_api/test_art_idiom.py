@@ -220,8 +220,8 @@ async def rollout(model, scenario):
     )
     choice = completion.choices[0]
     text = choice.message.content or ""
-    # ART-style shaping: an invalid (long) answer is punished, a short one rewarded.
-    reward = -1.0 if len(text.split()) > 3 else 1.0 - len(text) / 40
+    # ART-style shaping: a short answer is rewarded, a long one punished, down to -1.
+    reward = max(-1.0, 1.0 - len(text) / 40)
     return art.Trajectory(messages_and_choices=[*messages, choice], reward=reward)
 
 

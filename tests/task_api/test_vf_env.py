@@ -28,6 +28,7 @@ from rlvr.training.split import split_items
 from rlvr.types import Sampling
 from tests.helpers import warm
 from tests.helpers.scripted import ScriptedPolicy
+from tests.helpers.tiny_runs import tiny_model_path
 
 SINGLE_TURN = """
 import verifiers as vf
@@ -288,7 +289,8 @@ async def test_an_endpoint_that_fails_is_a_rollout_error(envs: Path) -> None:
 
 # --- two real training steps ---------------------------------------------------------------------
 
-TINY = {
+TINY = {  # on the tiny random model: the route is checked, not what the policy says
+    "model": str(tiny_model_path()),
     "group_size": 4,
     "groups_per_batch": 2,
     "max_steps": 1,

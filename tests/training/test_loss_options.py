@@ -17,6 +17,10 @@ from typer.testing import CliRunner
 from rlvr.cli.main import app
 from rlvr.config import ConfigError, RunConfig, parse_overrides
 from rlvr.training.backends import step_learning_rate, train_kwargs
+from tests.helpers.tiny_runs import tiny_model_path
+
+# Each loss option trains a step of the tiny random model: the options' wiring is the claim.
+TINY_MODEL = str(tiny_model_path())
 
 
 @pytest.mark.parametrize(
@@ -107,10 +111,9 @@ def test_a_backend_refuses_what_it_cannot_honour_in_one_line(backend: str, pair:
 async def batch(tmp_path_factory):
     """A real backend and one sampled group with signal, shared by the option cases."""
     from rlvr.engine.backend import LocalTorchBackend
-    from rlvr.engine.models import DEFAULT_MODEL
 
     backend = LocalTorchBackend(path=str(tmp_path_factory.mktemp("art")), precision="fp32")
-    sampler = art.TrainableModel(name="sampler", project="tests", base_model=DEFAULT_MODEL)
+    sampler = art.TrainableModel(name="sampler", project="tests", base_model=TINY_MODEL)
     await sampler.register(backend)
     messages = [{"role": "user", "content": "Name a color."}]
 
@@ -146,11 +149,9 @@ async def batch(tmp_path_factory):
     ids=["cispo", "ppo", "gspo", "clips", "unscaled"],
 )
 async def test_the_local_backend_trains_with_each_loss_option(batch, options: dict) -> None:
-    from rlvr.engine.models import DEFAULT_MODEL
-
     backend, group = batch
     name = "m-" + "-".join(f"{k}{v}" for k, v in options.items()).replace(".", "")
-    model = art.TrainableModel(name=name or "m", project="tests", base_model=DEFAULT_MODEL)
+    model = art.TrainableModel(name=name or "m", project="tests", base_model=TINY_MODEL)
     await model.register(backend)
     cfg = RunConfig(learning_rate=1e-4, **options)
     result = await backend.train(model, [group], **train_kwargs(cfg, step=1))

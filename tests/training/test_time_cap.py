@@ -21,6 +21,7 @@ from rlvr.metrics import M
 from rlvr.runs.records import StopReason
 from rlvr.task_api.api import environment
 from rlvr.training import run_training
+from tests.helpers.tiny_runs import tiny_model_path
 
 CHECK_S = 0.25  # each held-out item's check
 ROLLOUT_S = 0.4  # each training rollout (a step makes its groups, then their refills)
@@ -58,6 +59,7 @@ def slow_task() -> object:
 def config(tmp_path, **overrides) -> RunConfig:
     return RunConfig(
         task="slow",
+        model=str(tiny_model_path()),  # the clock is the claim: the tiny model's steps are quick
         judge="none",
         group_size=4,
         groups_per_batch=2,
@@ -74,7 +76,7 @@ def tolerance_s(cap_s: float) -> float:
 
 
 def test_a_capped_run_ends_within_its_cap_and_says_what_it_cut(tmp_path, capsys):
-    minutes = 0.5
+    minutes = 0.25
     began = time.monotonic()
     result = asyncio.run(run_training(config(tmp_path, max_minutes=minutes), task=slow_task()))
     wall = time.monotonic() - began
