@@ -3,7 +3,7 @@
 
 The checkpoint's LoRA is merged into the base weights once at start (PEFT's `merge_and_unload`)
 and served by the engine's batched decoder, as the local judge serves its model
-(rlvr.engine.frozen_decoder). The endpoint binds 127.0.0.1 unless `--host` says otherwise, and every
+(rlvr.engine.frozen). The endpoint binds 127.0.0.1 unless `--host` says otherwise, and every
 request needs `Authorization: Bearer KEY`: the key is RLVR_SERVE_KEY where it is set, else a new
 one printed once at start.
 """

@@ -41,7 +41,7 @@ _EXPORTS = {
     "check_adapter": "rlvr.engine.adapters",
     "check_environment": "rlvr.engine.loaded_model",
     "create_app": "rlvr.engine.server",
-    "frozen_decoder": "rlvr.engine.frozen_decoder",
+    "frozen_decoder": "rlvr.engine.frozen",
     "load_model": "rlvr.engine.loaded_model",
     "pack_frozen": "rlvr.engine.merged_weights",
     "pack_groups": "rlvr.engine.backend",
@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from rlvr.engine.bench import run_turns_bench as run_turns_bench
     from rlvr.engine.decoding import Decoder as Decoder
     from rlvr.engine.device import release_memory as release_memory
-    from rlvr.engine.frozen_decoder import frozen_decoder as frozen_decoder
+    from rlvr.engine.frozen import frozen_decoder as frozen_decoder
     from rlvr.engine.grammar import GrammarError as GrammarError
     from rlvr.engine.grammar import schema_of as schema_of
     from rlvr.engine.loaded_model import check_environment as check_environment

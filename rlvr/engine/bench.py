@@ -231,7 +231,7 @@ def _side_server(engine: Engine, model_name: str) -> tuple[ServerThread, dict[st
     """A second endpoint beside the policy's: the base weights as the local judge serves them
     (`base`, a model of their own), and the policy's live adapter sampled through PEFT's LoRA
     layers instead of merged (`unmerged`)."""
-    from rlvr.engine.frozen_decoder import frozen_decoder
+    from rlvr.engine.frozen import frozen_decoder
     from rlvr.engine.models import resolve_model
 
     adapters = engine.adapters

@@ -11,7 +11,7 @@ take what they use:
 
 Callers run both off the event loop (`asyncio.to_thread`). Checkpoints are PEFT adapter directories
 (plus `optimizer.pt`). A model served as it is (the local judge) is a decoder alone
-(rlvr.engine.frozen_decoder).
+(rlvr.engine.frozen).
 """
 
 from __future__ import annotations

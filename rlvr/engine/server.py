@@ -516,7 +516,7 @@ def serve_frozen(
     (rlvr.engine.process)."""
     import uvicorn
 
-    from rlvr.engine.frozen_decoder import frozen_decoder
+    from rlvr.engine.frozen import frozen_decoder
     from rlvr.engine.models import resolve_model
 
     engine = frozen_decoder(resolve_model(model))

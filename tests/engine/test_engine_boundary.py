@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import pkgutil
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,13 @@ def test_every_name_of_the_face_is_exported_and_resolves() -> None:
         assert getattr(rlvr.engine, name) is getattr(importlib.import_module(module), name), name
 
 
+def test_no_name_of_the_face_is_also_a_submodule() -> None:
+    """Importing a submodule sets the package's attribute of its name: an export of the same name
+    would then be the module, not what the face promises, depending on what was imported first."""
+    submodules = {m.name for m in pkgutil.iter_modules(rlvr.engine.__path__)}
+    assert set(rlvr.engine._EXPORTS) & submodules == set()
+
+
 def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'Decodr'"):
         _ = rlvr.engine.Decodr  # type: ignore[attr-defined]
@@ -71,7 +79,7 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def test_the_frozen_decoder_imports_neither_art_nor_peft() -> None:
     probe = (
-        "import sys; import rlvr.engine.frozen_decoder; "
+        "import sys; import rlvr.engine.frozen; "
         "print(sorted(m for m in ('art', 'peft') if m in sys.modules))"
     )
     out = subprocess.run(
