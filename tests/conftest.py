@@ -43,9 +43,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing downloads from a model h
 def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> TinyRun:
     from rlvr.config import RunConfig
     from rlvr.training import run_training
-    from tests.helpers.tiny_llama import cached_tiny_model
 
-    cached_tiny_model()
     run_dir = tmp_path_factory.mktemp("tiny") / "math-tiny"
     result = asyncio.run(run_training(RunConfig(**TINY_RUN, run_dir=run_dir)))
     return TinyRun(run_dir=run_dir, result=result)
@@ -139,6 +137,7 @@ def pytest_configure(config: pytest.Config) -> None:
     torch_threads_for_this_thread()
 
 
+@pytest.hookimpl(tryfirst=True)  # before the test's fixtures, tiny_run's among them
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """The tiny model's directory, which TINY names, is on disk before any slow test runs."""
     if item.get_closest_marker("slow"):

@@ -479,15 +479,14 @@ def test_gguf_loads_in_transformers(exported_gguf: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    exported_last = exported_gguf
-    [gguf] = exported_last.glob("*.gguf")
-    card = (exported_last / "README.md").read_text()
+    [gguf] = exported_gguf.glob("*.gguf")
+    card = (exported_gguf / "README.md").read_text()
     assert "`" + gguf.name + "` (f16)" in card
     assert "`--no-verify`: nothing checked" in " ".join(card.split())
-    tokenizer = AutoTokenizer.from_pretrained(exported_last)
-    merged = AutoModelForCausalLM.from_pretrained(exported_last)
+    tokenizer = AutoTokenizer.from_pretrained(exported_gguf)
+    merged = AutoModelForCausalLM.from_pretrained(exported_gguf)
     from_gguf = AutoModelForCausalLM.from_pretrained(
-        exported_last, gguf_file=gguf.name, dtype=torch.float32
+        exported_gguf, gguf_file=gguf.name, dtype=torch.float32
     )
     ids = tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 17+25? Answer with only the number."}],

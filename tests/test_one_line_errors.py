@@ -259,3 +259,29 @@ def test_a_bad_engine_setting_stops_a_run_before_it_writes_anything(
     assert "Traceback" not in done.stdout + done.stderr
     assert errors == [errors[0]] and errors[0].startswith(f"error: {variable}={value!r}: expected")
     assert not runs.exists()  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("settings", "key"),
+    [
+        (["model=/no/such/model"], "model"),
+        (["scorer=ruler", "judge.local_model=./no-such-judge"], "judge.local_model"),
+    ],
+    ids=["policy", "local-judge"],
+)
+def test_a_model_that_resolves_to_nothing_stops_a_run_before_it_writes_anything(
+    tmp_path: Path, settings: list[str], key: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from rlvr.cli.main import app
+
+    runs = tmp_path / "runs"
+    result = CliRunner().invoke(app, ["train", "math", *settings, f"runs_root={runs}"])
+    errors = [x for x in result.output.splitlines() if x.startswith("error:")]
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    value = settings[-1].split("=", 1)[1]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {key}: '{value}' is not an alias")
+    assert "a local model directory or a hub id" in errors[0]
+    assert not runs.exists()  # nothing written

@@ -11,7 +11,7 @@ importing one light part (the frozen decoder a judge process serves) does not pa
 - decode: `Decoder`, `frozen_decoder`, `load_model`, `BaseWeights`, `pack_frozen`;
 - train a step: `LocalTorchBackend` (an `art.Backend`), `Engine`, `pack_groups`;
 - merge: `pack_frozen` over a merged model, `check_adapter` for a checkpoint's adapter;
-- models: `resolve_model`, `ModelError`, `ALIASES`;
+- models: `resolve_model`, `model_must_resolve`, `ModelError`, `ALIASES`;
 - bench: `run_serve_bench`, `run_train_bench`, `run_turns_bench`.
 """
 
@@ -43,6 +43,7 @@ _EXPORTS = {
     "create_app": "rlvr.engine.server",
     "frozen_decoder": "rlvr.engine.frozen",
     "load_model": "rlvr.engine.loaded_model",
+    "model_must_resolve": "rlvr.engine.models",
     "pack_frozen": "rlvr.engine.merged_weights",
     "pack_groups": "rlvr.engine.backend",
     "release_memory": "rlvr.engine.device",
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
     from rlvr.engine.merged_weights import pack_frozen as pack_frozen
     from rlvr.engine.models import ALIASES as ALIASES
     from rlvr.engine.models import ModelError as ModelError
+    from rlvr.engine.models import model_must_resolve as model_must_resolve
     from rlvr.engine.models import resolve_model as resolve_model
     from rlvr.engine.process import ServerProcess as ServerProcess
     from rlvr.engine.process import ServerProcessError as ServerProcessError

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
+from rlvr.config import ConfigError
 from rlvr.runs import atomic
 
 if TYPE_CHECKING:
@@ -110,12 +111,21 @@ def resolve_model(name: str) -> Path:
         if not (path / "config.json").is_file():
             raise ModelError(f"model: {path} has no config.json; expected a Hugging Face model dir")
         return path.resolve()
-    if name.count("/") == 1 and not path.exists():
+    if name.count("/") == 1 and not name.startswith(("/", ".", "~")) and not path.exists():
         return _from_hub(name)
     raise ModelError(
         f"model: '{name}' is not an alias ({', '.join(ALIASES)}), a local model directory "
         "or a hub id (org/name)"
     )
+
+
+def model_must_resolve(key: str, name: str) -> None:
+    """`name`, the setting `key`, resolves (converted once where it is an alias), or a one-line
+    ConfigError naming the key, before a run writes anything."""
+    try:
+        resolve_model(name)
+    except ModelError as error:
+        raise ConfigError(f"{key}: {str(error).removeprefix('model: ')}") from None
 
 
 def _from_hub(repo_id: str) -> Path:

@@ -25,7 +25,7 @@ from typing import Literal
 import art
 
 from rlvr.config import VLLM_JUDGE, RunConfig
-from rlvr.engine import check_environment
+from rlvr.engine import check_environment, model_must_resolve
 from rlvr.evaluation.resolution import HeldOut
 from rlvr.integrations import Tracker, open_tracker
 from rlvr.lifetime import run_lifetime
@@ -280,8 +280,11 @@ async def open_session(
         if resume is None:  # a fresh run says where its settings came from
             console.print(settings_line(cfg, parts.defaults), highlight=False, markup=False)
         check_can_demonstrate(cfg, built)
-        if cfg.backend == "local":  # rlvr's own engine: a bad environment knob is one line
+        if cfg.backend == "local":  # rlvr's own engine: a bad environment knob or model is one line
             check_environment()
+            model_must_resolve("model", cfg.model)
+        if judge is not None and cfg.judge.local_model is not None:  # not every group skipped later
+            model_must_resolve("judge.local_model", cfg.judge.local_model)
         run_dir = resume if resume is not None else store.new_run_dir(cfg, name=built.name)
         # One writer per run directory, held until summary.json is written; then a fresh run
         # refuses a directory that holds a run (the backend would silently resume its weights).

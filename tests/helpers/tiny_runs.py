@@ -4,6 +4,7 @@ in a process of its own."""
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from tests.helpers import warm
 
 
+@cache
 def tiny_model_path() -> Path:
     """Where the suite's one tiny model directory lives (tests/helpers/tiny_llama.py
     `cached_tiny_model` makes it): under the converted models' cache, named by the text of the
