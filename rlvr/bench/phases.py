@@ -255,8 +255,8 @@ class Measured(BaseModel):
     done: EngineCounters
     seconds: float
     count: int
-    # what the phase ended at: the warm start's last batch loss, the evaluation's accuracy
-    outcome: float | None = None
+    loss_last: float | None = None  # the warm start's last batch loss
+    accuracy: float | None = None  # the evaluation's
 
 
 class Peaks(BaseModel):
@@ -314,7 +314,7 @@ async def measured_warm_start(run: Session, watch: RssWatch) -> Measured | None:
         done=counted(run).minus(before),
         seconds=seconds,
         count=int(row.demonstrations or 0),
-        outcome=row.loss_last,
+        loss_last=row.loss_last,
     )
 
 
@@ -337,7 +337,7 @@ async def measured_evaluation(run: Session, items: int, watch: RssWatch) -> Meas
         done=counted(run).minus(before),
         seconds=seconds,
         count=len(chosen),
-        outcome=evaluated.accuracy,
+        accuracy=evaluated.accuracy,
     )
 
 
@@ -447,10 +447,10 @@ def phases_figures(
         sft_tok_s=per_s(sft.forwarded_tokens, sft.training_s),
         sft_flop_s=sft_done.flop_s,
         sft_vs_peak=sft_done.vs_peak,
-        sft_loss_last=significant(warm.outcome) if warm is not None else None,
+        sft_loss_last=significant(warm.loss_last) if warm is not None else None,
         eval_items=evaluation.count if evaluation is not None else 0,
-        eval_accuracy=round(evaluation.outcome, 4)
-        if evaluation is not None and evaluation.outcome is not None
+        eval_accuracy=round(evaluation.accuracy, 4)
+        if evaluation is not None and evaluation.accuracy is not None
         else None,
         eval_s_per_item=eval_s_per_item,
         eval_prefilled_tokens=ev.prefilled_tokens,

@@ -1,16 +1,17 @@
 """Numerics in both precisions the engine runs: fp32 and bf16 autocast, whatever this CPU has.
 
 The rest of the suite runs at the machine's automatic precision, with exactness tests of the
-serving and training logic pinned to fp32; here both precisions run explicitly, so bf16 is covered
-on CPUs without bf16 units and fp32 on CPUs with them. The bound that matters is the one PPO's
-ratio feels: the k3 KL between the sampler's log-probabilities (merged weights) and the
-trainer's (the adapter's own layers) for the same tokens at step 1 (`train/sampler_kl`);
-docs/results/performance.md has the measured figures. `mixed` (bf16 training, fp32 sampling: the automatic
-choice on CPUs with bf16 units) is measured beside them.
+serving and training logic pinned to fp32; here the precisions run explicitly, so fp32 is covered
+on CPUs with bf16 units too. On a CPU without them the engine runs fp32 and bf16 is emulated by
+naive kernels, many times slower: there the bf16 and mixed steps are in the `full` tier
+(`make test-all`), and `make test` checks them only on CPUs with bf16 units. The bound that
+matters is the one PPO's ratio feels: the k3 KL between the sampler's log-probabilities (merged
+weights) and the trainer's (the adapter's own layers) for the same tokens at step 1
+(`train/sampler_kl`); docs/results/performance.md has the measured figures. `mixed` (bf16
+training, fp32 sampling: the automatic choice on CPUs with bf16 units) is measured beside them.
 
 The step here is the smallest that still runs every path (one group of 4 rollouts: sampling,
-packing, loss, update), of 16 tokens each; where the CPU has no bf16 units, bf16 is emulated by
-naive kernels (a training step many times slower than in fp32), so its rollouts are 8 tokens.
+packing, loss, update), of 16 tokens each, or 8 where bf16 is emulated.
 """
 
 from __future__ import annotations
@@ -151,7 +152,15 @@ def test_the_head_computes_fp32_logits_under_bf16_autocast() -> None:
     assert torch.equal(logits, hidden @ model.head.weight.T)
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["fp32", "bf16", "mixed"])
+# bf16 where the CPU emulates it: checked by `make test-all` (see the module's docstring).
+EMULATED = () if _cpu_has_native_bf16() else (pytest.mark.full,)
+
+
+@pytest_asyncio.fixture(
+    scope="module",
+    loop_scope="module",
+    params=["fp32", *(pytest.param(p, marks=EMULATED) for p in ("bf16", "mixed"))],
+)
 async def trained(request, tmp_path_factory):
     """One real GRPO step at each precision, on rollouts sampled from a non-trivial adapter (a
     fresh one adds nothing: merged, it is the base): (precision, engine, groups, its metrics)."""
