@@ -58,20 +58,23 @@ def local_client(local_judge: LocalJudge) -> JudgeClient:
 
 
 async def sample_answers(local_judge: LocalJudge, n: int) -> list[str]:
-    """Real policy answers: SmolLM2 at T=1 from the same server (seeded)."""
-    answers = []
-    for seed in range(n):
-        response = await litellm.acompletion(
-            model=LOCAL_MODEL_ID,
-            api_base=local_judge.base_url,
-            api_key=local_judge.key,
-            messages=[{"role": "user", "content": QUESTION}],
-            temperature=1.0,
-            max_tokens=32,
-            seed=seed,
+    """Real policy answers: SmolLM2 at T=1 from the same server (seeded), in flight together as a
+    rollout group's are (the server decodes them in one batch)."""
+    responses = await asyncio.gather(
+        *(
+            litellm.acompletion(
+                model=LOCAL_MODEL_ID,
+                api_base=local_judge.base_url,
+                api_key=local_judge.key,
+                messages=[{"role": "user", "content": QUESTION}],
+                temperature=1.0,
+                max_tokens=32,
+                seed=seed,
+            )
+            for seed in range(n)
         )
-        answers.append(response.choices[0].message.content or "")
-    return answers
+    )
+    return [response.choices[0].message.content or "" for response in responses]
 
 
 def group_of(answers: list[str]) -> art.TrajectoryGroup:

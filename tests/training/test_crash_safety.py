@@ -35,6 +35,7 @@ from rlvr.runs.records import StepRow, parse_row
 from rlvr.training.backends import ART_DIR, rewind_policy
 from tests.helpers import faults, warm
 from tests.helpers.repo import ROOT
+from tests.helpers.tiny_runs import tiny_model_path
 
 MARK = "RLVR_CRASH_TEST_MARK"  # in the environment of every process a launched run starts
 
@@ -382,8 +383,10 @@ def _address(hex_address: str) -> str:
 
 # --- slow: servers die with a SIGKILLed owner -----------------------------------------------
 
+# The owner's local judge serves the tiny random model (its argument): where the servers bind
+# and that they die with their owner is the claim, not what the judge answers.
 OWNER = """
-import asyncio, json
+import asyncio, json, sys
 from judges import open_judge
 from rlvr.config import RunConfig
 from rlvr.engine.server import ServerThread, create_app
@@ -391,7 +394,8 @@ from rlvr.engine.server import ServerThread, create_app
 async def main():
     server = ServerThread(create_app(lambda name: None, lambda: []))
     server.start()
-    async with open_judge(RunConfig(judge="local")) as judge:
+    settings = {"model": "local", "local_model": sys.argv[1]}
+    async with open_judge(RunConfig(judge=settings)) as judge:
         judge_url = await judge.api_base()
         print(json.dumps({"judge": judge_url, "policy": server.base_url}), flush=True)
         await asyncio.sleep(600)
@@ -408,7 +412,7 @@ def _port(url: str) -> int:
 def test_servers_bind_loopback_and_die_with_a_sigkilled_owner() -> None:
     token = uuid.uuid4().hex
     owner = subprocess.Popen(
-        [sys.executable, "-c", OWNER],
+        [sys.executable, "-c", OWNER, str(tiny_model_path())],
         cwd=ROOT,
         env={**os.environ, MARK: token},
         stdout=subprocess.PIPE,
