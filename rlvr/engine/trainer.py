@@ -50,6 +50,7 @@ from rlvr.engine.types import (
     PASS_COLUMNS,
     SAMPLER_KL,
     UPDATE_KL,
+    UPDATE_KL_STRIDE,
     EngineCounters,
     OptimSettings,
     recompute_wanted,
@@ -470,11 +471,15 @@ class Trainer:
                 self.adapters.changed()
                 self.optimizer.zero_grad(set_to_none=True)
             tokens = max(totals["tokens"], 1.0)
-            moved = self._update_kl(tensors, sequences, trained, before, temperature)
+            # Every UPDATE_KL_STRIDE-th sequence: the measure's own forward pass is paid on those.
+            sample = list(range(0, len(sequences), UPDATE_KL_STRIDE))
+            moved, measured = self._update_kl(
+                tensors, sequences, trained, before, temperature, sample
+            )
             metrics = {
                 LOSS: totals["loss"] / tokens,
                 SAMPLER_KL: totals["k3"] / max(totals["sampled"], 1.0),
-                UPDATE_KL: moved / tokens,
+                UPDATE_KL: moved / max(measured, 1.0),
                 ENTROPY: totals["entropy"] / tokens,
                 GRAD_NORM: sum(grad_norms) / max(len(grad_norms), 1),
                 NUM_TOKENS: totals["tokens"],
@@ -553,22 +558,26 @@ class Trainer:
         trained: torch.Tensor,
         before: torch.Tensor,
         temperature: float,
-    ) -> float:
-        """The summed k3 estimate of KL(before || after) over the trained tokens: `before` the
-        log-probabilities the rows were trained against, after those of the updated adapter (one
-        more forward without a gradient). It is the step's size in what the policy says, which
-        the learning rate alone does not tell (Adam, clipping, how many tokens a step has)."""
-        total = 0.0
+        rows: list[int],
+    ) -> tuple[float, float]:
+        """The summed k3 estimate of KL(before || after) over the trained tokens of `rows`, and
+        how many those are: `before` the log-probabilities the rows were trained against, after
+        those of the updated adapter (one more forward without a gradient). It is the step's size
+        in what the policy says, which the learning rate alone does not tell (Adam, clipping, how
+        many tokens a step has); a sample of the rows estimates it (UPDATE_KL_STRIDE)."""
+        total, counted = 0.0, 0.0
         with torch.no_grad():
-            for part in tree_chunks(sequences, self.tree_tokens):
+            for part in tree_chunks([sequences[row] for row in rows], self.tree_tokens):
+                chosen = [rows[i] for i in part]
                 after = self.forward_logprobs(
-                    {key: value[part] for key, value in tensors.items()},
-                    [sequences[row] for row in part],
+                    {key: value[chosen] for key, value in tensors.items()},
+                    [sequences[row] for row in chosen],
                     temperature=temperature,
                 ).logprobs.float()
-                mask = trained[part]
-                total += float(k3_kl(before[part][mask], after[mask]).sum())
-        return total
+                mask = trained[chosen]
+                total += float(k3_kl(before[chosen][mask], after[mask]).sum())
+                counted += float(mask.sum())
+        return total, counted
 
     def _train_rows(
         self,

@@ -88,6 +88,10 @@ LOSS = "loss"
 SAMPLER_KL = "sampler_kl"
 # KL(before || after) on the step's trained tokens: how far the update moved the policy.
 UPDATE_KL = "update_kl"
+# train/update_kl is measured on every UPDATE_KL_STRIDE-th sequence of a step (the first always):
+# its forward pass after the update was a large share of an update's time (`rlvr bench train`),
+# and what reads it (rlvr.training.hints) reads its order of magnitude.
+UPDATE_KL_STRIDE = 4
 KL_REF = "kl_ref"
 ENTROPY = "entropy"
 GRAD_NORM = "grad_norm"
