@@ -1,8 +1,8 @@
 """Sampling from merged weights (rlvr.engine.merged_weights, the adapter store's merged sets).
 
 The fast tests build a tiny Llama (random weights, no download) with a real PEFT LoRA adapter; the
-slow ones sample the real SmolLM2-135M through the engine, merged and unmerged, and check that
-the trainer still recomputes what the decoder reported.
+slow one samples the tiny model directory (SmolLM2's vocabulary) through the engine, merged and
+unmerged: which weights a decoder samples is the engine's claim, whatever the model says.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rlvr.engine.trainer import Trainer
 from rlvr.engine.types import LIVE_ADAPTER, OptimSettings, UnknownStep
 from rlvr.engine.weights import WeightsTag
 from tests.helpers.tiny_llama import adapter_store, perturb, tiny_loaded
+from tests.helpers.tiny_runs import tiny_model_path
 
 
 def logits(loaded: LoadedModel, ids: torch.Tensor) -> torch.Tensor:
@@ -153,16 +154,15 @@ def test_unmerged_views_sample_the_adapter_through_peft(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_merged_and_unmerged_sampling_give_the_same_greedy_tokens(tmp_path: Path) -> None:
-    """The real SmolLM2-135M with a non-trivial adapter (fp32): the decoder (merged) and a decoder
+    """The tiny model with a non-trivial adapter (fp32): the decoder (merged) and a decoder
     over the same model through PEFT's LoRA layers pick the same greedy tokens with the same
     log-probabilities, and both differ from the base weights'."""
     from rlvr.engine.decoding import Decoder
     from rlvr.engine.lora_engine import Engine
-    from rlvr.engine.models import DEFAULT_MODEL, resolve_model
     from rlvr.engine.types import SampleRow
     from rlvr.engine.weights import BaseWeights
 
-    engine = Engine(resolve_model(DEFAULT_MODEL), tmp_path / "model", precision="fp32")
+    engine = Engine(tiny_model_path(), tmp_path / "model", precision="fp32")
     perturb(engine.loaded, scale=0.02)
     engine.adapters.changed()
     unmerged = Decoder(engine.loaded, adapter_store(engine.loaded, tmp_path / "model", merge=False))
@@ -187,6 +187,7 @@ def test_merged_and_unmerged_sampling_give_the_same_greedy_tokens(tmp_path: Path
         base_out = base.sample(rows)
     for merged, plain in zip(merged_out, unmerged_out, strict=True):
         assert merged.token_ids == plain.token_ids
-        assert merged.logprobs == pytest.approx(plain.logprobs, abs=1e-4)
+        # the tiny model's log-probabilities lie close together: a tight bound, to fp32 rounding
+        assert merged.logprobs == pytest.approx(plain.logprobs, abs=1e-5)
     assert [s.token_ids for s in merged_out] != [s.token_ids for s in base_out]
     assert engine.adapters.merged_bytes > 0

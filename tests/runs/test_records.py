@@ -224,10 +224,11 @@ def test_the_old_run_evaluates_and_resumes_one_more_step(old_run: Path) -> None:
     accuracy = asyncio.run(evaluate_run(old_run, "test"))
     assert 0.0 <= accuracy <= 1.0
     assert (old_run / store.TRAJECTORIES / "eval-test.parquet").is_file()
-    # One more step: the finished run's summary goes, and its config allows a third step.
+    # One more step: the finished run's summary goes, and its config allows a third step, of
+    # shorter replies (what is checked is how the old record reads and resumes, not the replies).
     (old_run / store.SUMMARY).unlink()
     config = json.loads((old_run / store.CONFIG).read_text())
-    (old_run / store.CONFIG).write_text(json.dumps({**config, "max_steps": 3}))
+    (old_run / store.CONFIG).write_text(json.dumps({**config, "max_steps": 3, "max_tokens": 8}))
     result = asyncio.run(run_training(store.read_config(old_run), resume=old_run))
     assert result.steps == 3 and result.test is not None
     rows = store.read_metrics(old_run)

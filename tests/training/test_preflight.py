@@ -1,8 +1,10 @@
 """Preflight checks what the run will train on: the untrained model's samples for a run without
 a warm start; for one with a warm start, its demonstrations (passing the task's own check, scored
 beside the untrained samples) or, asked for, the model after a short warm start. The verdict
-names which model it judged. The fast tests cover the verdict; the slow ones run `rlvr preflight`
-on a user's tool agent and on multihop at its defaults (which learns after its warm start)."""
+names which model it judged. The fast tests cover the verdict and its wording for the default
+model; the slow ones run `rlvr preflight` on a user's tool agent and on multihop at its task's
+defaults (which learns after its warm start), on the tiny random model: what they check is which
+samples the route judges and what it measures, which no policy's answers decide."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from rlvr.training.preflight import (
     suggestions,
     verdict,
 )
+from tests.helpers.tiny_runs import tiny_model_path
 
 
 def rewards(*values: float, groups: int = 2) -> Rewards:
@@ -237,10 +240,14 @@ def test_the_chance_a_pass_fail_group_is_all_equal(mean: float, size: int, chanc
 # --- for real -------------------------------------------------------------------------------------
 
 
+TINY_MODEL = str(tiny_model_path())
+
+
 def preflight_cli(*args: str) -> tuple[int, str]:
+    """`rlvr preflight ARGS` of the tiny random model."""
     from tests.helpers import warm
 
-    done = warm.rlvr("preflight", *args, timeout_s=900)
+    done = warm.rlvr("preflight", *args, f"model={TINY_MODEL}", timeout_s=900)
     return done.returncode, done.stdout + done.stderr
 
 
@@ -249,8 +256,9 @@ def preflight_cli(*args: str) -> tuple[int, str]:
     ("warm_steps", "judged"),
     [
         (0, "judged: 2 demonstrations of the 2-step warm start the run trains from, beside 8 "),
-        (1, "judged: 8 samples of the model after a 1-step warm start (smollm2-135m)"),
+        (1, f"judged: 8 samples of the model after a 1-step warm start ({TINY_MODEL})"),
     ],
+    ids=["demonstrations", "warm-started"],
 )
 def test_preflight_of_a_tool_agent_with_a_warm_start(
     tmp_path: Path, warm_steps: int, judged: str
@@ -284,7 +292,8 @@ def test_preflight_of_a_tool_agent_with_a_warm_start(
 @pytest.mark.slow
 def test_preflight_of_multihop_at_its_defaults_judges_the_warm_start() -> None:
     """`rlvr train multihop` learns (its warm start teaches the protocol first): preflight must
-    not call its reward constant because the untrained model never searches."""
+    not call its reward constant because the untrained model never searches (SmolLM2 no more
+    than the tiny model)."""
     code, out = preflight_cli("multihop", "--items", "1", "group_size=2")
     assert code == 0, out[-3000:]
     assert "constant (" not in out

@@ -24,7 +24,7 @@ from rlvr.training import run_training
 from tests.helpers.tiny_runs import tiny_model_path
 
 CHECK_S = 0.25  # each held-out item's check
-ROLLOUT_S = 0.4  # each training rollout (a step makes its groups, then their refills)
+ROLLOUT_S = 0.4  # each training rollout (a step makes its one group, no refills)
 
 
 def slow_task() -> object:
@@ -61,8 +61,11 @@ def config(tmp_path, **overrides) -> RunConfig:
         task="slow",
         model=str(tiny_model_path()),  # the clock is the claim: the tiny model's steps are quick
         judge="none",
-        group_size=4,
-        groups_per_batch=2,
+        # the cap plans the first step at its rollouts times the measured item time: one group of
+        # two and no refills let a small cap hold several steps
+        group_size=2,
+        groups_per_batch=1,
+        draw={"max_refill": 0},
         max_steps=500,
         eval_every=8,
         preflight=False,  # its constant reward trains nothing: the steps only take time
