@@ -345,6 +345,12 @@ class TreeForward:
         raise IndexError(f"sequence {row} has no token at position {position}")
 
 
+def update_kl_rows(sequences: int) -> list[int]:
+    """The rows of a step that `train/update_kl` is measured on: every UPDATE_KL_STRIDE-th,
+    the first always, since the measure's own forward pass is paid on each (UPDATE_KL_STRIDE)."""
+    return list(range(0, sequences, UPDATE_KL_STRIDE))
+
+
 class Trainer:
     """GRPO and SFT updates of `adapters`' live adapter in `loaded`'s model, with its AdamW;
     each update is saved as a checkpoint of the store (adapter plus optimizer state)."""
@@ -471,10 +477,8 @@ class Trainer:
                 self.adapters.changed()
                 self.optimizer.zero_grad(set_to_none=True)
             tokens = max(totals["tokens"], 1.0)
-            # Every UPDATE_KL_STRIDE-th sequence: the measure's own forward pass is paid on those.
-            sample = list(range(0, len(sequences), UPDATE_KL_STRIDE))
             moved, measured = self._update_kl(
-                tensors, sequences, trained, before, temperature, sample
+                tensors, sequences, trained, before, temperature, update_kl_rows(len(sequences))
             )
             metrics = {
                 LOSS: totals["loss"] / tokens,
