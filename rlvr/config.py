@@ -291,11 +291,14 @@ def renamed_message(key: str, new: str) -> str:
 
 def saved_values(values: JsonObject) -> JsonObject:
     """A saved run's config.json values with each renamed group under its new name (a run written
-    before `draw` holds `sampling`); new input naming the old group is refused instead."""
+    before `draw` holds `sampling`; new input naming the old group is refused instead), and the
+    data seed of a run written before `data_seed`: its `seed`, which then seeded the data too."""
     out = dict(values)
     for old, new in RENAMED_GROUPS.items():
         if old in out and new not in out:
             out[new] = out.pop(old)
+    if "data_seed" not in out and "seed" in out:
+        out["data_seed"] = out["seed"]  # a run written before data_seed drew its data by its seed
     return out
 
 
@@ -437,7 +440,16 @@ class RunConfig(BaseModel):
         "and test; ratios = the ratios of the labelled items, the rest train; auto = labelled "
         "under a scorer that reads no label, else ratios",
     )
-    seed: int = Field(0, description="seeds the split, synthetic data and sampling")
+    seed: int = Field(
+        0,
+        description="seeds training: which demonstrations the warm start takes and in what order, "
+        "the items each step draws, and sampling",
+    )
+    data_seed: int = Field(
+        0,
+        description="seeds the data: a task's generated items and the split; apart from seed so "
+        "that runs of several seeds train, validate and test on the same items",
+    )
 
     # Schedule and stopping.
     max_steps: int = Field(40, ge=1, description="RL steps at most")

@@ -198,6 +198,25 @@ def test_a_saved_config_with_the_old_group_reads_as_draw(tmp_path: Path) -> None
 
 
 @pytest.mark.parametrize(
+    ("saved", "data_seed"), [({"seed": 2}, 2), ({"seed": 2, "data_seed": 0}, 0)]
+)
+def test_a_saved_config_before_data_seed_keeps_the_data_of_its_seed(
+    tmp_path: Path, saved: dict[str, int], data_seed: int
+) -> None:
+    """A run written before `data_seed` drew its items and split from `seed`: reading it keeps
+    that data, so it resumes on the items it trained on; a config naming both keeps both; new
+    input without it takes the default."""
+    from rlvr.runs import store
+
+    values = {**RunConfig(task="math").public_dict(), "run_dir": None}
+    del values["data_seed"]
+    (tmp_path / store.CONFIG).write_text(json.dumps({**values, **saved}))
+    cfg = store.read_config(tmp_path)
+    assert (cfg.seed, cfg.data_seed) == (2, data_seed)
+    assert RunConfig.model_validate({**values, "seed": 2}).data_seed == 0
+
+
+@pytest.mark.parametrize(
     ("pair", "message"),
     [
         ("judge.nope=1", r"unknown key 'judge.nope'; did you mean 'judge\.(model|rpm)'"),

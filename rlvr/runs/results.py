@@ -41,7 +41,8 @@ RECORD_SUFFIX = ".json"
 RUN_STAMP = re.compile(r"-(\d{8})-\d{6}(?:-\d+)?$")
 # Keys of a run's config.json that say where it was written, not what it trained.
 PLACE_KEYS = frozenset({"run_dir", "runs_root"})
-REPLICATE_KEY = "seed"  # a run of the defaults on another seed is still a run of the defaults
+# A run of the defaults on another seed, or on other data of the same task, is still one.
+REPLICATE_KEYS = frozenset({"seed", "data_seed"})
 DASH = "—"
 
 
@@ -225,8 +226,9 @@ def _value_text(value: Any) -> str:
 def command_of(cfg: RunConfig) -> tuple[str, bool]:
     """`rlvr train TASK key=value ...` that reproduces a run's config (as `store.read_config`
     reads config.json): each key whose value differs from the task's defaults. False as the second
-    value where a key other than the seed differs (another seed replicates the defaults); where
-    the task no longer resolves (a file moved), every key that differs from RunConfig's own."""
+    value where a key other than the seeds differs (another seed or data seed replicates the
+    defaults); where the task no longer resolves (a file moved), every key that differs from
+    RunConfig's own."""
     config = cfg.model_dump(mode="json")
     task = cfg.task
     try:
@@ -242,7 +244,7 @@ def command_of(cfg: RunConfig) -> tuple[str, bool]:
         if k not in PLACE_KEYS and k != "task" and theirs.get(k, object()) != v
     }
     command = " ".join(["rlvr train", task, *(f"{k}={_value_text(v)}" for k, v in changed.items())])
-    return command, not set(changed) - {REPLICATE_KEY}
+    return command, not set(changed) - REPLICATE_KEYS
 
 
 def peak_rss(rows: Iterable[Row]) -> float | None:

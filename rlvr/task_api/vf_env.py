@@ -189,7 +189,7 @@ def make_environment(ref: str, options: EnvOptions, cfg: RunConfig) -> VfEnviron
     from rlvr.task_api.vf_rollout import VfEnvironment
 
     env = build_environment(ref, options.model_extra or {})
-    return VfEnvironment(env, task_name(ref), cfg.seed)
+    return VfEnvironment(env, task_name(ref), cfg.data_seed)
 
 
 def arguments_catalog(ref: str) -> list[str]:

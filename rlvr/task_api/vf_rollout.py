@@ -1,8 +1,8 @@
 """A verifiers Environment run by rlvr's loop as it runs itself (classic API, verifiers 0.3.x).
 
 - **Items**: the rows of the environment's dataset. Where it also has an eval dataset (two rows
-  or more), that one is held out: shuffled by the run's seed and halved into validation and test,
-  every item pinned to its part (`rlvr.types.PINNED`); otherwise all rows take the usual
+  or more), that one is held out: shuffled by the run's data seed and halved into validation and
+  test, every item pinned to its part (`rlvr.types.PINNED`); otherwise all rows take the usual
   80/10/10 split.
 - **Rollout**: `env.rollout(row, client, model, sampling_args)` exactly as verifiers calls it,
   with `PolicyClient` as its client: verifiers' own chat-completions client, except that each
@@ -243,8 +243,8 @@ class VfEnvironment(EnvironmentBase):
 
     default_scorer = "vf_rubric"
 
-    def __init__(self, env: Any, name: str, seed: int) -> None:
-        self.env, self.name, self.seed = env, name, seed
+    def __init__(self, env: Any, name: str, data_seed: int) -> None:
+        self.env, self.name, self.data_seed = env, name, data_seed
         # Group reward functions need the group's states together (RubricScorer).
         self.grouped: bool = env.rubric.has_group_rewards
         self._states: OrderedDict[str, Any] = OrderedDict()
@@ -260,7 +260,7 @@ class VfEnvironment(EnvironmentBase):
             if self.env.eval_dataset is not None or self.env.eval_dataset_source is not None
             else []
         )
-        return plan_items(train, held_out, self.seed)
+        return plan_items(train, held_out, self.data_seed)
 
     async def rollout(
         self, model: art.Model[Any, Any], item: Item, sampling: Sampling

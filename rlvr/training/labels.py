@@ -76,7 +76,7 @@ def labelled_split(cfg: RunConfig, items: list[Item], scorer: Scorer) -> Split[I
             items,
             val_ratio=cfg.val_ratio,
             test_ratio=cfg.test_ratio,
-            seed=cfg.seed,
+            seed=cfg.data_seed,
             hold_out_labels=cfg.holdout == "labelled" or (cfg.holdout == "auto" and not reads),
         )
     except LabelError as error:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -33,7 +34,7 @@ from rlvr.config import ConfigError, RunConfig
 from rlvr.metrics import WarmMetric
 from rlvr.runs.records import WarmStartRow
 from rlvr.training.progress import Clock, Progress, console
-from rlvr.types import Environment, Item
+from rlvr.types import Environment, Item, derived_seed
 
 # The share of `max_minutes` the warm start may take by default (`sft_budget_share`), so RL always
 # keeps the rest (validation, steps, the test split).
@@ -52,9 +53,18 @@ def check_can_demonstrate(cfg: RunConfig, environment: Environment) -> None:
         )
 
 
-def demo_items(train: list[Item], count: int) -> list[Item]:
-    """`count` training items, cycling through them in order (epochs when there are fewer)."""
-    return [train[i % len(train)] for i in range(count)] if train else []
+def demo_items(train: list[Item], count: int, seed: int) -> list[Item]:
+    """`count` training items in an order the run's `seed` draws: each epoch a fresh permutation of
+    all of them (epochs when there are fewer). The training seed picks them, not the split's, so
+    that seeds on the same data (`data_seed`) warm-start from different demonstrations."""
+    drawn: list[Item] = []
+    epoch = 0
+    while train and len(drawn) < count:
+        order = list(train)
+        random.Random(derived_seed(seed, "demonstrations", epoch)).shuffle(order)
+        drawn += order[: count - len(drawn)]
+        epoch += 1
+    return drawn
 
 
 def warm_budget_s(max_minutes: float | None, share: float) -> float | None:
@@ -168,7 +178,7 @@ async def warm_start(
     started = clock()
     shared = warm_budget_s(cfg.max_minutes, share)
     budget = shared if room_s is None or (shared is not None and shared <= room_s) else room_s
-    items = demo_items(train, cfg.sft_steps * cfg.sft_batch_size)
+    items = demo_items(train, cfg.sft_steps * cfg.sft_batch_size, cfg.seed)
     with Progress("warm start: demonstrations", len(items), "demonstration", out, clock) as bar:
         demos, rejected = await demonstrations(environment, items, bar)
     if not demos:

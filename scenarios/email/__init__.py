@@ -69,7 +69,7 @@ class Options(BaseModel):
 def make(options: Options, cfg: RunConfig) -> EmailEnvironment:
     from scenarios.email.environment import make_environment
 
-    return make_environment(options, cfg.seed)
+    return make_environment(options, cfg.data_seed)
 
 
 task = Task(

@@ -54,7 +54,7 @@ def make(options: Options, cfg: RunConfig) -> Game2048Environment:
     from scenarios.game2048.environment import Game2048Environment, Rules
 
     rules = Rules(**options.model_dump(exclude={"num_items"}))
-    return Game2048Environment(rules, options.num_items, cfg.seed)
+    return Game2048Environment(rules, options.num_items, cfg.data_seed)
 
 
 task = Task(

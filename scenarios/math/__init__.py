@@ -111,7 +111,7 @@ ONE_TURN_DEFAULTS: dict[str, float | int] = {
 
 
 def make(options: Options, cfg: RunConfig) -> MathEnvironment:
-    return MathEnvironment(options.difficulty, options.num_items, cfg.seed)
+    return MathEnvironment(options.difficulty, options.num_items, cfg.data_seed)
 
 
 task = Task(

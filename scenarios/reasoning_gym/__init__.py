@@ -56,7 +56,7 @@ def make(options: Options, cfg: RunConfig) -> ReasoningGymEnvironment:
 
     choices = parse_choices(options.dataset)
     chosen = generator_options(choices, options.model_extra or {})
-    dataset = create(choices, chosen, size=options.num_items, seed=cfg.seed)
+    dataset = create(choices, chosen, size=options.num_items, seed=cfg.data_seed)
     system = SYSTEM_PROMPTS.get(options.system, options.system)
     return ReasoningGymEnvironment(dataset, system, options.answer_format)
 

@@ -147,6 +147,12 @@ def test_a_run_directory_becomes_its_record(
             {"difficulty": "hard"}, "rlvr train math difficulty=hard", False, id="a task option"
         ),
         pytest.param({"seed": 1}, "rlvr train math seed=1", True, id="another seed"),
+        pytest.param(
+            {"seed": 1, "data_seed": 2},
+            "rlvr train math seed=1 data_seed=2",
+            True,
+            id="another seed on other data",
+        ),
     ],
 )
 def test_the_command_is_rebuilt_from_config_json(

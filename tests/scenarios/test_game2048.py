@@ -377,7 +377,7 @@ def test_items_are_seeded_boards() -> None:
     items = environment.load()
     assert [i.id for i in items] == [str(s) for s in range(10)]
     assert all(i.prompt == render(start(int(i.id), environment.rules).game.board) for i in items)
-    other = task.build(RunConfig(task="2048", seed=1, task_options={"num_items": 10}))
+    other = task.build(RunConfig(task="2048", data_seed=1, task_options={"num_items": 10}))
     assert {i.id for i in other.load()}.isdisjoint(i.id for i in items)
 
 

@@ -17,7 +17,18 @@ from rlvr.metrics import RENAMED_PREFIXES, M, current_key
 
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = ROOT / "docs" / "reference" / "glossary.md"
-WORDS = ("backend", "engine", "verifier", "pool", "draw", "scenario", "task", "environment")
+WORDS = (
+    "backend",
+    "engine",
+    "verifier",
+    "pool",
+    "draw",
+    "scenario",
+    "task",
+    "environment",
+    "seed",
+    "data seed",
+)
 CODE = ("rlvr", "scenarios", "judges")
 
 

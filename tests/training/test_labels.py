@@ -191,3 +191,19 @@ def test_sixty_labelled_rows_under_80_10_10_say_their_six_test_items_resolve_lit
     assert "too small to stop on (under 10 items)" in validation
     assert "the run stops by work (max_steps=12)" in validation and not found.stops
     assert found.model_dump(mode="json")["test"]["fewest"] == 6
+
+
+@pytest.mark.parametrize("data_seed", [0, 3])
+def test_the_data_seed_cuts_the_split_and_the_training_seed_does_not(data_seed: int) -> None:
+    """Seeds on one data seed validate and test on the same items; another data seed cuts another
+    split."""
+    given = items(200, 0)
+    splits = [
+        labelled_split(config(seed=seed, data_seed=data_seed), given, VERIFIER)
+        for seed in (0, 1, 2)
+    ]
+    assert all(
+        (s.train, s.val, s.test) == (splits[0].train, splits[0].val, splits[0].test) for s in splits
+    )
+    other = labelled_split(config(data_seed=data_seed + 1), given, VERIFIER)
+    assert other.val != splits[0].val and other.test != splits[0].test

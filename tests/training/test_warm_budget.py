@@ -24,6 +24,7 @@ from rlvr.task_api.plugins import resolve_task, task_config
 from rlvr.training.split import split_items
 from rlvr.training.warmstart import (
     WARM_SHARE,
+    demo_items,
     demonstrations,
     sft_rates,
     steps_that_fit,
@@ -109,10 +110,10 @@ def email() -> tuple[Any, Any, list[Item], list[int]]:
     cfg = task_config("email", judge="none", max_minutes=27)  # the defaults cap no minutes
     environment = resolve_task("email").build(cfg)
     train = split_items(
-        environment.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.seed
+        environment.load(), val_ratio=cfg.val_ratio, test_ratio=cfg.test_ratio, seed=cfg.data_seed
     ).train
     count = token_counter(cfg.model)
-    items = [train[i % len(train)] for i in range(cfg.sft_steps * cfg.sft_batch_size)]
+    items = demo_items(train, cfg.sft_steps * cfg.sft_batch_size, cfg.seed)
     demos, _ = asyncio.run(demonstrations(environment, items))
     return cfg, environment, train, [count(d) for d in demos]
 
@@ -182,14 +183,14 @@ def _demo(item: Item) -> art.Trajectory:
 
 
 def sums() -> rlvr.Environment:
-    """A task whose oracle is wrong on every third item."""
+    """A task of six items whose oracle is wrong on every third (two of any six demonstrations)."""
 
     async def demonstrate(item: Item) -> art.Trajectory:
         return _demo(item.model_copy(update={"answer": "?"}) if int(item.id) % 3 == 0 else item)
 
     return rlvr.environment(
         name="sums",
-        load=lambda: [{"id": str(n), "prompt": f"{n}+1", "answer": str(n + 1)} for n in range(9)],
+        load=lambda: [{"id": str(n), "prompt": f"{n}+1", "answer": str(n + 1)} for n in range(6)],
         rollout=_rollout,
         check=lambda item, t: float(rlvr.completion_text(t) == item.answer),
         demonstrate=demonstrate,
@@ -240,7 +241,7 @@ async def test_the_schedule_spans_the_planned_steps_across_calls(
         cfg,
         environment,
         Model(backend),  # type: ignore[arg-type]
-        environment.load(),  # 12 items cycled from 9, of which 8 are correct: 4 steps
+        environment.load(),  # two epochs of 6 items, 4 of each correct: 8 demonstrations, 4 steps
         count_tokens=lambda t: 10,
         clock=clock,
         out=Console(file=io.StringIO()),
@@ -329,3 +330,18 @@ async def test_what_a_cap_leaves_after_the_evaluations_bounds_the_warm_start(
         "warm start cut by its budget (what the evaluations to come leave of max_minutes=600: 0s)"
     )
     assert (said in buffer.getvalue()) == (steps == 0)
+
+
+@pytest.mark.parametrize(("train", "count"), [(10, 4), (10, 10), (4, 10), (0, 3)])
+def test_the_training_seed_draws_the_demonstrations_and_their_order(train: int, count: int) -> None:
+    """Each epoch takes every training item once, in an order the seed draws; the same seed draws
+    the same items, another seed others (the data seed leaves them to it: rlvr.training.labels)."""
+    pool = [Item(id=f"i{i}", prompt="q", answer="a") for i in range(train)]
+    drawn = demo_items(pool, count, seed=0)
+    assert len(drawn) == (count if train else 0)
+    for start in range(0, len(drawn), train or 1):
+        epoch = [i.id for i in drawn[start : start + train]]
+        assert len(set(epoch)) == len(epoch)
+    assert drawn == demo_items(pool, count, seed=0)
+    if train > 1:
+        assert [demo_items(pool, count, seed=s) for s in (1, 2)] != [drawn, drawn]
