@@ -1,9 +1,10 @@
 """`rlvr compare RUN_A RUN_B`: did run B's final checkpoint do better than run A's?
 
 Both runs' final checkpoints were scored on their test split at the end of the run
-(`trajectories/test.parquet`, one greedy rollout per item). Runs of the same task, seed and split
-hold the same test items, so the comparison is paired per item (`rlvr.evaluation.paired_gains`); runs tested on
-different items are refused rather than compared unpaired.
+(`trajectories/test.parquet`, one greedy rollout per item). Runs of the same task, data seed and
+split ratios hold the same test items whatever their `seed`, so the comparison is paired per item
+(`rlvr.evaluation.paired_gains`); runs tested on different items are refused rather than compared
+unpaired.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def compare_runs(run_a: Path, run_b: Path) -> PairedGain:
         shared = len(set(a) & set(b))
         raise ValueError(
             f"{run_a} and {run_b} were tested on different items ({len(a)} and {len(b)}, "
-            f"{shared} shared): compare runs of the same task, seed and split"
+            f"{shared} shared): compare runs of the same task, data_seed and split ratios"
         )
     common = sorted(a)
     return paired_gain([a[i] for i in common], [b[i] for i in common])
