@@ -341,7 +341,9 @@ def test_the_training_seed_draws_the_demonstrations_and_their_order(train: int, 
     assert len(drawn) == (count if train else 0)
     for start in range(0, len(drawn), train or 1):
         epoch = [i.id for i in drawn[start : start + train]]
-        assert len(set(epoch)) == len(epoch)
+        assert len(set(epoch)) == len(epoch)  # no item twice before every item once
+        if len(epoch) == train:
+            assert set(epoch) == {i.id for i in pool}
     assert drawn == demo_items(pool, count, seed=0)
     if train > 1:
-        assert [demo_items(pool, count, seed=s) for s in (1, 2)] != [drawn, drawn]
+        assert all(demo_items(pool, count, seed=s) != drawn for s in (1, 2))
