@@ -101,6 +101,7 @@ class M(StrEnum):
     JUDGE_AGREEMENT = "judge/agreement"
     VAL_ACCURACY = "val/accuracy"
     VAL_TRAIN_REWARD = "val/train_reward"  # mean training reward since the previous evaluation
+    VAL_TRAIN_TRUTH = "val/train_truth"  # mean ground truth of those same training rollouts
     VAL_ITEMS = "val/items"  # items the accuracy is measured on (its noise)
     VAL_SCORES = "val/scores"  # item id -> score: the paired noise of trends and gains
     VAL_STD = "val/std"  # standard deviation of the per-item scores (noise of a non-[0,1] check)

@@ -34,13 +34,15 @@ HACK_DEFAULTS = {
 
 
 class Evaluated(BaseModel):
-    """One evaluation as a replay test needs it: step, val accuracy, windowed train reward."""
+    """One evaluation as a replay test needs it: step, val accuracy, windowed train reward and
+    the ground truth of those training rollouts."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     step: int
     val: float
     reward: float | None
+    truth: float | None = None
     val_items: int | None
     scores: dict[str, float] | None
 
@@ -65,7 +67,12 @@ def history(run_dir: Path) -> list[Evaluated]:
     """The run's evaluation history (Evaluated)."""
     return [
         Evaluated(
-            step=r.step, val=r.accuracy, reward=r.train_reward, val_items=r.items, scores=r.scores
+            step=r.step,
+            val=r.accuracy,
+            reward=r.train_reward,
+            truth=r.train_truth,
+            val_items=r.items,
+            scores=r.scores,
         )
         for r in store.read_metrics(run_dir)
         if isinstance(r, EvalRow)

@@ -235,6 +235,7 @@ class EvalRow(Row):
 
     accuracy: float = Field(alias=M.VAL_ACCURACY)
     train_reward: float | None = Field(None, alias=M.VAL_TRAIN_REWARD)
+    train_truth: float | None = Field(None, alias=M.VAL_TRAIN_TRUTH)
     items: int | None = Field(None, alias=M.VAL_ITEMS)
     std: float | None = Field(None, alias=M.VAL_STD)
     scores: dict[str, float] | None = Field(None, alias=M.VAL_SCORES)

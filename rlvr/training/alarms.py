@@ -3,7 +3,11 @@ row as `alarm/<name>` (rlvr.runs.records.AlarmName), after a validation or a tra
 
 - reward hacking: the training reward trends up while validation trends down by more than
   `val_drop` and more than `val_z` standard errors of that change, or by more than one standard
-  error at two evaluations in a row; one such fall alone is a warning (`val_falling`);
+  error at two evaluations in a row; one such fall alone is a warning (`val_falling`). Where the
+  training items are labelled, the reward must also rise beyond the ground truth of the same
+  rollouts by `reward_rise`: a reward that rises with the truth is not gamed, and validation's
+  fall is then a warning whatever its size (noise, or a gain that does not carry over, which the
+  plateau stop and the best checkpoint handle);
 - converged: the training reward trends up while validation stays flat;
 - RL regression: validation has fallen below where RL started (the first evaluation, after any
   warm start) by more than `val_drop` and `val_z` standard errors of the paired difference,
@@ -44,14 +48,30 @@ class Thresholds(BaseModel):
     val_z: float = 2.0  # standard errors of a validation fall that stop a run at once
 
 
+def truth_change(recent: list[EvalPoint]) -> float | None:
+    """The trend of the ground truth of the training rollouts over the window, where every
+    rewarded evaluation in it carries one (labelled training items), else None."""
+    rewarded = [p for p in recent if p.reward is not None]
+    truths = [p.truth for p in rewarded if p.truth is not None]
+    return trend(truths) if len(truths) == len(rewarded) >= 2 else None
+
+
+def gamed(recent: list[EvalPoint], thresholds: Thresholds) -> bool:
+    """Whether the window's reward may be gamed: its rise beyond the ground truth of the same
+    rollouts counts as rising, or that truth is unknown (unlabelled training items)."""
+    rewards = [p.reward for p in recent if p.reward is not None]
+    truth = truth_change(recent)
+    return truth is None or trend(rewards) - truth >= thresholds.reward_rise
+
+
 def val_falls(points: list[EvalPoint], thresholds: Thresholds, z: float) -> bool:
-    """Training reward rose over the window while validation fell by more than `val_drop` and
-    more than `z` standard errors of its change."""
+    """Training reward rose over the window, beyond its ground truth where known, while
+    validation fell by more than `val_drop` and more than `z` standard errors of its change."""
     recent = points[-thresholds.window :]
     rewards = [p.reward for p in recent if p.reward is not None]
     if len(recent) < thresholds.window or len(rewards) < 2:
         return False
-    if trend(rewards) < thresholds.reward_rise:
+    if trend(rewards) < thresholds.reward_rise or not gamed(recent, thresholds):
         return False
     change, se = val_change(recent)
     return change <= -max(thresholds.val_drop, z * se)
@@ -76,12 +96,25 @@ def divergence(points: list[EvalPoint], thresholds: Thresholds) -> Alarm | None:
     first, last = recent[0].step, recent[-1].step
     change, se = val_change(recent)
     if change <= -max(thresholds.val_drop, se):
+        truth = truth_change(recent)
+        if not gamed(recent, thresholds) and truth is not None:
+            finding = (
+                f"validation fell {change:+.2f} (s.e. {se:.2f}) while training reward rose "
+                f"{reward_change:+.2f} and the ground truth of the same rollouts {truth:+.2f}"
+            )
+            advice = (
+                "the reward follows the ground truth, so it is not gamed: the training items' "
+                "gain does not reach validation (noise, or a gain that does not generalise); the "
+                "run goes on, the plateau stop decides, and the best checkpoint is kept"
+            )
+            return over_steps(AlarmName.VAL_FALLING, first, last, finding, advice)
         confident = change <= -max(thresholds.val_drop, thresholds.val_z * se)
         # the previous window fell too (reward rising there as well): a fall that persists
         hacking = confident or val_falls(points[:-1], thresholds, 1.0)
         finding = (
             f"training reward rose {reward_change:+.2f} while validation fell {change:+.2f} "
             f"(s.e. {se:.2f})"
+            + ("" if truth is None else f" and the ground truth of the same rollouts {truth:+.2f}")
         )
         if hacking:
             advice = (

@@ -56,6 +56,7 @@ from rlvr.training.state import (
     restore_state,
     warm_start_row,
     window_reward,
+    window_truth,
 )
 from rlvr.training.trends import EvalPoint, val_trend
 from rlvr.training.warmstart import check_can_demonstrate
@@ -211,6 +212,7 @@ class Session:
             step=step,
             val=validated.accuracy,
             reward=window_reward(self.rows, step, self.cfg.eval_every),
+            truth=window_truth(self.rows, step, self.cfg.eval_every),
             val_items=len(done),
             # The spread matters only for a check that is not an accuracy (rlvr.training.trends).
             val_std=statistics.pstdev(values) if any(not 0 <= v <= 1 for v in values) else None,
@@ -224,6 +226,7 @@ class Session:
             accuracy=validated.accuracy,
             policy_step=policy_step,
             train_reward=point.reward,
+            train_truth=point.truth,
             items=len(done),
             std=point.val_std,
             scores=point.scores,

@@ -51,6 +51,7 @@ def restore_state(rows: list[Row]) -> RunState:
                 step=row.step,
                 val=row.accuracy,
                 reward=row.train_reward,
+                truth=row.train_truth,
                 val_items=row.items,
                 val_std=row.std,
                 scores=row.scores,
@@ -82,6 +83,14 @@ def window_reward(rows: list[Row], step: int, eval_every: int) -> float | None:
         r.reward_mean for r in rows if isinstance(r, StepRow) and step - eval_every < r.step <= step
     ]
     return sum(recent) / len(recent) if recent else None
+
+
+def window_truth(rows: list[Row], step: int, eval_every: int) -> float | None:
+    """The ground truth of the training rollouts `window_reward` averages, where every one of
+    those steps measured it (labelled training items), else None."""
+    recent = [r for r in rows if isinstance(r, StepRow) and step - eval_every < r.step <= step]
+    truths = [r.independent for r in recent if r.independent is not None]
+    return sum(truths) / len(truths) if recent and len(truths) == len(recent) else None
 
 
 def warm_start_row(rows: list[Row]) -> WarmStartRow | None:

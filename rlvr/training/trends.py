@@ -18,13 +18,15 @@ from pydantic import BaseModel, ConfigDict
 
 class EvalPoint(BaseModel):
     """One validation: the step, the accuracy, and the mean training reward of the steps since
-    the previous validation (None at the baseline, before any training)."""
+    the previous validation (None at the baseline, before any training), with the ground truth of
+    those same training rollouts where their items are labelled (`truth`)."""
 
     model_config = ConfigDict(frozen=True)
 
     step: int
     val: float
     reward: float | None = None
+    truth: float | None = None
     val_items: int | None = None  # how many items the accuracy is measured on (its noise)
     val_std: float | None = None  # std of the per-item scores (checks outside [0, 1])
     scores: dict[str, float] | None = None  # item id -> its score: the paired noise

@@ -7,7 +7,10 @@ trained on `scorer=length` (reward grows with reply length) while validation che
 that stopped on the plateau rule, with their per-item validation scores and evaluation times.
 `tests/data/game2048_run.json` is a real default `rlvr train 2048 sampling=uniform` run that the
 independent-noise rule stopped as reward hacking on one validation dip, with per-item scores and
-the test split's verdict on its last checkpoint. The real runs are too slow for CI; their
+the test split's verdict on its last checkpoint. `tests/data/email_seed0_verifier_run.json` is
+a real default `make train TASK=email` run (verifier reward) that one validation dip stopped as
+reward hacking while the ground truth of its training rollouts rose with the reward, with
+`truth` per evaluation. The real runs are too slow for CI; their
 evaluation histories are not, and the rules are pure.
 """
 
@@ -41,17 +44,20 @@ def load(name: str) -> dict:
 
 
 def test_the_recorded_hack_fires_the_alarm_where_the_real_run_did():
+    """While the length reward and the answers' ground truth rose together on the training
+    rollouts, validation's fall only warned; the alarm fired at the evaluation where the reward
+    rose on and the ground truth of the same rollouts fell."""
     record = load("hack_run.json")
     fired = replay(record)
     hacking = [step for step, name in fired if name == AlarmName.REWARD_HACKING]
     assert hacking, fired
     assert record["stop_reason"] == "reward_hacking"
     assert hacking[0] == record["steps"]  # the real run stopped at the first alarm
-    # validation's first fall within 2 standard errors warned; still down at the next, it stops
-    assert fired[0] == (hacking[0] - 1, AlarmName.VAL_FALLING)
+    assert (hacking[0] - 1, AlarmName.VAL_FALLING) in fired
     history = record["history"]
     assert history[-1]["val"] < history[0]["val"]  # validation really fell ...
-    assert history[-1]["reward"] > history[1]["reward"]  # ... while the length reward rose
+    assert history[-1]["reward"] > history[1]["reward"]  # ... while the length reward rose ...
+    assert history[-1]["truth"] < history[-2]["truth"]  # ... and parted from the ground truth
 
 
 @pytest.mark.parametrize("name", ["math_run.json"])
@@ -72,6 +78,19 @@ def test_a_game_s_validation_dip_within_its_paired_noise_only_warns():
     assert replay(record) == [(4, AlarmName.VAL_FALLING)]
     points = [EvalPoint(**point) for point in record["history"]]
     assert all(p.scores is not None and len(p.scores) == p.val_items for p in points)
+
+
+def test_a_fall_while_the_reward_follows_its_ground_truth_only_warns():
+    """Email on the verifier: validation 0.450, 0.450, 0.325 over steps 18-24 while the training
+    reward rose. Read without the truth (as the run was), the fall stops it as reward hacking;
+    but the ground truth of the same training rollouts rose with the reward, so nothing was
+    gamed, and the test split says its RL helped."""
+    record = load("email_seed0_verifier_run.json")
+    assert record["stop_reason"] == "reward_hacking" and record["steps"] == 24
+    assert record["test"]["rl_gain_ci95"][0] > 0 and record["test"]["rl_gain_last_ci95"][0] > 0
+    without_truth = {**record, "history": [{**p, "truth": None} for p in record["history"]]}
+    assert (24, AlarmName.REWARD_HACKING) in replay(without_truth)
+    assert replay(record) == [(24, AlarmName.VAL_FALLING)]
 
 
 def history(*correct_sets: set[int], items: int = 40, step_every: int = 3) -> list[EvalPoint]:

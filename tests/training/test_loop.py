@@ -44,6 +44,11 @@ def test_run_directory_contract(finished_run):
     evals = [r for r in rows if M.VAL_ACCURACY in r]
     assert [r[M.STEP] for r in steps] == [1, 2]
     assert [r[M.STEP] for r in evals] == [0, 1, 2]  # baseline, then every step
+    # Each validation carries the ground truth of the training rollouts since the previous one:
+    # what tells the divergence alarm a reward that follows its truth from a gamed one.
+    assert evals[0].get(M.VAL_TRAIN_TRUTH) is None  # the baseline: no training yet
+    truths = [r[M.VAL_TRAIN_TRUTH] for r in evals[1:]]
+    assert truths == pytest.approx([r[M.INDEPENDENT] for r in steps])
     for key in (
         M.REWARD_STD,
         M.NO_SIGNAL_RATE,

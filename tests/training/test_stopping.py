@@ -356,6 +356,34 @@ def test_the_hacking_alarm_waits_for_a_second_fall_within_two_standard_errors() 
     assert second is not None and second.name == AlarmName.REWARD_HACKING
 
 
+@pytest.mark.parametrize(
+    ("truths", "expected"),
+    [
+        ([None, 0.3, 0.5, 0.7, 0.9], AlarmName.VAL_FALLING),  # the truth rose with the reward
+        ([None, 0.3, 0.46, 0.62, 0.85], AlarmName.VAL_FALLING),  # within reward_rise of it
+        ([None, 0.3, 0.3, 0.3, 0.3], AlarmName.REWARD_HACKING),  # the reward rose alone
+        ([None, 0.3, 0.4, 0.5, 0.6], AlarmName.REWARD_HACKING),  # it rose 0.2 beyond the truth
+        (None, AlarmName.REWARD_HACKING),  # unlabelled training items: no truth to read
+    ],
+)
+def test_a_reward_that_rises_with_its_ground_truth_is_not_hacking(
+    truths: list[float | None] | None, expected: AlarmName
+) -> None:
+    """A validation fall of 12 of 40 items (far beyond 2 s.e.), held for two evaluations, while
+    the training reward rises: reward hacking only where the reward rose beyond the ground truth
+    of the same rollouts, or where that truth is unknown."""
+    points = scored(dropping(40, [0, 0, 12, 12, 12], 20), RISING)
+    if truths is not None:
+        points = [p.model_copy(update={"truth": t}) for p, t in zip(points, truths, strict=True)]
+    fired = [divergence(points[: k + 1], T) for k in range(len(points))]
+    names = {a.name for a in fired if a is not None}
+    assert expected in names
+    if expected == AlarmName.VAL_FALLING:
+        assert AlarmName.REWARD_HACKING not in names
+        falls = [a for a in fired if a is not None and a.name == AlarmName.VAL_FALLING]
+        assert falls and all("not gamed" in a.message for a in falls), falls
+
+
 def test_a_stricter_val_z_turns_a_stop_into_a_warning() -> None:
     points = scored(dropping(40, [0, 0, 6, 6, 6], 20), RISING)[:3]
     assert divergence(points, T).name == AlarmName.REWARD_HACKING
