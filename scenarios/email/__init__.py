@@ -28,6 +28,8 @@ OBSERVATION_TOKENS = 200
 # Less than the source credit (0.2): a correct answer with a repeat still beats a wrong one, and a
 # group of wrong answers learns which of them wasted calls (environment.EmailEnvironment.reward).
 REPEAT_COST = 0.1
+# Which cited supporting ids earn the source credit (scoring module docstring).
+SourceCredit = Literal["cited", "read"]
 
 
 class Options(BaseModel):
@@ -63,6 +65,12 @@ class Options(BaseModel):
         le=1.0,
         description="taken from the training reward for each repeated call (the same search or "
         "read again, answered 'shown above'); validation and test score the answer only",
+    )
+    source_credit: SourceCredit = Field(
+        "cited",
+        description="which cited supporting emails earn the training reward's source credit: "
+        "cited (any) or read (only those the episode read); validation and test score the "
+        "answer only",
     )
 
 
@@ -119,4 +127,4 @@ task = Task(
     description="answer questions by searching a generated inbox with tools (ART·E style)",
 )
 
-__all__ = ["REPEAT_COST", "Options", "task"]
+__all__ = ["REPEAT_COST", "Options", "SourceCredit", "task"]

@@ -27,7 +27,7 @@ from rlvr.agent import Protocol, chat, final_reply, levels, tool_episode
 from rlvr.agent.levels import Level
 from rlvr.config import ConfigError
 from rlvr.types import EnvironmentBase, Item, Sampling
-from scenarios.email import REPEAT_COST, Options, oracle
+from scenarios.email import REPEAT_COST, Options, SourceCredit, oracle
 from scenarios.email.inbox import NOT_IN_INBOX, AnswerType, Inbox, QuestionKind, generate_inbox
 from scenarios.email.scoring import CORRECT_THRESHOLD, answer_score, score_answer
 from scenarios.email.store import InboxStore
@@ -37,6 +37,7 @@ from scenarios.email.tools import (
     answer_line,
     inbox_tools,
     parse_answer,
+    read_ids,
     seen_ids,
     show_email,
 )
@@ -65,6 +66,7 @@ class Metric(StrEnum):
     """The task's metrics, beside the episode layer's turns, tool_calls, tool_errors, truncated."""
 
     SOURCE_FOUND = "source_found"  # a supporting email was shown, found by a search, or read
+    SOURCE_READ = "source_read"  # a supporting email was read (or shown whole in the prompt)
     ANSWERED = "answered"
     IMPLICIT_ANSWER = "implicit_answer"  # the answer was a plain reply, not an ANSWER line
     CORRECT = "correct"  # answer_score >= CORRECT_THRESHOLD
@@ -143,12 +145,13 @@ class EmailEnvironment(EnvironmentBase):
         num_items: int,
         observation_tokens: int | None = None,
         repeat_cost: float = REPEAT_COST,
+        source_credit: SourceCredit = "cited",
     ) -> None:
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol
         self.inboxes = {inbox.id: inbox for inbox in inboxes}
         self.store = InboxStore(inboxes)
         self.num_items, self.observation_tokens = num_items, observation_tokens
-        self.repeat_cost = repeat_cost
+        self.repeat_cost, self.source_credit = repeat_cost, source_credit
 
     def load(self) -> list[Item]:
         items = [
@@ -217,8 +220,9 @@ class EmailEnvironment(EnvironmentBase):
         )
         supporting = set(item.data["supporting_ids"])
         if supporting:  # nothing to find for ABSENT questions
-            found = seen_ids(observations(trajectory)) & supporting
-            trajectory.metrics[Metric.SOURCE_FOUND] = float(bool(found))
+            shown = observations(trajectory)
+            trajectory.metrics[Metric.SOURCE_FOUND] = float(bool(seen_ids(shown) & supporting))
+            trajectory.metrics[Metric.SOURCE_READ] = float(bool(read_ids(shown) & supporting))
         trajectory.metadata["final_answer"] = answer.answer if answer else None
         trajectory.metadata["source_ids"] = ",".join(answer.source_ids) if answer else None
         return trajectory.finish()
@@ -235,7 +239,8 @@ class EmailEnvironment(EnvironmentBase):
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float:
         """The training reward: the episode's final answer scored with credit for citing the
-        supporting emails (scoring module docstring), less `repeat_cost` for each repeated call.
+        supporting emails (scoring module docstring; with `source_credit="read"`, only those the
+        episode read), less `repeat_cost` for each repeated call.
         A repeat shows nothing new, and without its cost a group whose answers were all wrong
         gives no signal against repeating, so repeats a lucky batch rewarded spread and
         validation fell (docs/guide/tool-agents.md, "Calls that repeat")."""
@@ -246,6 +251,7 @@ class EmailEnvironment(EnvironmentBase):
             item.data["supporting_ids"],
             answer.answer if answer else None,
             answer.source_ids if answer else (),
+            read_ids(observations(trajectory)) if self.source_credit == "read" else None,
         ) - self.repeat_cost * repeated_calls(trajectory)
 
 
@@ -290,4 +296,5 @@ def make_environment(options: Options, seed: int = 0) -> EmailEnvironment:
         options.num_items,
         options.observation_tokens,
         options.repeat_cost,
+        options.source_credit,
     )

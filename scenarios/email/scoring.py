@@ -12,6 +12,12 @@ for a wrong answer taught the policy to write near misses, its reward rising whi
 correct — and adds source_f1, the F1 between cited ids and supporting ids, for having found the
 right emails. ABSENT questions have no supporting emails, so citations neither earn nor cost
 anything there (else an empty citation would earn credit for any answer). No answer: 0.0.
+
+Where the episode's reads are given (`source_credit=read`), a cited supporting id earns credit only
+if the episode read that email (or the prompt showed it whole): citing the ids a search listed,
+beside a wrong answer, then earns nothing, where otherwise it earns as much as reading them did.
+That credit for searching and citing was the only reward left once a run had stopped reading
+(docs/guide/tool-agents.md, "Credit for reading").
 """
 
 from __future__ import annotations
@@ -117,10 +123,18 @@ def _contains(tokens: list[str], part: list[str]) -> bool:
     )
 
 
-def source_f1(cited: Iterable[str], supporting: Iterable[str]) -> float:
+def source_f1(
+    cited: Iterable[str], supporting: Iterable[str], read: Iterable[str] | None = None
+) -> float:
+    """F1 of the cited ids against the supporting ones; with `read`, a cited id that was not read
+    counts as a wrong citation."""
     cited_set = {c.strip().lower() for c in cited if c.strip()}
     gold = {s.lower() for s in supporting}
-    hits = len(cited_set & gold)
+    if read is not None:
+        gold_read = gold & {r.lower() for r in read}
+        hits = len(cited_set & gold_read)
+    else:
+        hits = len(cited_set & gold)
     if not hits:
         return 0.0
     precision, recall = hits / len(cited_set), hits / len(gold)
@@ -133,11 +147,13 @@ def score_answer(
     supporting: Iterable[str],
     given: str | None,
     cited: Iterable[str],
+    read: Iterable[str] | None = None,
 ) -> float:
-    """The training reward of one final answer (None = the episode ended without one)."""
+    """The training reward of one final answer (None = the episode ended without one); `read`, the
+    ids the episode read, limits the source credit to them (module docstring)."""
     if given is None:
         return 0.0
     correctness = float(answer_score(expected, answer_type, given) >= CORRECT_THRESHOLD)
     if answer_type is AnswerType.ABSENT:
         return correctness
-    return ANSWER_WEIGHT * correctness + SOURCE_WEIGHT * source_f1(cited, supporting)
+    return ANSWER_WEIGHT * correctness + SOURCE_WEIGHT * source_f1(cited, supporting, read)

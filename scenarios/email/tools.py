@@ -131,6 +131,15 @@ def inbox_tools(store: InboxStore, inbox: str) -> list[Callable[..., Any]]:
     return [search, read]
 
 
+_SHOWN_WHOLE = re.compile(r"^\[(e\d{1,4})\]\nFrom: ", re.MULTILINE)
+
+
+def read_ids(texts: Iterable[str]) -> set[str]:
+    """Ids of the emails shown whole (`show_email`: a read, or the evidence in a prompt), not
+    those a search only listed."""
+    return {m.lower() for text in texts for m in _SHOWN_WHOLE.findall(text)}
+
+
 def seen_ids(texts: Iterable[str]) -> set[str]:
     """Email ids tagged `[e012]` in observations (what the model was shown)."""
     return {m.lower() for text in texts for m in re.findall(r"\[(e\d{1,4})\]", text)}

@@ -99,6 +99,22 @@ def test_source_f1(cited: list[str], supporting: list[str], score: float) -> Non
 
 
 @pytest.mark.parametrize(
+    ("cited", "supporting", "read", "score"),
+    [
+        (["e1"], ["e1"], ["e1"], 1.0),
+        (["e1"], ["e1"], [], 0.0),  # cited from a search's list, never read
+        (["e1", "e2"], ["e1", "e2"], ["e1"], 0.5),  # the unread citation counts as wrong
+        (["e1", "e9"], ["e1"], ["e1", "e9"], 2 / 3),
+        (["E1"], ["e1"], ["e1"], 1.0),
+    ],
+)
+def test_source_f1_counts_only_read_citations(
+    cited: list[str], supporting: list[str], read: list[str], score: float
+) -> None:
+    assert source_f1(cited, supporting, read) == pytest.approx(score)
+
+
+@pytest.mark.parametrize(
     ("kind", "given", "cited", "score"),
     [
         (AnswerType.TEXT, "Room 4B", ["e3"], 1.0),

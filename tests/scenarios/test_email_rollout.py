@@ -21,8 +21,9 @@ from rlvr.agent import EpisodeEnd, as_tools
 from rlvr.metrics import has_signal
 from rlvr.scoring.scorers import verifier_scorer
 from rlvr.types import Item, Sampling
-from scenarios.email import REPEAT_COST, Options
+from scenarios.email import REPEAT_COST, Options, SourceCredit
 from scenarios.email.environment import EmailEnvironment, Metric, make_environment
+from scenarios.email.scoring import SOURCE_WEIGHT
 from scenarios.email.tools import SHOWN_ABOVE, inbox_tools
 from tests.helpers.scripted import BAD_TURNS, ScriptedPolicy, Turn, choices
 
@@ -271,3 +272,51 @@ async def test_a_group_of_wrong_answers_learns_which_of_them_repeated(
 
     assert [t.reward for t in scored.trajectories] == pytest.approx([0.0, -repeat_cost])
     assert has_signal(scored) is signal
+
+
+@pytest.mark.parametrize(
+    ("source_credit", "rewards"),
+    [("cited", [SOURCE_WEIGHT, SOURCE_WEIGHT]), ("read", [0.0, SOURCE_WEIGHT])],
+)
+async def test_source_credit_pays_for_citing_or_only_for_reading(
+    source_credit: SourceCredit, rewards: list[float]
+) -> None:
+    """Two wrong answers cite the supporting email: one after a search listed it, one after it
+    was read. With `source_credit=cited` both earn the source credit, so searching and citing
+    pays as much as reading; with `read` only the episode that read it earns, and the group's
+    signal is for reading."""
+    environment = make_environment(
+        Options(tool_protocol="text", num_items=40, source_credit=source_credit)
+    )
+    item = next(
+        i
+        for i in environment.load()
+        if i.data["kind"] == "single" and len(i.data["supporting_ids"]) == 1
+    )
+    (email,) = item.data["supporting_ids"]
+    search, answer = f"SEARCH: {item.prompt}", f"ANSWER: zzz | {email}"
+    searched, read = [
+        await environment.rollout(ScriptedPolicy(script), item, SAMPLING)
+        for script in ([search, answer], [search, f"READ: {email}", answer])
+    ]
+
+    assert f"[{email}]" in searched.messages()[3]["content"]  # the search listed it
+    assert [t.metrics[Metric.SOURCE_FOUND] for t in (searched, read)] == [1.0, 1.0]
+    assert [t.metrics[Metric.SOURCE_READ] for t in (searched, read)] == [0.0, 1.0]
+    assert [environment.reward(item, t) for t in (searched, read)] == pytest.approx(rewards)
+    assert await environment.check(item, searched) == await environment.check(item, read) == 0.0
+
+
+async def test_the_prompts_evidence_counts_as_read() -> None:
+    """At the easy level the prompt shows the supporting emails whole: citing them earns the
+    source credit under `source_credit=read` without a read call."""
+    environment = make_environment(
+        Options(difficulty="easy", tool_protocol="text", num_items=40, source_credit="read")
+    )
+    item = first_item(environment, "latest")
+    cited = ", ".join(item.data["supporting_ids"])
+    trajectory = await environment.rollout(
+        ScriptedPolicy([f"ANSWER: {item.answer} | {cited}"]), item, SAMPLING
+    )
+    assert trajectory.metrics[Metric.SOURCE_READ] == 1.0
+    assert environment.reward(item, trajectory) == pytest.approx(1.0)

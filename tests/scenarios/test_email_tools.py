@@ -17,7 +17,16 @@ from scenarios.email.store import (
     fts_match,
     search_terms,
 )
-from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer, show_hits
+from scenarios.email.tools import (
+    Answer,
+    answer_line,
+    inbox_tools,
+    parse_answer,
+    read_ids,
+    seen_ids,
+    show_email,
+    show_hits,
+)
 
 INBOXES = (generate_inbox(0, 0), generate_inbox(0, 1))
 INBOX = INBOXES[0].id
@@ -190,3 +199,15 @@ def test_tool_schemas_are_openai_functions(tools: dict) -> None:
         params = schema["function"]["parameters"]
         assert set(params["required"]) <= set(params["properties"])
         assert all(p.get("description") for p in params["properties"].values())
+
+
+def test_read_ids_are_the_emails_shown_whole_not_those_listed(store: InboxStore) -> None:
+    hits = store.search(INBOX, "invoice")
+    email = INBOXES[0].email(hits[0].id)
+    listed, whole = show_hits(hits), show_email(email)
+    assert seen_ids([listed]) >= {hits[0].id} and read_ids([listed]) == set()
+    assert read_ids([whole]) == {email.id}
+    assert read_ids([f"Evidence:\n\n{whole}\n\n{show_email(INBOXES[0].emails[1])}"]) == {
+        email.id,
+        INBOXES[0].emails[1].id,
+    }
