@@ -458,8 +458,9 @@ def _newest_first(records: Iterable[RunRecord]) -> list[RunRecord]:
 
 
 def current(records: Iterable[RunRecord]) -> list[RunRecord]:
-    """One record per task, by task name: its newest run of the task's own defaults, else its
-    newest run."""
+    """One record per task, by task name: its newest run of `rlvr train TASK` as a reader would
+    type it, else of the task's defaults on another seed, else its newest run. The front page
+    prints the command beside the figures, so the row is the bare command's where one ran."""
     by_task: dict[str, list[RunRecord]] = {}
     for record in records:
         by_task.setdefault(record.task, []).append(record)
@@ -467,7 +468,8 @@ def current(records: Iterable[RunRecord]) -> list[RunRecord]:
     for task in sorted(by_task):
         runs = _newest_first(by_task[task])
         defaults = [r for r in runs if r.defaults]
-        chosen.append((defaults or runs)[0])
+        bare = [r for r in defaults if r.command == f"rlvr train {task}"]
+        chosen.append((bare or defaults or runs)[0])
     return chosen
 
 

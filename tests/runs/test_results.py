@@ -172,14 +172,17 @@ def rerun(command: str) -> dict[str, Any]:
 
 
 def record(task: str, date: str, defaults: bool, gain: float, **more: Any) -> RunRecord:
+    fields: dict[str, Any] = {
+        "command": f"rlvr train {task}" + ("" if defaults else " seed=1"),
+        "source": "test",
+        **more,
+    }
     return RunRecord(
         task=task,
-        command=f"rlvr train {task}" + ("" if defaults else " seed=1"),
         defaults=defaults,
         date=date,
         rl_gain_best=Gain(value=gain, low=gain - 0.1, high=gain + 0.1),
-        source="test",
-        **more,
+        **fields,
     )
 
 
@@ -190,6 +193,14 @@ def record(task: str, date: str, defaults: bool, gain: float, **more: Any) -> Ru
             [record("email", "2026-11-26", True, 0.1), record("email", "2026-11-28", True, 0.2)],
             [0.2],
             id="the newest run of the defaults",
+        ),
+        pytest.param(
+            [
+                record("email", "2026-11-26", True, 0.1),
+                record("email", "2026-11-28", True, 0.2, command="rlvr train email seed=2"),
+            ],
+            [0.1],
+            id="the bare command over a newer run of the defaults on another seed",
         ),
         pytest.param(
             [record("email", "2026-11-26", True, 0.1), record("email", "2026-11-28", False, 0.3)],
