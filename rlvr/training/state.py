@@ -78,17 +78,20 @@ def early_tested(rows: list[Row]) -> list[Tested]:
     ]
 
 
+def window_steps(rows: list[Row], step: int, eval_every: int) -> list[StepRow]:
+    """The training steps since the evaluation before `step`: what an evaluation row averages."""
+    return [r for r in rows if isinstance(r, StepRow) and step - eval_every < r.step <= step]
+
+
 def window_reward(rows: list[Row], step: int, eval_every: int) -> float | None:
-    recent = [
-        r.reward_mean for r in rows if isinstance(r, StepRow) and step - eval_every < r.step <= step
-    ]
+    recent = [r.reward_mean for r in window_steps(rows, step, eval_every)]
     return sum(recent) / len(recent) if recent else None
 
 
 def window_truth(rows: list[Row], step: int, eval_every: int) -> float | None:
     """The ground truth of the training rollouts `window_reward` averages, where every one of
     those steps measured it (labelled training items), else None."""
-    recent = [r for r in rows if isinstance(r, StepRow) and step - eval_every < r.step <= step]
+    recent = window_steps(rows, step, eval_every)
     truths = [r.independent for r in recent if r.independent is not None]
     return sum(truths) / len(truths) if recent and len(truths) == len(recent) else None
 
