@@ -67,10 +67,10 @@ class Options(BaseModel):
         "read again, answered 'shown above'); validation and test score the answer only",
     )
     source_credit: SourceCredit = Field(
-        "cited",
+        "read",
         description="which cited supporting emails earn the training reward's source credit: "
-        "cited (any) or read (only those the episode read); validation and test score the "
-        "answer only",
+        "read (= default: only those the episode read) or cited (any, also those a search only "
+        "listed); validation and test score the answer only",
     )
 
 
@@ -103,6 +103,9 @@ task = Task(
     # - num_items 1,200 (Options) holds out 120 paired test questions, enough to resolve a gain of
     #   about 0.1; max_val_items 40 every 3 steps, since a smaller validation moved by whole
     #   questions and a larger one makes every run longer.
+    # - source_credit read (Options): citing what a search only listed earned the same credit,
+    #   and a run that stopped reading kept nothing else to learn from
+    #   (results/records/email-2026-12-07-email-20261207-232047.json, with reads).
     # - rollout_concurrency 16: less memory than 32 in flight for about the same evaluation time
     #   (docs/concepts/cpu-engine.md, Memory).
     # Runs at these defaults: results/records/email-2026-11-30-email-20261130-013443.json and the

@@ -145,7 +145,7 @@ class EmailEnvironment(EnvironmentBase):
         num_items: int,
         observation_tokens: int | None = None,
         repeat_cost: float = REPEAT_COST,
-        source_credit: SourceCredit = "cited",
+        source_credit: SourceCredit = "read",
     ) -> None:
         self.level, self.spec, self.protocol = level, LEVELS[level], protocol
         self.inboxes = {inbox.id: inbox for inbox in inboxes}

@@ -13,11 +13,11 @@ correct — and adds source_f1, the F1 between cited ids and supporting ids, for
 right emails. ABSENT questions have no supporting emails, so citations neither earn nor cost
 anything there (else an empty citation would earn credit for any answer). No answer: 0.0.
 
-Where the episode's reads are given (`source_credit=read`), a cited supporting id earns credit only
-if the episode read that email (or the prompt showed it whole): citing the ids a search listed,
-beside a wrong answer, then earns nothing, where otherwise it earns as much as reading them did.
-That credit for searching and citing was the only reward left once a run had stopped reading
-(docs/guide/tool-agents.md, "Credit for reading").
+Where the episode's reads are given (the task's default, `source_credit=read`), a cited supporting
+id earns credit only if the episode read that email (or the prompt showed it whole): citing the ids
+a search listed, beside a wrong answer, earns nothing, where without the reads it earns as much as
+reading them did. That credit for searching and citing was the only reward left once a run had
+stopped reading (docs/guide/tool-agents.md, "Credit for reading").
 """
 
 from __future__ import annotations

@@ -174,7 +174,11 @@ async def test_check_and_reward_read_the_final_answer(
         messages_and_choices=[{"role": "user", "content": ITEM.prompt}, _choice(reply)],
         metadata={"end": end},
     )
-    environment = EmailEnvironment([], Level.MEDIUM, "text", 0, repeat_cost=REPEAT_COST)
+    # No email was read here: with source_credit="cited" the citations alone earn the credit (the
+    # credit for reading is tested in test_email_rollout).
+    environment = EmailEnvironment(
+        [], Level.MEDIUM, "text", 0, repeat_cost=REPEAT_COST, source_credit="cited"
+    )
     assert await environment.check(ITEM, trajectory) == correct
     assert environment.reward(ITEM, trajectory) == pytest.approx(score)
     answer = final_answer(trajectory)

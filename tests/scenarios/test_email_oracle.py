@@ -25,6 +25,7 @@ from rlvr.types import Item, Sampling
 from scenarios.email import OBSERVATION_TOKENS, Options, oracle
 from scenarios.email.environment import EmailEnvironment, Metric, make_environment
 from scenarios.email.inbox import NOT_IN_INBOX
+from scenarios.email.scoring import ANSWER_WEIGHT
 from scenarios.email.tools import Answer, answer_line, inbox_tools, parse_answer
 
 NUM_ITEMS = 150  # per level
@@ -63,7 +64,10 @@ async def test_demonstrations_pass_the_check(level: str, protocol: str) -> None:
     demos = await demonstrations(level, protocol)
     scores = [await played.check(item, trajectory) for item, trajectory in demos]
     assert len(demos) == NUM_ITEMS
-    assert [t.reward for _, t in demos] == scores  # the reward is the check's score
+    # The reward is the training reward; the oracle cites every supporting email but reads only
+    # those stating the fact, so a citation it did not read earns no source credit.
+    assert [t.reward for _, t in demos] == [played.reward(i, t) for i, t in demos]
+    assert all(t.reward >= ANSWER_WEIGHT for (_, t), s in zip(demos, scores, strict=True) if s)
     solved = sum(score == 1.0 for score in scores) / len(scores)
     assert solved >= MIN_SOLVE_RATE, f"{level}/{protocol}: {solved:.1%} of demonstrations solved"
     correct = [t.metrics[Metric.CORRECT] for _, t in demos]
@@ -162,7 +166,8 @@ async def test_a_rollout_of_the_same_turns_is_the_demonstration(level: str, prot
         assert rollout.messages() == demo.messages()
         without_duration = {k: v for k, v in rollout.metrics.items() if k != "duration"}
         assert without_duration == {k: v for k, v in demo.metrics.items() if k != "duration"}
-        assert await played.check(item, rollout) == demo.reward
+        assert await played.check(item, rollout) == await played.check(item, demo)
+        assert played.reward(item, rollout) == demo.reward
 
 
 @each_setting
@@ -270,7 +275,8 @@ async def test_auto_protocol_gets_text_demonstrations() -> None:
     for item in played.load():
         demo = await played.demonstrate(item)
         tools = as_tools(inbox_tools(played.store, item.data["inbox"]))
-        assert demo.tools == [t.schema() for t in tools.values()] and demo.reward == 1.0
+        assert demo.tools == [t.schema() for t in tools.values()]
+        assert await played.check(item, demo) == 1.0
         assert all("tool_calls" not in m for m in assistant_messages(demo))
         assert demo.metrics["tool_calls"] == demo.metrics["turns"] - 1
 
