@@ -239,8 +239,8 @@ class EmailEnvironment(EnvironmentBase):
 
     def reward(self, item: Item, trajectory: art.Trajectory) -> float:
         """The training reward: the episode's final answer scored with credit for citing the
-        supporting emails (scoring module docstring; with `source_credit="read"`, only those the
-        episode read), less `repeat_cost` for each repeated call.
+        supporting emails (scoring module docstring; with `source_credit="read"`, the default, only
+        those the episode read), less `repeat_cost` for each repeated call.
         A repeat shows nothing new, and without its cost a group whose answers were all wrong
         gives no signal against repeating, so repeats a lucky batch rewarded spread and
         validation fell (docs/guide/tool-agents.md, "Calls that repeat")."""

@@ -130,11 +130,8 @@ def source_f1(
     counts as a wrong citation."""
     cited_set = {c.strip().lower() for c in cited if c.strip()}
     gold = {s.lower() for s in supporting}
-    if read is not None:
-        gold_read = gold & {r.lower() for r in read}
-        hits = len(cited_set & gold_read)
-    else:
-        hits = len(cited_set & gold)
+    credited = gold if read is None else gold & {r.lower() for r in read}
+    hits = len(cited_set & credited)
     if not hits:
         return 0.0
     precision, recall = hits / len(cited_set), hits / len(gold)
